@@ -1,0 +1,303 @@
+package keyring_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/ticketkeys.golden.json")
+
+const goldenFile = "testdata/ticketkeys.golden.json"
+
+// encoded is steadyRing as ticketkeys.json.
+func encoded() []byte {
+	data, err := keyring.Encode(steadyRing())
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+// mutate decodes encoded() as generic JSON, lets f change it, and encodes
+// it again: inputs that Encode itself would never write.
+func mutate(f func(m map[string]any)) []byte {
+	var m map[string]any
+	if err := json.Unmarshal(encoded(), &m); err != nil {
+		panic(err)
+	}
+	f(m)
+	data, err := json.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return data
+}
+
+// key returns key i of a mutated ring.
+func key(m map[string]any, i int) map[string]any { return m["keys"].([]any)[i].(map[string]any) }
+
+func b64(n int, fill byte) string {
+	return base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{fill}, n))
+}
+
+type badInput struct {
+	name    string
+	data    []byte
+	wantErr string
+}
+
+// badInputs are inputs Decode must refuse, with a part of the message that
+// names the problem.
+func badInputs() []badInput {
+	valid := encoded()
+	zero := keyring.Secret{}
+	return []badInput{
+		{"empty input", nil, "parse ticketkeys.json: EOF"},
+		{"not an object", []byte(`[1,2]`), "parse ticketkeys.json"},
+		{"unknown version", mutate(func(m map[string]any) { m["version"] = 2 }), "unsupported version 2"},
+		{"missing version", mutate(func(m map[string]any) { delete(m, "version") }), "unsupported version 0"},
+		{"unknown field", mutate(func(m map[string]any) { m["activeKey"] = "x" }), `unknown field "activeKey"`},
+		{"unknown key field", mutate(func(m map[string]any) { key(m, 0)["state"] = "staged" }), `unknown field "state"`},
+		{"trailing garbage", append(bytes.Clone(valid), " x"...), "trailing data"},
+		{"trailing brace", append(bytes.Clone(valid), '}'), "trailing data"},
+		{"trailing bracket", append(bytes.Clone(valid), "\n]"...), "trailing data"},
+		{"trailing comma", append(bytes.Clone(valid), ',', ' '), "trailing data"},
+		{"second ring", append(bytes.Clone(valid), valid...), "trailing data"},
+		{"truncated JSON", valid[:len(valid)/2], "parse ticketkeys.json: unexpected EOF"},
+		{"truncated by one byte", valid[:len(valid)-1], "parse ticketkeys.json: unexpected EOF"},
+		{"epoch not a number", mutate(func(m map[string]any) { m["epoch"] = "42" }), "parse ticketkeys.json"},
+		{"time not RFC 3339", mutate(func(m map[string]any) { key(m, 1)["activeFrom"] = "yesterday" }), "parse ticketkeys.json"},
+		{"bad base64", mutate(func(m map[string]any) { key(m, 0)["secret"] = "not*base64!" }), "key 0 (id \"" + idAt(time.Hour) + "\"): secret is not valid base64"},
+		{"31-byte secret", mutate(func(m map[string]any) { key(m, 1)["secret"] = b64(31, 7) }), "secret is 31 bytes, want 32"},
+		{"33-byte secret", mutate(func(m map[string]any) { key(m, 1)["secret"] = b64(33, 7) }), "secret is 33 bytes, want 32"},
+		{"empty secret", mutate(func(m map[string]any) { key(m, 2)["secret"] = "" }), "key 2 (id \"" + idAt(-time.Hour) + "\"): secret is 0 bytes, want 32"},
+		{"id not matching secret", mutate(func(m map[string]any) { key(m, 1)["id"] = "00000000" }), `key 1 (id "00000000"): id does not match its secret`},
+		{"secret of another key", mutate(func(m map[string]any) { key(m, 1)["secret"] = key(m, 2)["secret"] }), "key 1 (id \"" + idAt(0) + "\"): id does not match its secret"},
+		{"duplicate ids", mutate(func(m map[string]any) {
+			key(m, 1)["id"], key(m, 1)["secret"] = key(m, 0)["id"], key(m, 0)["secret"]
+		}), "key 1: duplicate id \"" + idAt(time.Hour) + "\""},
+		{"keys oldest first", mutate(func(m map[string]any) {
+			ks := m["keys"].([]any)
+			ks[0], ks[1] = ks[1], ks[0]
+		}), "key 1 (id \"" + idAt(time.Hour) + "\"): activeFrom not before that of key 0: keys must be newest first"},
+		{"two keys with one activeFrom", mutate(func(m map[string]any) { key(m, 0)["activeFrom"] = key(m, 1)["activeFrom"] }), "key 1 (id \"" + idAt(0) + "\"): activeFrom not before that of key 0"},
+		{"activeFrom = retireAt", mutate(func(m map[string]any) { key(m, 1)["retireAt"] = key(m, 1)["activeFrom"] }), "key 1 (id \"" + idAt(0) + "\"): times out of order"},
+		{"activeFrom > retireAt", mutate(func(m map[string]any) { key(m, 2)["activeFrom"] = t0.Add(time.Second) }), "key 2 (id \"" + idAt(-time.Hour) + "\"): times out of order"},
+		{"expiresAt < retireAt", mutate(func(m map[string]any) { key(m, 3)["expiresAt"] = t0.Add(-time.Hour - time.Second) }), "key 3 (id \"" + idAt(-2*time.Hour) + "\"): times out of order"},
+		{"missing activeFrom", mutate(func(m map[string]any) { delete(key(m, 4), "activeFrom") }), "key 4 (id \"" + idAt(-3*time.Hour) + "\"): times out of order"},
+		{"no keys", mutate(func(m map[string]any) { m["keys"] = []any{} }), "ring has no keys"},
+		{"keys null", mutate(func(m map[string]any) { m["keys"] = nil }), "ring has no keys"},
+		{"keys missing", mutate(func(m map[string]any) { delete(m, "keys") }), "ring has no keys"},
+		{"epoch 0", mutate(func(m map[string]any) { m["epoch"] = 0 }), "epoch 0 is not positive"},
+		{"negative epoch", mutate(func(m map[string]any) { m["epoch"] = -3 }), "epoch -3 is not positive"},
+		{"empty name", mutate(func(m map[string]any) { m["ring"] = "" }), "ring name is empty"},
+		{"missing issuedAt", mutate(func(m map[string]any) { delete(m, "issuedAt") }), "issuedAt is missing"},
+		{"zero issuedAt", mutate(func(m map[string]any) { m["issuedAt"] = time.Time{} }), "issuedAt is missing"},
+		{"all-zero secret", mutate(func(m map[string]any) {
+			key(m, 4)["secret"], key(m, 4)["id"] = b64(32, 0), keyring.KeyID(zero)
+		}), "key 4 (id \"" + keyring.KeyID(zero) + "\"): secret is all zero"},
+		// Times Encode cannot write back (JSON times are years 0-9999 in UTC).
+		{"expiresAt past year 9999 in UTC", mutate(func(m map[string]any) { key(m, 0)["expiresAt"] = "9999-12-31T23:30:00-01:00" }), "key 0 (id \"" + idAt(time.Hour) + "\"): times outside years 0-9999"},
+		{"issuedAt before year 0 in UTC", mutate(func(m map[string]any) { m["issuedAt"] = "0000-01-01T00:30:00+01:00" }), "issuedAt is outside years 0-9999"},
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	for _, tc := range badInputs() {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := keyring.Decode(tc.data)
+			if err == nil {
+				t.Fatalf("Decode accepted it (epoch %d, keys %v)", r.Epoch, ids(r.Keys))
+			}
+			if !errors.Is(err, keyring.ErrInvalidRing) {
+				t.Errorf("error %q does not wrap ErrInvalidRing", err)
+			}
+			if !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("error %q\ndoes not contain %q", err, tc.wantErr)
+			}
+			if len(r.Keys) != 0 || r.Epoch != 0 || r.Name != "" {
+				t.Errorf("Decode returned a ring with its error")
+			}
+			assertNoSecretIn(t, err, tc.data)
+		})
+	}
+}
+
+var secretField = regexp.MustCompile(`"secret"\s*:\s*"([^"\\]*)"`)
+
+// assertNoSecretIn fails when err shows the secret of any key in data, in
+// base64 (as written) or in hex, whole or in part.
+func assertNoSecretIn(t *testing.T, err error, data []byte) {
+	t.Helper()
+	msg := err.Error()
+	for _, m := range secretField.FindAllSubmatch(data, -1) {
+		s := string(m[1])
+		if len(s) >= 8 && strings.Contains(msg, s[:8]) {
+			t.Errorf("error %q shows secret %q…", msg, s[:8])
+		}
+		if raw, err := base64.StdEncoding.DecodeString(s); err == nil && len(raw) >= 4 {
+			if h := hex.EncodeToString(raw[:4]); strings.Contains(msg, h) {
+				t.Errorf("error %q shows secret bytes %s…", msg, h)
+			}
+		}
+	}
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	east := time.FixedZone("UTC+3", 3*3600)
+	nanos := ringOf(std, 7, at(123456789).In(east), at(time.Hour+987654321).In(east), at(1).In(east))
+	retained0 := ringOf(keyring.Policy{RotationInterval: time.Hour}, 1, t0, at(time.Hour), t0) // retireAt = expiresAt
+	for name, r := range map[string]keyring.Ring{
+		"steady ring":                         steadyRing(),
+		"times with nanoseconds, not in UTC":  nanos,
+		"retainedKeys 0: retireAt=expiresAt":  retained0,
+		"one key":                             {Name: "a/b", Epoch: 1 << 62, IssuedAt: t0, Keys: steadyRing().Keys[:1]},
+		"name with quotes, unicode, newlines": {Name: "ns/\"ring\"\n\u2028é", Epoch: 1, IssuedAt: t0, Keys: steadyRing().Keys[1:]},
+	} {
+		t.Run(name, func(t *testing.T) {
+			data, err := keyring.Encode(r)
+			if err != nil {
+				t.Fatalf("Encode: %v", err)
+			}
+			back, err := keyring.Decode(data)
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if d := ringDiff(back, r); d != "" {
+				t.Errorf("round trip: %s", d)
+			}
+			for _, x := range append([]time.Time{back.IssuedAt}, back.Keys[0].ActiveFrom, back.Keys[0].ExpiresAt) {
+				if x.Location() != time.UTC {
+					t.Errorf("decoded time %v is not in UTC", x)
+				}
+			}
+			again, err := keyring.Encode(back)
+			if err != nil || !bytes.Equal(again, data) {
+				t.Errorf("Encode(Decode(x)) != x (%v)", err)
+			}
+		})
+	}
+}
+
+// TestEncodeGolden pins the ticketkeys.json format of DESIGN.md: field names,
+// UTC RFC 3339 times, standard base64 secrets. Run with -update to rewrite.
+func TestEncodeGolden(t *testing.T) {
+	data := encoded()
+	if *update {
+		if err := os.WriteFile(goldenFile, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(filepath.FromSlash(goldenFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(data, want) {
+		t.Errorf("Encode(steadyRing()) differs from %s:\n%s", goldenFile, data)
+	}
+	r, err := keyring.Decode(want)
+	if err != nil {
+		t.Fatalf("Decode(golden): %v", err)
+	}
+	if d := ringDiff(r, steadyRing()); d != "" {
+		t.Errorf("Decode(golden): %s", d)
+	}
+
+	// DESIGN.md's example shape, on one line, reads too.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, want); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keyring.Decode(compact.Bytes()); err != nil {
+		t.Errorf("Decode(compact golden): %v", err)
+	}
+}
+
+func TestEncodeRefusesInvalidRing(t *testing.T) {
+	good := steadyRing()
+	swapped := steadyRing()
+	swapped.Keys[0], swapped.Keys[1] = swapped.Keys[1], swapped.Keys[0]
+	wrongID := steadyRing()
+	wrongID.Keys[2].ID = "deadbeef"
+	for name, r := range map[string]keyring.Ring{
+		"zero ring":         {},
+		"no name":           {Epoch: good.Epoch, IssuedAt: good.IssuedAt, Keys: good.Keys},
+		"no keys":           {Name: good.Name, Epoch: good.Epoch, IssuedAt: good.IssuedAt},
+		"keys oldest first": swapped,
+		"wrong id":          wrongID,
+		"unminted key":      {Name: good.Name, Epoch: 1, IssuedAt: t0, Keys: []keyring.Key{{ActiveFrom: t0, RetireAt: at(time.Hour), ExpiresAt: at(time.Hour)}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			data, err := keyring.Encode(r)
+			if !errors.Is(err, keyring.ErrInvalidRing) || data != nil {
+				t.Errorf("Encode = %d bytes, %v; want ErrInvalidRing", len(data), err)
+			}
+		})
+	}
+}
+
+// FuzzDecode: Decode never panics, refuses with ErrInvalidRing and without
+// key bytes in the message, and whatever it accepts is a valid ring that
+// Encode writes back and Decode reads to the same ring.
+func FuzzDecode(f *testing.F) {
+	valid := encoded()
+	f.Add(valid)
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, valid); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(compact.Bytes())
+	f.Add(mutate(func(m map[string]any) { m["keys"] = m["keys"].([]any)[:1] }))
+	f.Add(mutate(func(m map[string]any) { m["issuedAt"] = "2026-03-01T15:00:00.123456789+03:00" }))
+	for _, b := range badInputs() {
+		f.Add(b.data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := keyring.Decode(data)
+		if err != nil {
+			if !errors.Is(err, keyring.ErrInvalidRing) {
+				t.Fatalf("error %q does not wrap ErrInvalidRing", err)
+			}
+			if len(r.Keys) != 0 {
+				t.Fatalf("keys returned with error %q", err)
+			}
+			// Only for a secret written once: a mutation may have copied
+			// it into a field whose value the error quotes.
+			for _, m := range secretField.FindAllSubmatch(data, -1) {
+				if s := m[1]; len(s) >= 16 && bytes.Count(data, s) == 1 && strings.Contains(err.Error(), string(s)) {
+					t.Fatalf("error %q shows a secret", err)
+				}
+			}
+			return
+		}
+		if err := r.Validate(); err != nil {
+			t.Fatalf("Decode accepted an invalid ring: %v", err)
+		}
+		out, err := keyring.Encode(r)
+		if err != nil {
+			t.Fatalf("Decode accepted a ring Encode refuses: %v", err)
+		}
+		back, err := keyring.Decode(out)
+		if err != nil {
+			t.Fatalf("Decode(Encode(r)): %v", err)
+		}
+		if d := ringDiff(back, r); d != "" {
+			t.Fatalf("Decode(Encode(r)) != r: %s", d)
+		}
+		if again, err := keyring.Encode(back); err != nil || !bytes.Equal(again, out) {
+			t.Fatalf("Encode is not stable: %v", err)
+		}
+	})
+}

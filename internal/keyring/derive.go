@@ -1,0 +1,95 @@
+package keyring
+
+import (
+	"crypto/hkdf"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Format is a server's ticket key format, derived from the ring.
+type Format string
+
+// The formats a ring can be exported in.
+const (
+	// FormatGo is ticketkeys.json itself, read by pkg/agent.
+	FormatGo Format = "go"
+	// FormatNginx is one 80-byte file per key for ssl_session_ticket_key; the
+	// first file encrypts.
+	FormatNginx Format = "nginx"
+	// FormatHAProxy is a tls-ticket-keys file: base64 80-byte keys, one a
+	// line, oldest first; HAProxy encrypts with the next-to-last line.
+	FormatHAProxy Format = "haproxy"
+	// FormatEnvoy is one 80-byte file per key for Envoy's
+	// session_ticket_keys; the first key encrypts.
+	FormatEnvoy Format = "envoy"
+)
+
+// FormatKeySize is the size of a derived nginx, HAProxy or Envoy key: a
+// 16-byte name, a 32-byte HMAC key and a 32-byte AES-256 key. Every byte is
+// HKDF output, so the layout within the 80 bytes does not matter here.
+const FormatKeySize = 80
+
+// DeriveKey derives the 80-byte key that format f uses for secret s, with
+// HKDF-SHA256 under a label per format. Each format gets keys unrelated to
+// the others' and to the Go key, so a leak of one server's key file exposes
+// no other server's tickets.
+func DeriveKey(s Secret, f Format) ([FormatKeySize]byte, error) {
+	var out [FormatKeySize]byte
+	switch f {
+	case FormatNginx, FormatHAProxy, FormatEnvoy:
+	default:
+		return out, fmt.Errorf("no derived key for format %q", f)
+	}
+	k, err := hkdf.Key(sha256.New, s[:], nil, "ringmaster.io/v1 ticket-key "+string(f), FormatKeySize)
+	if err != nil {
+		return out, err
+	}
+	copy(out[:], k)
+	return out, nil
+}
+
+// Files returns the files format f adds beside ticketkeys.json, keyed by file
+// name, with the keys ordered as that server expects at instant at (the
+// epoch's IssuedAt when building a snapshot). The Go format adds none.
+//
+//   - nginx:   nginx.0.key, nginx.1.key, …, active first.
+//   - Envoy:   envoy.0.key, envoy.1.key, …, active first.
+//   - HAProxy: haproxy.keys, oldest first, so that the active key is the
+//     next-to-last line and the staged key the last, which is what HAProxy
+//     expects when a new key is appended.
+func (r Ring) Files(f Format, at time.Time) (map[string][]byte, error) {
+	files := map[string][]byte{}
+	switch f {
+	case FormatGo:
+		return files, nil
+	case FormatNginx, FormatEnvoy:
+		for i, k := range r.TicketKeys(at) {
+			d, err := DeriveKey(k.Secret, f)
+			if err != nil {
+				return nil, err
+			}
+			files[fmt.Sprintf("%s.%d.key", f, i)] = d[:]
+		}
+		return files, nil
+	case FormatHAProxy:
+		ordered := slices.Clone(r.Keys) // newest first
+		ordered = slices.DeleteFunc(ordered, func(k Key) bool { return !at.Before(k.ExpiresAt) })
+		slices.Reverse(ordered)
+		var b strings.Builder
+		for _, k := range ordered {
+			d, err := DeriveKey(k.Secret, f)
+			if err != nil {
+				return nil, err
+			}
+			b.WriteString(base64.StdEncoding.EncodeToString(d[:]))
+			b.WriteByte('\n')
+		}
+		files["haproxy.keys"] = []byte(b.String())
+		return files, nil
+	}
+	return nil, fmt.Errorf("unknown key format %q", f)
+}

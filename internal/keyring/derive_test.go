@@ -1,0 +1,241 @@
+package keyring_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+)
+
+var derivedFormats = []keyring.Format{keyring.FormatNginx, keyring.FormatHAProxy, keyring.FormatEnvoy}
+
+func TestDeriveKeyGolden(t *testing.T) {
+	var s keyring.Secret
+	for i := range s {
+		s[i] = byte(i)
+	}
+	// RFC 5869 HKDF-SHA256, no salt, info "ringmaster.io/v1 ticket-key <format>",
+	// computed by an independent implementation (Python's hmac) and pinned:
+	// a change breaks every running server's tickets at the next reload.
+	golden := map[keyring.Format]string{
+		keyring.FormatNginx:   "3ecbddbacc0dc83dc38ff68ca07fafac3e4df43836aa71af5e0e684d7071dddbc0711638e48983fbb14754614574378cbe0f52cb42dc4dc20abea05512a0ba4ae773361b8569e2d3f233637b0980e904",
+		keyring.FormatHAProxy: "8e1944adb538a7a43340925075023ccb1981cbab890e82dfddbd36dd0c7dbb77c235339483fef6810322f9757fd26736fb42f452f4e883959f0b3d0e463c70bb23fd4007aaef2b3573bb8163771cef84",
+		keyring.FormatEnvoy:   "e6def0a8d45c63223d581545609e7c617a9abf0aedec1b9af0a9b5d25898c34e5ae7229fc0c0ab4254a4c05914945cab34f7d5fa554f3762855e60b2b85f2e23904d3b5e2a296d3fb26a9e072b41a067",
+	}
+	for f, want := range golden {
+		t.Run(string(f), func(t *testing.T) {
+			d, err := keyring.DeriveKey(s, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := hex.EncodeToString(d[:]); got != want {
+				t.Errorf("DeriveKey = %s\nwant %s", got, want)
+			}
+		})
+	}
+}
+
+func TestDeriveKeyIndependence(t *testing.T) {
+	secrets := []keyring.Secret{secretOf("derive a"), secretOf("derive b"), secretOf("derive c")}
+	seen := map[[keyring.FormatKeySize]byte]string{}
+	for _, s := range secrets {
+		for _, f := range derivedFormats {
+			d, err := keyring.DeriveKey(s, f)
+			if err != nil {
+				t.Fatalf("DeriveKey(%s): %v", f, err)
+			}
+			again, _ := keyring.DeriveKey(s, f)
+			if again != d {
+				t.Errorf("DeriveKey(%s) is not deterministic", f)
+			}
+			name := fmt.Sprintf("%s of %s", f, keyring.KeyID(s))
+			if prev, ok := seen[d]; ok {
+				t.Errorf("%s equals %s", name, prev)
+			}
+			seen[d] = name
+			// No 8-byte window of the secret shows in the derived key.
+			for i := 0; i+8 <= len(s); i++ {
+				if bytes.Contains(d[:], s[i:i+8]) {
+					t.Errorf("%s contains secret bytes %d..%d", name, i, i+8)
+				}
+			}
+			if d == ([keyring.FormatKeySize]byte{}) {
+				t.Errorf("%s is all zero", name)
+			}
+		}
+	}
+	// Any two formats' keys share no 16-byte part (key name, HMAC or AES key).
+	s := secrets[0]
+	for i, f := range derivedFormats {
+		a, _ := keyring.DeriveKey(s, f)
+		for _, g := range derivedFormats[i+1:] {
+			b, _ := keyring.DeriveKey(s, g)
+			for j := 0; j+16 <= keyring.FormatKeySize; j += 16 {
+				if bytes.Contains(b[:], a[j:j+16]) {
+					t.Errorf("%s and %s keys share bytes %d..%d", f, g, j, j+16)
+				}
+			}
+		}
+	}
+}
+
+func TestDeriveKeyUnknownFormat(t *testing.T) {
+	for _, f := range []keyring.Format{keyring.FormatGo, "", "NGINX", "openssl"} {
+		t.Run(string(f), func(t *testing.T) {
+			d, err := keyring.DeriveKey(secretOf("x"), f)
+			if err == nil {
+				t.Fatalf("DeriveKey(%q): no error", f)
+			}
+			if !strings.Contains(err.Error(), fmt.Sprintf("%q", f)) {
+				t.Errorf("error %q does not name the format", err)
+			}
+			if d != ([keyring.FormatKeySize]byte{}) {
+				t.Errorf("key returned with the error")
+			}
+		})
+	}
+}
+
+func derived(t *testing.T, k keyring.Key, f keyring.Format) []byte {
+	t.Helper()
+	d, err := keyring.DeriveKey(k.Secret, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d[:]
+}
+
+func TestFilesNginxEnvoy(t *testing.T) {
+	r := steadyRing() // S t0+1h, A t0, D1, D2, D3 (expires t0+1h)
+	S, A, D1, D2, D3 := r.Keys[0], r.Keys[1], r.Keys[2], r.Keys[3], r.Keys[4]
+	tests := []struct {
+		name string
+		at   time.Time
+		want []keyring.Key // file 0, 1, …
+	}{
+		{"at issuedAt: active first", t0, []keyring.Key{A, S, D1, D2, D3}},
+		{"one second before S activates", at(time.Hour - time.Second), []keyring.Key{A, S, D1, D2, D3}},
+		{"S active, D3 expired", at(time.Hour), []keyring.Key{S, A, D1, D2}},
+		{"every key expired", at(5 * time.Hour), nil},
+	}
+	for _, f := range []keyring.Format{keyring.FormatNginx, keyring.FormatEnvoy} {
+		for _, tc := range tests {
+			t.Run(string(f)+"/"+tc.name, func(t *testing.T) {
+				files, err := r.Files(f, tc.at)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(files) != len(tc.want) {
+					t.Errorf("%d files %v, want %d", len(files), slices.Sorted(maps.Keys(files)), len(tc.want))
+				}
+				for i, k := range tc.want {
+					name := fmt.Sprintf("%s.%d.key", f, i)
+					got, ok := files[name]
+					if !ok {
+						t.Errorf("no file %s", name)
+						continue
+					}
+					if len(got) != keyring.FormatKeySize {
+						t.Errorf("%s: %d bytes, want %d", name, len(got), keyring.FormatKeySize)
+					}
+					if !bytes.Equal(got, derived(t, k, f)) {
+						t.Errorf("%s does not hold the %s key of %s", name, f, k.ID)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestFilesHAProxy(t *testing.T) {
+	r := steadyRing()
+	S, A, D1, D2, D3 := r.Keys[0], r.Keys[1], r.Keys[2], r.Keys[3], r.Keys[4]
+	tests := []struct {
+		name string
+		at   time.Time
+		want []keyring.Key // lines, oldest first: the active key next-to-last, the staged key last
+	}{
+		{"at issuedAt", t0, []keyring.Key{D3, D2, D1, A, S}},
+		{"one second before D3 expires", at(time.Hour - time.Second), []keyring.Key{D3, D2, D1, A, S}},
+		{"D3 expired", at(time.Hour), []keyring.Key{D2, D1, A, S}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			files, err := r.Files(keyring.FormatHAProxy, tc.at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(files) != 1 {
+				t.Errorf("%d files, want only haproxy.keys", len(files))
+			}
+			data, ok := files["haproxy.keys"]
+			if !ok {
+				t.Fatal("no haproxy.keys")
+			}
+			if !bytes.HasSuffix(data, []byte("\n")) {
+				t.Errorf("haproxy.keys does not end with a newline")
+			}
+			lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+			if len(lines) != len(tc.want) {
+				t.Fatalf("%d lines, want %d", len(lines), len(tc.want))
+			}
+			for i, line := range lines {
+				raw, err := base64.StdEncoding.DecodeString(line)
+				if err != nil || len(raw) != keyring.FormatKeySize {
+					t.Errorf("line %d: not base64 of %d bytes (%d bytes, %v)", i, keyring.FormatKeySize, len(raw), err)
+					continue
+				}
+				if !bytes.Equal(raw, derived(t, tc.want[i], keyring.FormatHAProxy)) {
+					t.Errorf("line %d does not hold the haproxy key of %s", i, tc.want[i].ID)
+				}
+			}
+			// While the ring has a staged key (always so at its issuedAt),
+			// what HAProxy encrypts with, the next-to-last line, is the key
+			// every replica's clock calls active. (Once the staged key has
+			// activated, HAProxy follows at the next epoch's file, which
+			// the operator publishes at that instant.)
+			active, _ := r.Active(tc.at)
+			if S.StateAt(tc.at) == keyring.Staged && lines[len(lines)-2] != base64.StdEncoding.EncodeToString(derived(t, active, keyring.FormatHAProxy)) {
+				t.Errorf("next-to-last line is not the active key %s", active.ID)
+			}
+		})
+	}
+}
+
+func TestFilesOtherFormats(t *testing.T) {
+	r := steadyRing()
+	files, err := r.Files(keyring.FormatGo, t0)
+	if err != nil || len(files) != 0 {
+		t.Errorf("go format: %d files, %v; want none", len(files), err)
+	}
+	for _, f := range []keyring.Format{"", "NGINX", "openssl"} {
+		files, err := r.Files(f, t0)
+		if err == nil || files != nil {
+			t.Errorf("Files(%q) = %d files, %v; want an error", f, len(files), err)
+		}
+	}
+}
+
+func TestFilesCarryNoSecret(t *testing.T) {
+	r := steadyRing()
+	for _, f := range []keyring.Format{keyring.FormatGo, keyring.FormatNginx, keyring.FormatHAProxy, keyring.FormatEnvoy} {
+		files, err := r.Files(f, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, data := range files {
+			for _, k := range r.Keys {
+				if bytes.Contains(data, k.Secret[:16]) || bytes.Contains(data, []byte(base64.StdEncoding.EncodeToString(k.Secret[:])[:16])) {
+					t.Errorf("%s holds the ring secret of %s", name, k.ID)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,219 @@
+package keyring
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// MaxTicketLifetime is the longest a session ticket may be used (RFC 8446,
+// section 4.6.1), and so the longest any key may stay decryptable after it
+// stops encrypting, together with its own encrypting interval.
+const MaxTicketLifetime = 7 * 24 * time.Hour
+
+// Policy is the rotation schedule of a ring, from its spec.
+type Policy struct {
+	// RotationInterval is how long one key encrypts new tickets.
+	RotationInterval time.Duration
+	// RetainedKeys is how many retired keys stay decryptable.
+	RetainedKeys int
+	// ActivationDelay is the least time a new key is delivered before it
+	// encrypts anything.
+	ActivationDelay time.Duration
+}
+
+// Validate checks the policy against the same rules as the API's validation,
+// for callers that do not go through the API server.
+func (p Policy) Validate() error {
+	switch {
+	case p.RotationInterval < time.Minute:
+		return fmt.Errorf("rotationInterval %s is under 1m", p.RotationInterval)
+	case p.ActivationDelay < 0 || p.ActivationDelay >= p.RotationInterval:
+		return fmt.Errorf("activationDelay %s must be at least 0 and under rotationInterval %s", p.ActivationDelay, p.RotationInterval)
+	case p.RetainedKeys < 0 || p.RetainedKeys > 16:
+		return fmt.Errorf("retainedKeys %d is outside 0-16", p.RetainedKeys)
+	case time.Duration(p.RetainedKeys+1)*p.RotationInterval > MaxTicketLifetime:
+		return fmt.Errorf("(retainedKeys+1) x rotationInterval exceeds %s", MaxTicketLifetime)
+	}
+	return nil
+}
+
+// Plan is what Next decides for a ring at one instant.
+type Plan struct {
+	// Ring is the next ring. When Mint > 0 its first Mint keys have times but
+	// no secret yet: Fill gives them one.
+	Ring Ring
+	// Mint is how many new keys the ring needs: 2 for a new ring (active and
+	// staged), at most 1 afterwards, never a burst.
+	Mint int
+	// Changed says whether Ring differs from the current ring, so that a new
+	// epoch must be published.
+	Changed bool
+	// Expired lists the ids of the keys Next dropped because they expired.
+	Expired []string
+	// RequeueAt is the next instant something is due: a staged key
+	// activating (a new staged key is then minted) or a key expiring.
+	RequeueAt time.Time
+	// RotateAt is when a rotate-now request takes effect: the instant the
+	// staged key is promoted. Zero when no request was made.
+	RotateAt time.Time
+}
+
+// Next plans the ring after current at now under policy p. current may be
+// the zero Ring for a ring that has no epoch yet. rotateNow asks for the
+// staged key to be promoted as early as is safe.
+//
+// The steps, in order:
+//  1. rotate-now moves the staged key's ActiveFrom to the earliest safe
+//     instant: now, but no sooner than ActivationDelay after the key was first
+//     published (stagedSince). Without a staged key, one is minted to
+//     activate after ActivationDelay.
+//  2. keys past ExpiresAt are dropped.
+//  3. when the newest key is active by now, one staged key is minted to
+//     activate one RotationInterval after it, and never sooner than
+//     ActivationDelay from now. So an operator back from downtime mints one
+//     key, not one per missed interval.
+//  4. each key's RetireAt becomes the next key's ActiveFrom, and ExpiresAt
+//     RetireAt + RetainedKeys × RotationInterval.
+//
+// stagedSince reports when a key id was first published; it returns false
+// when unknown, and the key is then taken to have been published at
+// current.IssuedAt, the latest it can have been.
+//
+// ActivationDelay counts as one second at least, so that a published ring
+// always holds a staged key and keys activate strictly one after another.
+//
+// All times are whole seconds, as the snapshot and the API carry them.
+func Next(now time.Time, p Policy, current Ring, rotateNow bool, stagedSince func(id string) (time.Time, bool)) Plan {
+	now = now.Truncate(time.Second)
+	keys := slices.Clone(current.Keys)
+	plan := Plan{}
+
+	if len(keys) == 0 {
+		plan.Mint = 2
+		keys = []Key{{ActiveFrom: now.Add(p.RotationInterval)}, {ActiveFrom: now}}
+	}
+
+	// Even with ActivationDelay 0, a key is staged when published: the
+	// requeue at its activation then mints its successor, and it never
+	// shares its activeFrom with the key before it.
+	lead := max(p.ActivationDelay, time.Second)
+
+	var mintAt time.Time // when set, the activation of the key step 3 mints
+	if rotateNow && plan.Mint == 0 {
+		if staged := keys[0]; now.Before(staged.ActiveFrom) {
+			since, ok := stagedSince(staged.ID)
+			if !ok {
+				since = current.IssuedAt
+			}
+			safe := latest(now, since.Add(lead).Truncate(time.Second))
+			if safe.Before(staged.ActiveFrom) {
+				keys[0].ActiveFrom = safe
+			}
+			plan.RotateAt = keys[0].ActiveFrom
+		} else {
+			mintAt = now.Add(lead)
+			plan.RotateAt = mintAt
+		}
+	}
+
+	expired := func(k Key) bool {
+		if k.ID != "" && !now.Before(k.ExpiresAt) {
+			plan.Expired = append(plan.Expired, k.ID)
+			return true
+		}
+		return false
+	}
+	keys = slices.DeleteFunc(keys, expired)
+
+	if len(keys) == 0 {
+		// Every key expired while nothing rotated: start over as a new ring.
+		plan.Mint = 2
+		keys = []Key{{ActiveFrom: now.Add(p.RotationInterval)}, {ActiveFrom: now}}
+	} else if newest := keys[0]; plan.Mint == 0 && !now.Before(newest.ActiveFrom) {
+		if mintAt.IsZero() {
+			mintAt = latest(newest.ActiveFrom.Add(p.RotationInterval), now.Add(lead))
+		}
+		keys = append([]Key{{ActiveFrom: mintAt.Truncate(time.Second)}}, keys...)
+		plan.Mint = 1
+	}
+
+	retain := time.Duration(p.RetainedKeys) * p.RotationInterval
+	for i := range keys {
+		if i == 0 {
+			keys[i].RetireAt = keys[i].ActiveFrom.Add(p.RotationInterval)
+		} else {
+			keys[i].RetireAt = keys[i-1].ActiveFrom
+		}
+		keys[i].ExpiresAt = keys[i].RetireAt.Add(retain)
+	}
+	// The new times can expire a key too: one that rotate-now retired at
+	// once under RetainedKeys 0, or any older key when RetainedKeys went
+	// down. Only the oldest keys can go, so the others' times stand.
+	keys = slices.DeleteFunc(keys, expired)
+
+	plan.Ring = Ring{Name: current.Name, Epoch: current.Epoch, IssuedAt: current.IssuedAt, Keys: keys}
+	plan.Changed = plan.Mint > 0 || !sameKeys(current.Keys, keys)
+	if plan.Changed {
+		plan.Ring.Epoch++
+		plan.Ring.IssuedAt = now
+	}
+	plan.RequeueAt = requeueAt(now, keys)
+	return plan
+}
+
+// requeueAt is the next activation or expiry after now. A staged key's
+// activation is the moment its successor must be minted.
+func requeueAt(now time.Time, keys []Key) time.Time {
+	var next time.Time
+	for _, k := range keys {
+		for _, t := range []time.Time{k.ActiveFrom, k.ExpiresAt} {
+			if t.After(now) && (next.IsZero() || t.Before(next)) {
+				next = t
+			}
+		}
+	}
+	return next
+}
+
+// ErrBadSecret is returned by Fill for a minted secret the ring must refuse.
+var ErrBadSecret = errors.New("bad minted secret")
+
+// Fill gives the keys the plan minted their secrets, in order, and returns
+// the completed ring. It refuses a wrong number of secrets, an all-zero
+// secret, and a secret already in the ring (a broken or replaying source),
+// so that nothing of a bad mint is ever published.
+func (p Plan) Fill(secrets []Secret) (Ring, error) {
+	if len(secrets) != p.Mint {
+		return Ring{}, fmt.Errorf("%w: got %d secrets, want %d", ErrBadSecret, len(secrets), p.Mint)
+	}
+	r := p.Ring
+	r.Keys = slices.Clone(r.Keys)
+	for i, s := range secrets {
+		if s == (Secret{}) {
+			return Ring{}, fmt.Errorf("%w: secret %d is all zero", ErrBadSecret, i)
+		}
+		id := KeyID(s)
+		for _, k := range r.Keys {
+			if k.Secret == s || k.ID == id {
+				return Ring{}, fmt.Errorf("%w: secret %d repeats key %s", ErrBadSecret, i, id)
+			}
+		}
+		r.Keys[i].ID, r.Keys[i].Secret = id, s
+	}
+	return r, nil
+}
+
+func sameKeys(a, b []Key) bool {
+	return slices.EqualFunc(a, b, func(x, y Key) bool {
+		return x.ID == y.ID && x.ActiveFrom.Equal(y.ActiveFrom) && x.RetireAt.Equal(y.RetireAt) && x.ExpiresAt.Equal(y.ExpiresAt)
+	})
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

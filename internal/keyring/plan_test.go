@@ -1,0 +1,762 @@
+package keyring_test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+)
+
+const (
+	second = time.Second
+	minute = time.Minute
+	hour   = time.Hour
+)
+
+// idAt is the id ringOf gives the key activating at t0+d.
+func idAt(d time.Duration) string { return keyring.KeyID(secretOf(at(d).Format(time.RFC3339))) }
+
+// wantKey is an expected key of a plan; times are offsets from t0. An empty
+// id is a key the plan mints.
+type wantKey struct {
+	id                         string
+	activeFrom, retire, expire time.Duration
+}
+
+func (w wantKey) String() string {
+	return fmt.Sprintf("{%q %v %v %v}", w.id, w.activeFrom, w.retire, w.expire)
+}
+
+func gotKeys(keys []keyring.Key) []wantKey {
+	out := make([]wantKey, len(keys))
+	for i, k := range keys {
+		out[i] = wantKey{k.ID, k.ActiveFrom.Sub(t0), k.RetireAt.Sub(t0), k.ExpiresAt.Sub(t0)}
+	}
+	return out
+}
+
+// cloneRing deep-copies r, to check that Next leaves its input alone.
+func cloneRing(r keyring.Ring) keyring.Ring {
+	r.Keys = slices.Clone(r.Keys)
+	return r
+}
+
+func sinceMap(m map[string]time.Time) func(string) (time.Time, bool) {
+	return func(id string) (time.Time, bool) { t, ok := m[id]; return t, ok }
+}
+
+func TestNext(t *testing.T) {
+	// The steady ring (std policy) published at t0: S staged for t0+1h,
+	// A active from t0, D1..D3 decrypt-only; D3 expires at t0+1h.
+	steady := steadyRing()
+	S, A, D1, D2, D3 := idAt(hour), idAt(0), idAt(-hour), idAt(-2*hour), idAt(-3*hour)
+	steadyKeys := []wantKey{{S, hour, 2 * hour, 5 * hour}, {A, 0, hour, 4 * hour}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}, {D3, -3 * hour, -2 * hour, hour}}
+
+	// A ring whose oldest key expires between two activations: S was minted
+	// by a late reconcile (at t0+1h17m, activating 3m later), so activations
+	// no longer line up with expiries. Published at t0+1h20m when S activated.
+	irregular := ringOf(std, 3, at(80*minute), at(140*minute), at(80*minute), t0, at(-hour), at(-2*hour))
+
+	// retainedKeys 10, operator last ran at t0: 12 keys = retainedKeys+2.
+	p10 := keyring.Policy{RotationInterval: hour, RetainedKeys: 10, ActivationDelay: 3 * minute}
+	var afs10 []time.Time
+	for h := 1; h >= -10; h-- {
+		afs10 = append(afs10, at(time.Duration(h)*hour))
+	}
+	ring10 := ringOf(p10, 20, t0, afs10...)
+
+	// The steady ring, republished at t0+10m (say, for a spec change).
+	republished := ringOf(std, 10, at(10*minute), at(hour), t0, at(-hour), at(-2*hour), at(-3*hour))
+	// The ring after a rotate-now at t0+1m moved S to t0+3m.
+	rotatedEarly := ringOf(std, 11, at(minute), at(3*minute), t0, at(-hour), at(-2*hour), at(-3*hour))
+
+	r0 := keyring.Policy{RotationInterval: hour, RetainedKeys: 0, ActivationDelay: 3 * minute}
+	r1 := keyring.Policy{RotationInterval: hour, RetainedKeys: 1, ActivationDelay: 3 * minute}
+	r5 := keyring.Policy{RotationInterval: hour, RetainedKeys: 5, ActivationDelay: 3 * minute}
+	d0 := keyring.Policy{RotationInterval: hour, RetainedKeys: 3, ActivationDelay: 0}
+
+	tests := []struct {
+		name string
+		// rule is the DESIGN.md rule ("Rotation: staged keys, clock-based
+		// activation") the case checks.
+		rule        string
+		policy      keyring.Policy
+		current     keyring.Ring
+		now         time.Time
+		rotateNow   bool
+		stagedSince map[string]time.Time
+
+		wantMint     int
+		wantChanged  bool
+		wantEpoch    int64
+		wantIssuedAt time.Duration
+		wantKeys     []wantKey
+		wantExpired  []string
+		wantRequeue  time.Duration
+		wantRotateAt time.Duration // 0: no rotate-now took effect
+	}{
+		{
+			name:     "new ring",
+			rule:     "ring creation: the first key is active at once; the staged key is minted when its predecessor becomes active; expiresAt = retireAt + retainedKeys × rotationInterval",
+			policy:   std,
+			current:  keyring.Ring{Name: "shop/web"},
+			now:      at(123456789), // nanoseconds are dropped
+			wantMint: 2, wantChanged: true, wantEpoch: 1, wantIssuedAt: 0,
+			wantKeys:    []wantKey{{"", hour, 2 * hour, 5 * hour}, {"", 0, hour, 4 * hour}},
+			wantRequeue: hour,
+		},
+		{
+			name:     "steady state one second before the staged key activates",
+			rule:     "the staged key is minted when its predecessor becomes active, not before",
+			policy:   std,
+			current:  steady,
+			now:      at(hour - second),
+			wantMint: 0, wantChanged: false, wantEpoch: 10, wantIssuedAt: 0,
+			wantKeys:    steadyKeys,
+			wantRequeue: hour,
+		},
+		{
+			name:     "steady state exactly at the staged key's activeFrom",
+			rule:     "the staged key is minted when its predecessor becomes active, to activate one rotationInterval later; a key past expiresAt is removed",
+			policy:   std,
+			current:  steady,
+			now:      at(hour),
+			wantMint: 1, wantChanged: true, wantEpoch: 11, wantIssuedAt: hour,
+			wantKeys:    []wantKey{{"", 2 * hour, 3 * hour, 6 * hour}, {S, hour, 2 * hour, 5 * hour}, {A, 0, hour, 4 * hour}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}},
+			wantExpired: []string{D3},
+			wantRequeue: 2 * hour,
+		},
+		{
+			name:     "steady state, reconcile 10 minutes late (with nanoseconds)",
+			rule:     "the new staged key activates one rotationInterval after its predecessor, not after now, when that leaves activationDelay",
+			policy:   std,
+			current:  steady,
+			now:      at(70*minute + 5),
+			wantMint: 1, wantChanged: true, wantEpoch: 11, wantIssuedAt: 70 * minute,
+			wantKeys:    []wantKey{{"", 2 * hour, 3 * hour, 6 * hour}, {S, hour, 2 * hour, 5 * hour}, {A, 0, hour, 4 * hour}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}},
+			wantExpired: []string{D3},
+			wantRequeue: 2 * hour,
+		},
+		{
+			name:     "oldest key one second before its expiresAt, between activations",
+			rule:     "a key stays until expiresAt",
+			policy:   std,
+			current:  irregular,
+			now:      at(2*hour - second),
+			wantMint: 0, wantChanged: false, wantEpoch: 3, wantIssuedAt: 80 * minute,
+			wantKeys:    []wantKey{{idAt(140 * minute), 140 * minute, 200 * minute, 380 * minute}, {idAt(80 * minute), 80 * minute, 140 * minute, 320 * minute}, {A, 0, 80 * minute, 260 * minute}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}},
+			wantRequeue: 2 * hour,
+		},
+		{
+			name:     "oldest key exactly at its expiresAt, between activations",
+			rule:     "a key past expiresAt is removed from every snapshot: a new epoch without it, and nothing minted",
+			policy:   std,
+			current:  irregular,
+			now:      at(2 * hour),
+			wantMint: 0, wantChanged: true, wantEpoch: 4, wantIssuedAt: 2 * hour,
+			wantKeys:    []wantKey{{idAt(140 * minute), 140 * minute, 200 * minute, 380 * minute}, {idAt(80 * minute), 80 * minute, 140 * minute, 320 * minute}, {A, 0, 80 * minute, 260 * minute}, {D1, -hour, 0, 3 * hour}},
+			wantExpired: []string{D2},
+			wantRequeue: 140 * minute,
+		},
+		{
+			name:     "catch-up after the operator was absent for 10 intervals",
+			rule:     "catching up after the operator was down: never mint a burst of keys; one key, activating no sooner than now + activationDelay; expired keys dropped",
+			policy:   p10,
+			current:  ring10,
+			now:      at(10*hour + 17*minute + 500*time.Millisecond),
+			wantMint: 1, wantChanged: true, wantEpoch: 21, wantIssuedAt: 10*hour + 17*minute,
+			wantKeys:    []wantKey{{"", 10*hour + 20*minute, 11*hour + 20*minute, 21*hour + 20*minute}, {idAt(hour), hour, 10*hour + 20*minute, 20*hour + 20*minute}, {A, 0, hour, 11 * hour}},
+			wantExpired: []string{idAt(-hour), idAt(-2 * hour), idAt(-3 * hour), idAt(-4 * hour), idAt(-5 * hour), idAt(-6 * hour), idAt(-7 * hour), idAt(-8 * hour), idAt(-9 * hour), idAt(-10 * hour)},
+			wantRequeue: 10*hour + 20*minute,
+		},
+		{
+			// The ring holds retainedKeys+3 keys until D3 expires at t0+1h:
+			// expiry is by time (expiresAt = retireAt + retainedKeys ×
+			// rotationInterval) and rotate-now retired A early. Whether
+			// retainedKeys should also cap the count is an open question.
+			name:        "rotate-now, staged key staged for at least activationDelay",
+			rule:        "rotate-now promotes the staged key once it has been staged for activationDelay (here: at once), and mints a new staged key",
+			policy:      std,
+			current:     steady,
+			now:         at(20 * minute),
+			rotateNow:   true,
+			stagedSince: map[string]time.Time{S: t0},
+			wantMint:    1, wantChanged: true, wantEpoch: 11, wantIssuedAt: 20 * minute,
+			wantKeys:     []wantKey{{"", 80 * minute, 140 * minute, 320 * minute}, {S, 20 * minute, 80 * minute, 260 * minute}, {A, 0, 20 * minute, 200 * minute}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}, {D3, -3 * hour, -2 * hour, hour}},
+			wantRequeue:  hour,
+			wantRotateAt: 20 * minute,
+		},
+		{
+			name:        "rotate-now, staged key staged for less than activationDelay",
+			rule:        "rotate-now promotes the staged key only once it has been staged for activationDelay: activeFrom moves to stagedSince + activationDelay; nothing minted yet",
+			policy:      std,
+			current:     steady,
+			now:         at(minute),
+			rotateNow:   true,
+			stagedSince: map[string]time.Time{S: t0},
+			wantMint:    0, wantChanged: true, wantEpoch: 11, wantIssuedAt: minute,
+			wantKeys:     []wantKey{{S, 3 * minute, 63 * minute, 243 * minute}, {A, 0, 3 * minute, 183 * minute}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}, {D3, -3 * hour, -2 * hour, hour}},
+			wantRequeue:  3 * minute,
+			wantRotateAt: 3 * minute,
+		},
+		{
+			name:     "after an early rotate-now, the reconcile at the moved activeFrom",
+			rule:     "the staged key is minted when its predecessor becomes active, to activate one rotationInterval later",
+			policy:   std,
+			current:  rotatedEarly,
+			now:      at(3 * minute),
+			wantMint: 1, wantChanged: true, wantEpoch: 12, wantIssuedAt: 3 * minute,
+			wantKeys:    []wantKey{{"", 63 * minute, 123 * minute, 303 * minute}, {idAt(3 * minute), 3 * minute, 63 * minute, 243 * minute}, {A, 0, 3 * minute, 183 * minute}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}, {D3, -3 * hour, -2 * hour, hour}},
+			wantRequeue: hour,
+		},
+		{
+			name:        "rotate-now, stagedSince unknown: falls back to current.IssuedAt",
+			rule:        "rotate-now: a key of unknown publication is taken as published at the ring's issuedAt, the latest it can have been",
+			policy:      std,
+			current:     republished,
+			now:         at(11 * minute),
+			rotateNow:   true,
+			stagedSince: map[string]time.Time{}, // unknown
+			wantMint:    0, wantChanged: true, wantEpoch: 11, wantIssuedAt: 11 * minute,
+			wantKeys:     []wantKey{{S, 13 * minute, 73 * minute, 253 * minute}, {A, 0, 13 * minute, 193 * minute}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}, {D3, -3 * hour, -2 * hour, hour}},
+			wantRequeue:  13 * minute,
+			wantRotateAt: 13 * minute,
+		},
+		{
+			name:        "rotate-now never delays an activation",
+			rule:        "rotate-now only ever brings the staged key's activation earlier",
+			policy:      std,
+			current:     steady,
+			now:         at(59 * minute),
+			rotateNow:   true,
+			stagedSince: map[string]time.Time{S: at(58*minute + 30*second)},
+			wantMint:    0, wantChanged: false, wantEpoch: 10, wantIssuedAt: 0,
+			wantKeys:     steadyKeys,
+			wantRequeue:  hour,
+			wantRotateAt: hour,
+		},
+		{
+			name:        "rotate-now without a staged key (reconcile after the staged key activated)",
+			rule:        "rotate-now: without a staged key, one is minted to activate after activationDelay",
+			policy:      std,
+			current:     steady,
+			now:         at(hour + 30*second),
+			rotateNow:   true,
+			stagedSince: map[string]time.Time{S: t0},
+			wantMint:    1, wantChanged: true, wantEpoch: 11, wantIssuedAt: hour + 30*second,
+			wantKeys:     []wantKey{{"", hour + 3*minute + 30*second, 2*hour + 3*minute + 30*second, 5*hour + 3*minute + 30*second}, {S, hour, hour + 3*minute + 30*second, 4*hour + 3*minute + 30*second}, {A, 0, hour, 4 * hour}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}},
+			wantExpired:  []string{D3},
+			wantRequeue:  hour + 3*minute + 30*second,
+			wantRotateAt: hour + 3*minute + 30*second,
+		},
+		{
+			name:     "spec change: retainedKeys 3 → 5",
+			rule:     "expiresAt = retireAt + retainedKeys × rotationInterval: republished with new expiries, nothing minted",
+			policy:   r5,
+			current:  steady,
+			now:      at(30 * minute),
+			wantMint: 0, wantChanged: true, wantEpoch: 11, wantIssuedAt: 30 * minute,
+			wantKeys:    []wantKey{{S, hour, 2 * hour, 7 * hour}, {A, 0, hour, 6 * hour}, {D1, -hour, 0, 5 * hour}, {D2, -2 * hour, -hour, 4 * hour}, {D3, -3 * hour, -2 * hour, 3 * hour}},
+			wantRequeue: hour,
+		},
+		{
+			name:     "spec change: retainedKeys 3 → 1",
+			rule:     "expiresAt = retireAt + retainedKeys × rotationInterval; a key past expiresAt is removed",
+			policy:   r1,
+			current:  steady,
+			now:      at(30 * minute),
+			wantMint: 0, wantChanged: true, wantEpoch: 11, wantIssuedAt: 30 * minute,
+			wantKeys:    []wantKey{{S, hour, 2 * hour, 3 * hour}, {A, 0, hour, 2 * hour}, {D1, -hour, 0, hour}},
+			wantExpired: []string{D2, D3},
+			wantRequeue: hour,
+		},
+		{
+			name:     "retainedKeys 0: the active key expires as its successor activates",
+			rule:     "expiresAt = retireAt + 0 × rotationInterval: no decrypt-only key is kept",
+			policy:   r0,
+			current:  ringOf(r0, 5, t0, at(hour), t0),
+			now:      at(hour),
+			wantMint: 1, wantChanged: true, wantEpoch: 6, wantIssuedAt: hour,
+			wantKeys:    []wantKey{{"", 2 * hour, 3 * hour, 3 * hour}, {S, hour, 2 * hour, 2 * hour}},
+			wantExpired: []string{A},
+			wantRequeue: 2 * hour,
+		},
+		{
+			name:     "every key expired: a fresh ring",
+			rule:     "ring creation, after every key expired while nothing rotated",
+			policy:   std,
+			current:  steady,
+			now:      at(5 * hour),
+			wantMint: 2, wantChanged: true, wantEpoch: 11, wantIssuedAt: 5 * hour,
+			wantKeys:    []wantKey{{"", 6 * hour, 7 * hour, 10 * hour}, {"", 5 * hour, 6 * hour, 9 * hour}},
+			wantExpired: []string{S, A, D1, D2, D3},
+			wantRequeue: 6 * hour,
+		},
+		{
+			name:     "RequeueAt: an expiry before the next activation",
+			rule:     "RequeueAt is the earliest future activation or expiry",
+			policy:   std,
+			current:  irregular,
+			now:      at(90*minute + 999999999),
+			wantMint: 0, wantChanged: false, wantEpoch: 3, wantIssuedAt: 80 * minute,
+			wantKeys:    []wantKey{{idAt(140 * minute), 140 * minute, 200 * minute, 380 * minute}, {idAt(80 * minute), 80 * minute, 140 * minute, 320 * minute}, {A, 0, 80 * minute, 260 * minute}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}},
+			wantRequeue: 2 * hour,
+		},
+		{
+			name:     "catch-up with activationDelay 0",
+			rule:     "catching up: one key, no sooner than activationDelay from now, and staged when published so that its successor is minted when it activates",
+			policy:   d0,
+			current:  steady,
+			now:      at(150 * minute),
+			wantMint: 1, wantChanged: true, wantEpoch: 11, wantIssuedAt: 150 * minute,
+			wantKeys:    []wantKey{{"", 150*minute + second, 210*minute + second, 390*minute + second}, {S, hour, 150*minute + second, 330*minute + second}, {A, 0, hour, 4 * hour}, {D1, -hour, 0, 3 * hour}},
+			wantExpired: []string{D2, D3},
+			wantRequeue: 150*minute + second,
+		},
+		{
+			name:        "rotate-now with activationDelay 0, in the second the active key activated",
+			rule:        "rotate-now promotes the staged key no sooner than is safe, and never to the active key's own activeFrom (keys strictly newest first)",
+			policy:      d0,
+			current:     steady,
+			now:         at(999999999),
+			rotateNow:   true,
+			stagedSince: map[string]time.Time{S: t0},
+			wantMint:    0, wantChanged: true, wantEpoch: 11, wantIssuedAt: 0,
+			wantKeys:     []wantKey{{S, second, hour + second, 4*hour + second}, {A, 0, second, 3*hour + second}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}, {D3, -3 * hour, -2 * hour, hour}},
+			wantRequeue:  second,
+			wantRotateAt: second,
+		},
+		{
+			name:        "rotate-now with activationDelay 0 and no staged key",
+			rule:        "the staged key is minted when its predecessor becomes active: the ring is never published without a staged key",
+			policy:      d0,
+			current:     steady,
+			now:         at(hour + 30*second),
+			rotateNow:   true,
+			stagedSince: map[string]time.Time{S: t0},
+			wantMint:    1, wantChanged: true, wantEpoch: 11, wantIssuedAt: hour + 30*second,
+			wantKeys:     []wantKey{{"", hour + 31*second, 2*hour + 31*second, 5*hour + 31*second}, {S, hour, hour + 31*second, 4*hour + 31*second}, {A, 0, hour, 4 * hour}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}},
+			wantExpired:  []string{D3},
+			wantRequeue:  hour + 31*second,
+			wantRotateAt: hour + 31*second,
+		},
+		{
+			name:        "rotate-now with retainedKeys 0: the retired key is dropped at once",
+			rule:        "a key past expiresAt is removed from every snapshot (expiresAt = retireAt when retainedKeys is 0)",
+			policy:      r0,
+			current:     ringOf(r0, 5, t0, at(hour), t0),
+			now:         at(20 * minute),
+			rotateNow:   true,
+			stagedSince: map[string]time.Time{S: t0},
+			wantMint:    1, wantChanged: true, wantEpoch: 6, wantIssuedAt: 20 * minute,
+			wantKeys:     []wantKey{{"", 80 * minute, 140 * minute, 140 * minute}, {S, 20 * minute, 80 * minute, 80 * minute}},
+			wantExpired:  []string{A},
+			wantRequeue:  80 * minute,
+			wantRotateAt: 20 * minute,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Logf("rule: %s", tc.rule)
+			if err := tc.policy.Validate(); err != nil {
+				t.Fatalf("bad test policy: %v", err)
+			}
+			before := cloneRing(tc.current)
+			since := sinceMap(tc.stagedSince)
+			p := keyring.Next(tc.now, tc.policy, tc.current, tc.rotateNow, since)
+
+			if d := ringDiff(tc.current, before); d != "" {
+				t.Errorf("Next modified its input ring: %s", d)
+			}
+			if p.Mint != tc.wantMint {
+				t.Errorf("Mint = %d, want %d", p.Mint, tc.wantMint)
+			}
+			if p.Changed != tc.wantChanged {
+				t.Errorf("Changed = %v, want %v", p.Changed, tc.wantChanged)
+			}
+			if p.Ring.Name != tc.current.Name {
+				t.Errorf("Name = %q, want %q", p.Ring.Name, tc.current.Name)
+			}
+			if p.Ring.Epoch != tc.wantEpoch {
+				t.Errorf("Epoch = %d, want %d", p.Ring.Epoch, tc.wantEpoch)
+			}
+			if got := p.Ring.IssuedAt.Sub(t0); got != tc.wantIssuedAt {
+				t.Errorf("IssuedAt = t0%+v, want t0%+v", got, tc.wantIssuedAt)
+			}
+			if g, w := fmt.Sprint(gotKeys(p.Ring.Keys)), fmt.Sprint(tc.wantKeys); g != w {
+				t.Errorf("keys:\n got %s\nwant %s", g, w)
+			}
+			gotExp, wantExp := slices.Sorted(slices.Values(p.Expired)), slices.Sorted(slices.Values(tc.wantExpired))
+			if !slices.Equal(gotExp, wantExp) {
+				t.Errorf("Expired = %v, want %v", gotExp, wantExp)
+			}
+			if got := p.RequeueAt.Sub(t0); got != tc.wantRequeue {
+				t.Errorf("RequeueAt = t0%+v, want t0%+v", got, tc.wantRequeue)
+			}
+			wantRotateAt := time.Time{}
+			if tc.wantRotateAt != 0 {
+				wantRotateAt = at(tc.wantRotateAt)
+			}
+			if !p.RotateAt.Equal(wantRotateAt) {
+				t.Errorf("RotateAt = %v, want %v", p.RotateAt, wantRotateAt)
+			}
+
+			// Times are whole seconds, as the snapshot and the API carry them.
+			times := []time.Time{p.Ring.IssuedAt, p.RequeueAt, p.RotateAt}
+			for _, k := range p.Ring.Keys {
+				times = append(times, k.ActiveFrom, k.RetireAt, k.ExpiresAt)
+			}
+			for _, x := range times {
+				if x.Nanosecond() != 0 {
+					t.Errorf("time %v is not a whole second", x)
+				}
+			}
+
+			if !tc.wantChanged {
+				if d := ringDiff(p.Ring, tc.current); d != "" {
+					t.Errorf("unchanged plan, but its ring differs from the current one: %s", d)
+				}
+				return
+			}
+			// The published ring is valid, encodable, and keeps the secret
+			// of every key it carries over.
+			secrets := make([]keyring.Secret, p.Mint)
+			for i := range secrets {
+				secrets[i] = secretOf(fmt.Sprint(tc.name, i))
+			}
+			r, err := p.Fill(secrets)
+			if err != nil {
+				t.Fatalf("Fill: %v", err)
+			}
+			if err := r.Validate(); err != nil {
+				t.Fatalf("published ring is invalid: %v", err)
+			}
+			if _, err := keyring.Encode(r); err != nil {
+				t.Fatalf("Encode: %v", err)
+			}
+			for _, k := range r.Keys[p.Mint:] {
+				old, ok := tc.current.Key(k.ID)
+				if !ok || old.Secret != k.Secret {
+					t.Errorf("key %s: not carried over from the current ring with its secret", k.ID)
+				}
+			}
+		})
+	}
+}
+
+func TestPlanFill(t *testing.T) {
+	newRing := keyring.Next(t0, std, keyring.Ring{Name: "shop/web"}, false, sinceMap(nil)) // Mint 2
+	rotation := keyring.Next(at(hour), std, steadyRing(), false, sinceMap(nil))            // Mint 1
+	quiet := keyring.Next(at(30*minute), std, steadyRing(), false, sinceMap(nil))          // Mint 0
+	s1, s2, s3 := secretOf("fill 1"), secretOf("fill 2"), secretOf("fill 3")
+	existing := steadyRing().Keys[1].Secret // A, still in the ring after the rotation
+
+	errTests := []struct {
+		name    string
+		plan    keyring.Plan
+		secrets []keyring.Secret
+	}{
+		{"no secrets for 2", newRing, nil},
+		{"1 secret for 2", newRing, []keyring.Secret{s1}},
+		{"3 secrets for 2", newRing, []keyring.Secret{s1, s2, s3}},
+		{"2 secrets for 1", rotation, []keyring.Secret{s1, s2}},
+		{"1 secret for 0", quiet, []keyring.Secret{s1}},
+		{"all-zero first secret", newRing, []keyring.Secret{{}, s2}},
+		{"all-zero second secret", newRing, []keyring.Secret{s1, {}}},
+		{"all-zero only secret", rotation, []keyring.Secret{{}}},
+		{"repeated secret in one mint", newRing, []keyring.Secret{s1, s1}},
+		{"secret of a key already in the ring", rotation, []keyring.Secret{existing}},
+	}
+	for _, tc := range errTests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := cloneRing(tc.plan.Ring)
+			r, err := tc.plan.Fill(tc.secrets)
+			if !errors.Is(err, keyring.ErrBadSecret) {
+				t.Fatalf("Fill: err = %v, want ErrBadSecret", err)
+			}
+			if len(r.Keys) != 0 || r.Epoch != 0 {
+				t.Errorf("Fill returned a ring with its error")
+			}
+			if d := ringDiff(tc.plan.Ring, before); d != "" {
+				t.Errorf("Fill modified the plan: %s", d)
+			}
+			for _, s := range tc.secrets {
+				if s != (keyring.Secret{}) && strings.Contains(err.Error(), fmt.Sprintf("%x", s[:4])) {
+					t.Errorf("error %q shows key bytes", err)
+				}
+			}
+		})
+	}
+
+	okTests := []struct {
+		name    string
+		plan    keyring.Plan
+		secrets []keyring.Secret
+	}{
+		{"new ring", newRing, []keyring.Secret{s1, s2}},
+		{"rotation", rotation, []keyring.Secret{s3}},
+		{"nothing to mint", quiet, nil},
+	}
+	for _, tc := range okTests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := cloneRing(tc.plan.Ring)
+			r, err := tc.plan.Fill(tc.secrets)
+			if err != nil {
+				t.Fatalf("Fill: %v", err)
+			}
+			if d := ringDiff(tc.plan.Ring, before); d != "" {
+				t.Errorf("Fill modified the plan: %s", d)
+			}
+			for i, s := range tc.secrets {
+				if r.Keys[i].Secret != s || r.Keys[i].ID != keyring.KeyID(s) {
+					t.Errorf("key %d: id %q, want KeyID of secret %d = %q", i, r.Keys[i].ID, i, keyring.KeyID(s))
+				}
+			}
+			for i := len(tc.secrets); i < len(r.Keys); i++ {
+				if r.Keys[i] != before.Keys[i] {
+					t.Errorf("key %d (%s) changed", i, r.Keys[i].ID)
+				}
+			}
+			if r.Name != before.Name || r.Epoch != before.Epoch || !r.IssuedAt.Equal(before.IssuedAt) {
+				t.Errorf("ring header changed: %s", ringDiff(r, before))
+			}
+			if err := r.Validate(); err != nil {
+				t.Errorf("filled ring is invalid: %v", err)
+			}
+		})
+	}
+}
+
+// TestNextSimulated drives a ring through 200 reconciles at random instants
+// (on time, late, early, repeated, after long downtime), optionally with
+// random rotate-now requests, and checks DESIGN.md's invariants after every
+// step.
+func TestNextSimulated(t *testing.T) {
+	policies := []keyring.Policy{
+		std,
+		{RotationInterval: time.Minute, RetainedKeys: 0, ActivationDelay: 0},
+		{RotationInterval: time.Minute, RetainedKeys: 2, ActivationDelay: 59 * time.Second},
+		{RotationInterval: 10 * time.Minute, RetainedKeys: 16, ActivationDelay: 2 * time.Minute},
+		{RotationInterval: 24 * time.Hour, RetainedKeys: 6, ActivationDelay: 0},
+	}
+	for _, rotate := range []bool{false, true} {
+		for i, p := range policies {
+			for seed := range uint64(4) {
+				name := fmt.Sprintf("rotateNow=%v/%s,%d,%s/seed%d", rotate, p.RotationInterval, p.RetainedKeys, p.ActivationDelay, seed)
+				t.Run(name, func(t *testing.T) {
+					if err := p.Validate(); err != nil {
+						t.Fatal(err)
+					}
+					simulate(t, p, rotate, rand.New(rand.NewPCG(seed, uint64(i))))
+				})
+			}
+		}
+	}
+}
+
+func simulate(t *testing.T, p keyring.Policy, rotate bool, rng *rand.Rand) {
+	var (
+		now     = t0.Add(time.Duration(rng.Int64N(int64(time.Second))))
+		cur     = keyring.Ring{Name: "shop/web"}
+		first   = map[string]time.Time{} // when each key id was first published
+		fresh   = map[string]bool{}      // keys minted for a fresh ring
+		rotated = map[string]bool{}      // keys whose activeFrom a rotate-now set
+		gone    = map[string]bool{}      // keys dropped
+		requeue time.Time
+		secrets int
+	)
+	stagedSince := func(id string) (time.Time, bool) { t, ok := first[id]; return t, ok }
+	for step := range 200 {
+		if step > 0 {
+			now = advance(rng, now, requeue, p)
+		}
+		rotateNow := rotate && rng.IntN(100) < 15
+		nowS := now.Truncate(time.Second)
+		fail := func(format string, args ...any) {
+			t.Helper()
+			t.Fatalf("step %d at t0%+v (rotateNow %v): %s\ncurrent: %v", step, now.Sub(t0), rotateNow, fmt.Sprintf(format, args...), gotKeys(cur.Keys))
+		}
+
+		before := cloneRing(cur)
+		plan := keyring.Next(now, p, cur, rotateNow, stagedSince)
+		if d := ringDiff(cur, before); d != "" {
+			fail("Next modified its input: %s", d)
+		}
+
+		// Expiry: every key past expiresAt is dropped and listed, no key
+		// leaves otherwise, and none comes back. (A key can also expire by
+		// the times the plan gives it: one retired early by rotate-now under
+		// retainedKeys 0.)
+		var mustExpire []string
+		for _, k := range cur.Keys {
+			_, kept := plan.Ring.Key(k.ID)
+			listed := slices.Contains(plan.Expired, k.ID)
+			if kept == listed {
+				fail("key %s: kept %v, listed as expired %v", k.ID, kept, listed)
+			}
+			if !nowS.Before(k.ExpiresAt) {
+				mustExpire = append(mustExpire, k.ID)
+				if kept {
+					fail("key %s survives its expiresAt %v", k.ID, k.ExpiresAt)
+				}
+			}
+		}
+		for _, id := range plan.Expired {
+			if _, ok := cur.Key(id); !ok {
+				fail("Expired lists %s, not in the current ring", id)
+			}
+			gone[id] = true
+		}
+
+		// Never a burst: 2 keys only for a ring with no live key.
+		allExpired := len(mustExpire) == len(cur.Keys)
+		switch {
+		case plan.Mint == 2 && !allExpired:
+			fail("minted 2 keys with %d live keys", len(cur.Keys)-len(mustExpire))
+		case plan.Mint > 2 || plan.Mint < 0:
+			fail("Mint = %d", plan.Mint)
+		case allExpired && plan.Mint != 2:
+			fail("no live key, but Mint = %d", plan.Mint)
+		}
+		if plan.Mint > 0 && !plan.Changed {
+			fail("minted %d keys without a change", plan.Mint)
+		}
+		if !plan.RequeueAt.After(nowS) {
+			fail("RequeueAt %v is not after now", plan.RequeueAt)
+		}
+
+		if !plan.Changed {
+			if d := ringDiff(plan.Ring, cur); d != "" {
+				fail("unchanged plan with a different ring: %s", d)
+			}
+			requeue = plan.RequeueAt
+			continue
+		}
+
+		// Publish.
+		minted := make([]keyring.Secret, plan.Mint)
+		for i := range minted {
+			secrets++
+			minted[i] = secretOf(fmt.Sprint("sim ", secrets))
+		}
+		next, err := plan.Fill(minted)
+		if err != nil {
+			fail("Fill: %v", err)
+		}
+		if err := next.Validate(); err != nil {
+			fail("published an invalid ring: %v\nnext: %v", err, gotKeys(next.Keys))
+		}
+		if next.Epoch != cur.Epoch+1 || !next.IssuedAt.Equal(nowS) {
+			fail("epoch %d issued %v after epoch %d", next.Epoch, next.IssuedAt, cur.Epoch)
+		}
+		data, err := keyring.Encode(next)
+		if err != nil {
+			fail("Encode: %v", err)
+		}
+		if back, err := keyring.Decode(data); err != nil || ringDiff(back, next) != "" {
+			fail("round trip: %v %s", err, ringDiff(back, next))
+		}
+		for _, k := range next.Keys {
+			if gone[k.ID] {
+				fail("dropped key %s is back", k.ID)
+			}
+			if _, ok := first[k.ID]; !ok {
+				first[k.ID] = nowS
+				fresh[k.ID] = plan.Mint == 2
+			}
+		}
+		if rotateNow && !plan.RotateAt.IsZero() {
+			for _, k := range next.Keys {
+				if k.ActiveFrom.Equal(plan.RotateAt) {
+					rotated[k.ID] = true
+				}
+			}
+		}
+
+		// Right after a publish: every key unexpired, exactly one active
+		// (the one Ring.Active picks), at least one staged.
+		var active, staged int
+		for _, k := range next.Keys {
+			switch k.StateAt(now) {
+			case keyring.Expired:
+				fail("published key %s expired at %v\nnext: %v", k.ID, k.ExpiresAt, gotKeys(next.Keys))
+			case keyring.Active:
+				active++
+				if a, _ := next.Active(now); a.ID != k.ID {
+					fail("key %s is active but Ring.Active picks %s", k.ID, a.ID)
+				}
+			case keyring.Staged:
+				staged++
+			}
+		}
+		if active != 1 || staged < 1 {
+			fail("published with %d active and %d staged keys\nnext: %v", active, staged, gotKeys(next.Keys))
+		}
+
+		// Size: retainedKeys decrypt-only keys, the active and the staged
+		// one. Expiry is by time, not count, so each key that rotate-now
+		// activated early (less than an interval after its predecessor)
+		// can add one; without rotate-now the bound is exact.
+		var early int
+		for _, k := range next.Keys {
+			if rotated[k.ID] {
+				early++
+			}
+		}
+		if limit := p.RetainedKeys + 2 + early; len(next.Keys) > limit {
+			fail("%d keys, more than %d (retainedKeys+2, plus %d activated early by rotate-now)", len(next.Keys), limit, early)
+		}
+
+		// Delivery: a key staged when first published was delivered at
+		// least activationDelay before it activated; only a fresh ring's
+		// first key activates at its publication.
+		for _, k := range next.Keys {
+			fp := first[k.ID]
+			switch {
+			case k.ActiveFrom.After(fp):
+				if k.ActiveFrom.Sub(fp) < p.ActivationDelay {
+					fail("key %s published at t0%+v activates at t0%+v: staged less than activationDelay", k.ID, fp.Sub(t0), k.ActiveFrom.Sub(t0))
+				}
+			case k.ActiveFrom.Equal(fp) && fresh[k.ID]:
+			default:
+				fail("key %s published at t0%+v was never staged (activeFrom t0%+v)", k.ID, fp.Sub(t0), k.ActiveFrom.Sub(t0))
+			}
+		}
+
+		if want, ok := next.NextChange(nowS); !ok || !want.Equal(plan.RequeueAt) {
+			fail("RequeueAt %v, but the ring's NextChange is %v, %v", plan.RequeueAt, want, ok)
+		}
+		cur, requeue = next, plan.RequeueAt
+	}
+}
+
+// advance picks the next reconcile: mostly at or just after RequeueAt, as
+// the controller requeues with jitter, sometimes early (a watch event or a
+// rotate-now), at the same instant again, or after a long downtime.
+func advance(rng *rand.Rand, now, requeue time.Time, p keyring.Policy) time.Time {
+	ns := time.Duration(rng.Int64N(int64(time.Second)))
+	var next time.Time
+	switch n := rng.IntN(100); {
+	case n < 35:
+		next = requeue
+	case n < 55:
+		next = requeue.Add(time.Duration(rng.Int64N(int64(2*time.Minute))) + ns)
+	case n < 75:
+		next = now.Add(time.Duration(rng.Int64N(int64(p.RotationInterval))) + ns)
+	case n < 88:
+		next = now.Add(time.Duration(rng.Int64N(int64(p.ActivationDelay+5*time.Second))) + ns)
+	case n < 94:
+		next = now
+	default:
+		next = now.Add(time.Duration(rng.Int64N(int64(p.RetainedKeys+4) * int64(p.RotationInterval))))
+	}
+	if next.Before(now) {
+		return now
+	}
+	return next
+}
