@@ -117,6 +117,15 @@ func (r Ring) Active(now time.Time) (k Key, ok bool) {
 	return Key{}, false
 }
 
+// StateOf is the state of k, a key of r, at now as a replica sees it: like
+// k.StateAt, except that the key Active stands in for is active.
+func (r Ring) StateOf(k Key, now time.Time) State {
+	if active, ok := r.Active(now); ok && active.ID == k.ID {
+		return Active
+	}
+	return k.StateAt(now)
+}
+
 // TicketKeys returns the unexpired keys in the order a TLS server wants them
 // at now: the active key first (it encrypts), then the staged keys soonest
 // first, then the decrypt-only keys newest to oldest. crypto/tls tries every

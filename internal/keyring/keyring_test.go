@@ -299,3 +299,28 @@ func TestKeyIDRevealsNothing(t *testing.T) {
 		}
 	}
 }
+
+func TestStateOfLaggingClock(t *testing.T) {
+	older := keyring.Key{ID: "a", ActiveFrom: t0, RetireAt: t0.Add(time.Hour), ExpiresAt: t0.Add(2 * time.Hour)}
+	newer := keyring.Key{ID: "b", ActiveFrom: t0.Add(time.Hour), RetireAt: t0.Add(2 * time.Hour), ExpiresAt: t0.Add(3 * time.Hour)}
+	r := keyring.Ring{Keys: []keyring.Key{newer, older}}
+	tests := []struct {
+		name string
+		key  keyring.Key
+		now  time.Time
+		want keyring.State
+	}{
+		{"a clock behind every activation makes the oldest key active", older, t0.Add(-time.Minute), keyring.Active},
+		{"and leaves the newer one staged", newer, t0.Add(-time.Minute), keyring.Staged},
+		{"an in-step clock sees the plain states", older, t0.Add(90 * time.Minute), keyring.DecryptOnly},
+		{"the newest activated key", newer, t0.Add(90 * time.Minute), keyring.Active},
+		{"an expired key stays expired", older, t0.Add(2 * time.Hour), keyring.Expired},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := r.StateOf(tt.key, tt.now); got != tt.want {
+				t.Fatalf("StateOf(%s) = %s, want %s", tt.key.ID, got, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,76 @@
+package controllers
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+)
+
+// rotationsTotal counts published epochs and failed attempts to publish one.
+// Labels: result ("success" or "failure").
+var rotationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "ringmaster_ticketkeyring_rotations_total",
+	Help: "Epochs published (result=success) and attempts that published nothing (result=failure).",
+}, []string{"result"})
+
+// ringGauges exports, per ring, the newest epoch and the age of the key that
+// encrypts now. The age is computed at scrape time from the active key's
+// activeFrom, so it keeps growing between reconciles, as a key's age does.
+//
+//	ringmaster_ticketkeyring_epoch{namespace,name}
+//	ringmaster_ticketkeyring_active_key_age_seconds{namespace,name}
+type ringGauges struct {
+	clock clock.PassiveClock
+	epoch *prometheus.Desc
+	age   *prometheus.Desc
+
+	mu    sync.Mutex
+	rings map[types.NamespacedName]ringGauge
+}
+
+type ringGauge struct {
+	epoch      int64
+	activeFrom time.Time
+}
+
+func newRingGauges(c clock.PassiveClock) *ringGauges {
+	labels := []string{"namespace", "name"}
+	return &ringGauges{
+		clock: c,
+		epoch: prometheus.NewDesc("ringmaster_ticketkeyring_epoch", "Newest published epoch of a TicketKeyRing.", labels, nil),
+		age:   prometheus.NewDesc("ringmaster_ticketkeyring_active_key_age_seconds", "Seconds since the key that encrypts now became active.", labels, nil),
+		rings: map[types.NamespacedName]ringGauge{},
+	}
+}
+
+func (g *ringGauges) set(ring types.NamespacedName, epoch int64, activeFrom time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.rings[ring] = ringGauge{epoch: epoch, activeFrom: activeFrom}
+}
+
+func (g *ringGauges) forget(ring types.NamespacedName) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.rings, ring)
+}
+
+// Describe implements prometheus.Collector.
+func (g *ringGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- g.epoch
+	ch <- g.age
+}
+
+// Collect implements prometheus.Collector.
+func (g *ringGauges) Collect(ch chan<- prometheus.Metric) {
+	now := g.clock.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for ring, v := range g.rings {
+		ch <- prometheus.MustNewConstMetric(g.epoch, prometheus.GaugeValue, float64(v.epoch), ring.Namespace, ring.Name)
+		ch <- prometheus.MustNewConstMetric(g.age, prometheus.GaugeValue, now.Sub(v.activeFrom).Seconds(), ring.Namespace, ring.Name)
+	}
+}
