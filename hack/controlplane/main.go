@@ -17,7 +17,7 @@ import (
 )
 
 func main() {
-	kubeconfig := flag.String("kubeconfig", "kubeconfig", "Where to write the admin kubeconfig.")
+	kubeconfig := flag.String("write-kubeconfig", "kubeconfig", "Where to write the admin kubeconfig.")
 	flag.Parse()
 	if err := run(*kubeconfig); err != nil {
 		fmt.Fprintln(os.Stderr, "controlplane:", err)
