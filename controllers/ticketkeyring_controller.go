@@ -530,8 +530,10 @@ func describe(ring keyring.Ring, plan keyring.Plan, now time.Time) string {
 	for _, k := range ring.TicketKeys(now) {
 		parts = append(parts, fmt.Sprintf("%s %s", k.ID, ring.StateOf(k, now)))
 	}
-	if !plan.RotateAt.IsZero() {
-		parts = append(parts, "rotate-now: "+ring.Keys[0].ID+" activates "+plan.RotateAt.UTC().Format(time.RFC3339))
+	for _, k := range ring.Keys {
+		if !plan.RotateAt.IsZero() && k.ActiveFrom.Equal(plan.RotateAt) {
+			parts = append(parts, fmt.Sprintf("rotate-now: %s activates %s", k.ID, plan.RotateAt.UTC().Format(time.RFC3339)))
+		}
 	}
 	if len(plan.Expired) > 0 {
 		parts = append(parts, "destroyed "+strings.Join(plan.Expired, " "))
