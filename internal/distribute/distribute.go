@@ -73,7 +73,7 @@ func Projection(owner *v1alpha1.TicketKeyRing, snapshot *corev1.Secret, ns strin
 			Annotations: map[string]string{v1alpha1.EpochAnnotation: snapshot.Labels[v1alpha1.EpochLabel]},
 		},
 		Type: SecretType,
-		Data: maps.Clone(snapshot.Data),
+		Data: snapshot.DeepCopy().Data, // bytes and all: the two must never alias
 	}
 	if ns == owner.Namespace {
 		s.OwnerReferences = []metav1.OwnerReference{ownerRef(owner)}
