@@ -1,0 +1,171 @@
+// Command server is a small HTTPS server that hot-swaps its certificate and
+// session ticket keys with pkg/agent: the program the fleet end-to-end test
+// runs replicas of, and an example of embedding the agent.
+//
+//	server -dir /var/run/ringmaster -listen 127.0.0.1:8443 -metrics-listen 127.0.0.1:9090
+//
+// It serves:
+//
+//	GET /         a greeting naming the epoch and active key id;
+//	GET /healthz  the agent's Status as JSON (epoch, active key id, keys, ...);
+//	GET /metrics  Prometheus metrics, on -metrics-listen over plain HTTP, or
+//	              on the HTTPS listener when -metrics-listen is empty.
+//
+// On start it prints one line per listener to stdout, with the bound
+// address, so that -listen 127.0.0.1:0 can be used:
+//
+//	https listening on 127.0.0.1:43121
+//	metrics listening on 127.0.0.1:40411
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ringmaster-io/ringmaster/pkg/agent"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "server:", err)
+		os.Exit(1)
+	}
+}
+
+// run serves until ctx ends. It is main without the process around it, so
+// that tests can run it.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("server", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dir := fs.String("dir", "/var/run/ringmaster", "directory holding ticketkeys.json, and tls.crt and tls.key when -require names cert")
+	listen := fs.String("listen", "127.0.0.1:8443", "HTTPS address; port 0 picks a free port, printed on start")
+	metricsListen := fs.String("metrics-listen", "127.0.0.1:9090", "plain-HTTP address for /metrics; empty serves /metrics on the HTTPS listener")
+	require := fs.String("require", "keys,cert", "material read from -dir: keys, cert, or keys,cert")
+	resync := fs.Duration("resync", 0, "period of the fallback re-read of -dir (0: the agent's default)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	files, err := parseRequire(*require)
+	if err != nil {
+		return err
+	}
+
+	logger := slog.New(slog.NewJSONHandler(stderr, nil))
+	a, err := agent.New(agent.Options{Dir: *dir, Require: files, Logger: logger, ResyncPeriod: *resync})
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(a, collectors.NewGoCollector())
+	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		st := a.Status()
+		fmt.Fprintf(w, "hello from %s: epoch %d, active key %s, resumed %v\n", r.Context().Value(http.LocalAddrContextKey), st.Epoch, st.ActiveKeyID, r.TLS.DidResume)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(a.Status())
+	})
+	if *metricsListen == "" {
+		mux.Handle("GET /metrics", metricsHandler)
+	}
+
+	// The agent supplies the certificate and ticket keys; the base holds
+	// everything else. NextProtos belongs here: net/http adds "h2" only to
+	// the outer config, which the per-handshake config does not inherit.
+	base := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+	srv := &http.Server{Handler: mux, TLSConfig: a.TLSConfig(base), ReadHeaderTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "https listening on %s\n", ln.Addr())
+
+	var metricsSrv *http.Server
+	var metricsLn net.Listener
+	if *metricsListen != "" {
+		if metricsLn, err = net.Listen("tcp", *metricsListen); err != nil {
+			ln.Close()
+			return err
+		}
+		m := http.NewServeMux()
+		m.Handle("GET /metrics", metricsHandler)
+		metricsSrv = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
+		fmt.Fprintf(stdout, "metrics listening on %s\n", metricsLn.Addr())
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 3)
+	go func() { errc <- a.Start(ctx) }()
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	if metricsSrv != nil {
+		go func() { errc <- metricsSrv.Serve(metricsLn) }()
+	}
+	running := cap(errc)
+	if metricsSrv == nil {
+		running--
+	}
+
+	// Run until ctx ends or any part fails; then stop every part and wait.
+	var first error
+	select {
+	case <-ctx.Done():
+	case first = <-errc:
+		running--
+	}
+	cancel()
+	shutdown, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	errs := []error{ignoreClosed(first), ignoreClosed(srv.Shutdown(shutdown))}
+	if metricsSrv != nil {
+		errs = append(errs, ignoreClosed(metricsSrv.Shutdown(shutdown)))
+	}
+	for ; running > 0; running-- {
+		errs = append(errs, ignoreClosed(<-errc))
+	}
+	return errors.Join(errs...)
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+func parseRequire(s string) (agent.Files, error) {
+	var f agent.Files
+	for part := range strings.SplitSeq(s, ",") {
+		switch strings.TrimSpace(part) {
+		case "keys":
+			f |= agent.TicketKeys
+		case "cert":
+			f |= agent.Certificate
+		default:
+			return 0, fmt.Errorf("-require %q: want keys, cert, or keys,cert", s)
+		}
+	}
+	return f, nil
+}

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringmaster-io/ringmaster/internal/atomicdir"
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/pkg/agent"
+)
+
+// TestServer runs the example on free loopback ports, reads its status and
+// metrics, delivers a new epoch, and stops it.
+func TestServer(t *testing.T) {
+	dir := t.TempDir()
+	w, err := atomicdir.NewWriter(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt, key, pool := selfSigned(t)
+	now := time.Now()
+	k1 := newKey("k1", now.Add(-time.Hour), now.Add(time.Hour), now.Add(3*time.Hour))
+	k2 := newKey("k2", now.Add(time.Hour), now.Add(2*time.Hour), now.Add(4*time.Hour))
+	project := func(epoch int64) {
+		t.Helper()
+		ring, err := keyring.Encode(keyring.Ring{Name: "shop/web", Epoch: epoch, IssuedAt: now, Keys: []keyring.Key{k2, k1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Write(map[string]atomicdir.File{keyring.FileName: {Data: ring}, "tls.crt": {Data: crt}, "tls.key": {Data: key, Mode: 0o600}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	project(3)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out, stdout := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-dir", dir, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}, stdout, io.Discard)
+		stdout.Close()
+	}()
+	addrs := map[string]string{}
+	lines := bufio.NewScanner(out)
+	for len(addrs) < 2 && lines.Scan() {
+		name, addr, ok := strings.Cut(lines.Text(), " listening on ")
+		if !ok {
+			t.Fatalf("unexpected output %q", lines.Text())
+		}
+		addrs[name] = addr
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	if _, _, err := net.SplitHostPort(addrs["https"]); err != nil || strings.HasSuffix(addrs["https"], ":0") {
+		t.Fatalf("https address %q", addrs["https"])
+	}
+
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		ForceAttemptHTTP2: true,
+		TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: "localhost", ClientSessionCache: tls.NewLRUClientSessionCache(4)},
+	}}
+	defer client.CloseIdleConnections()
+	health := func() agent.Status {
+		t.Helper()
+		resp, err := client.Get("https://" + addrs["https"] + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st agent.Status
+		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+			t.Fatal(err)
+		}
+		if resp.ProtoMajor != 2 {
+			t.Errorf("served over %s, want HTTP/2", resp.Proto)
+		}
+		return st
+	}
+	if st := health(); st.Epoch != 3 || st.ActiveKeyID != k1.ID || len(st.Keys) != 2 {
+		t.Fatalf("healthz %+v, want epoch 3 with %s active", st, k1.ID)
+	}
+
+	resp, err := client.Get("https://" + addrs["https"] + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	greeting, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := "hello from " + addrs["https"] + ": epoch 3, active key " + k1.ID; !strings.HasPrefix(string(greeting), want) {
+		t.Errorf("greeting %q, want prefix %q", greeting, want)
+	}
+
+	resp, err = client.Get("http://" + addrs["metrics"] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "ringmaster_agent_epoch 3") {
+		t.Errorf("metrics lack ringmaster_agent_epoch 3:\n%s", body)
+	}
+
+	project(4)
+	deadline := time.Now().Add(10 * time.Second)
+	for health().Epoch != 4 {
+		if time.Now().After(deadline) {
+			t.Fatal("epoch 4 never served")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	client.CloseIdleConnections()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after cancel")
+	}
+}
+
+func newKey(seed string, activeFrom, retireAt, expiresAt time.Time) keyring.Key {
+	k := keyring.NewKey(keyring.Secret(sha256.Sum256([]byte(seed))))
+	k.ActiveFrom, k.RetireAt, k.ExpiresAt = activeFrom, retireAt, expiresAt
+	return k
+}
+
+// selfSigned returns a P-256 certificate for localhost and 127.0.0.1, its
+// key, and a pool trusting it.
+func selfSigned(t *testing.T) (crt, key []byte, pool *x509.CertPool) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "localhost"},
+		DNSNames:              []string{"localhost"},
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pk}), pool
+}

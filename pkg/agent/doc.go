@@ -1,0 +1,62 @@
+// Package agent hot-swaps the certificate and the session ticket keys of a
+// running Go TLS server, from a directory the kubelet keeps up to date (a
+// projected volume holding ringmaster's ticketkeys.json and, optionally, a
+// kubernetes.io/tls Secret's tls.crt and tls.key).
+//
+// It is shaped like controller-runtime's certwatcher:
+//
+//	a, err := agent.New(agent.Options{Dir: "/var/run/ringmaster"}) // reads once, fails fast
+//	if err != nil { ... }
+//	go a.Start(ctx)                             // watches until ctx ends
+//	srv.TLSConfig = a.TLSConfig(base)           // serves the newest material
+//	prometheus.MustRegister(a)                  // optional metrics
+//
+// # How a change is served
+//
+// On every change (fsnotify on the directory, a periodic re-read, or a timer
+// at the instant a staged key activates or a key expires) the agent reads the
+// directory through the ..data symlink resolved once, validates everything,
+// and builds one complete *tls.Config per TLSConfig caller: a Clone of the
+// caller's base, the certificate set, SetSessionTicketKeys called with the
+// ring ordered active, staged, then decrypt-only newest to oldest. Only then
+// is the config published with atomic.Pointer.Store.
+//
+// The config returned by TLSConfig has a GetConfigForClient that performs a
+// single atomic load. crypto/tls then takes only the read lock of the loaded
+// config, whose keys were set before publication and are never written
+// again, so that lock never meets a writer: rotation costs handshakes
+// nothing, unlike calling SetSessionTicketKeys on a config that is serving.
+//
+// # Bad input
+//
+// A truncated ring, an unknown version, a wrong key length, duplicate ids, a
+// ring whose keys have all expired, a certificate that does not match its key
+// or has expired, a directory that disappears, a ..data swap racing the read:
+// none of them replaces what is serving. The ticket key ring and the
+// certificate are judged separately, so a good new ring is taken even when
+// the certificate beside it is bad. Each failed attempt increments
+// ringmaster_agent_reload_errors_total{reason}, and each distinct cause is
+// logged once, not on every retry.
+//
+// The one exception is time: a key past its expiresAt is dropped at that
+// instant even if no new file arrives, because forward secrecy depends on
+// destroying keys on schedule. When every key has expired, tickets fall back
+// to crypto/tls's own per-process keys until a usable ring arrives.
+//
+// # Metrics
+//
+// The Agent is a prometheus.Collector exporting
+// ringmaster_agent_handshakes_total{resumed}, ringmaster_agent_swaps_total,
+// ringmaster_agent_epoch, ringmaster_agent_active_key_age_seconds,
+// ringmaster_agent_certificate_not_after_timestamp_seconds and
+// ringmaster_agent_reload_errors_total{reason}. Handshakes are counted from
+// VerifyConnection with atomic counters, adding no lock. There is no
+// handshake duration histogram: a tls.Config's hooks cannot measure one
+// honestly (see metrics.go); time tls.Conn.HandshakeContext where the
+// handshake is driven instead.
+//
+// # Secrets
+//
+// Key bytes never appear in a log line, an error, Status or a metric; keys
+// are named by their id, a one-way hash.
+package agent

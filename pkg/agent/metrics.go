@@ -1,0 +1,73 @@
+package agent
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// The agent's metrics. Register the Agent itself, which is a
+// prometheus.Collector; with several agents in one process, register each
+// through prometheus.WrapRegistererWith and a distinguishing label.
+//
+// There is no ringmaster_agent_handshake_duration_seconds: a tls.Config's
+// hooks cannot measure it honestly. The hooks that see a handshake begin
+// (GetConfigForClient) and end (VerifyConnection) share no per-connection
+// value, so pairing them would take a map shared by all handshakes, which is
+// a lock on the handshake path; and VerifyConnection runs before the
+// client's Finished arrives, so the span would miss the last flight anyway.
+// Handshake latency belongs where the handshake is driven, around
+// tls.Conn.HandshakeContext.
+var (
+	// handshakesDesc: ringmaster_agent_handshakes_total{resumed="true"|"false"}.
+	handshakesDesc = prometheus.NewDesc("ringmaster_agent_handshakes_total",
+		"TLS handshakes served with the agent's configs, by whether the session was resumed from a ticket.",
+		[]string{"resumed"}, nil)
+	// swapsDesc: ringmaster_agent_swaps_total, no labels.
+	swapsDesc = prometheus.NewDesc("ringmaster_agent_swaps_total",
+		"Configs published after the first, one per change of ring, key order or certificate.",
+		nil, nil)
+	// epochDesc: ringmaster_agent_epoch, no labels.
+	epochDesc = prometheus.NewDesc("ringmaster_agent_epoch",
+		"Epoch of the ticket key ring served; 0 without a ring.",
+		nil, nil)
+	// activeKeyAgeDesc: ringmaster_agent_active_key_age_seconds, no labels.
+	activeKeyAgeDesc = prometheus.NewDesc("ringmaster_agent_active_key_age_seconds",
+		"Seconds since the ticket key encrypting new tickets became active; absent when no key is usable.",
+		nil, nil)
+	// certNotAfterDesc: ringmaster_agent_certificate_not_after_timestamp_seconds, no labels.
+	certNotAfterDesc = prometheus.NewDesc("ringmaster_agent_certificate_not_after_timestamp_seconds",
+		"Expiry of the certificate served, in Unix seconds; absent when the agent serves no certificate.",
+		nil, nil)
+	// reloadErrorsDesc: ringmaster_agent_reload_errors_total{reason}.
+	reloadErrorsDesc = prometheus.NewDesc("ringmaster_agent_reload_errors_total",
+		"Reads of the directory whose material was rejected, by reason; the last good config kept serving.",
+		[]string{"reason"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (a *Agent) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{handshakesDesc, swapsDesc, epochDesc, activeKeyAgeDesc, certNotAfterDesc, reloadErrorsDesc} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector. It takes no lock of the agent's.
+func (a *Agent) Collect(ch chan<- prometheus.Metric) {
+	s := a.snap.Load()
+	ch <- prometheus.MustNewConstMetric(handshakesDesc, prometheus.CounterValue, float64(a.resumed.Load()), "true")
+	ch <- prometheus.MustNewConstMetric(handshakesDesc, prometheus.CounterValue, float64(a.full.Load()), "false")
+	ch <- prometheus.MustNewConstMetric(swapsDesc, prometheus.CounterValue, float64(a.swaps.Load()))
+	var epoch int64
+	if s.ring != nil {
+		epoch = s.ring.Epoch
+	}
+	ch <- prometheus.MustNewConstMetric(epochDesc, prometheus.GaugeValue, float64(epoch))
+	if len(s.keys) > 0 {
+		age := a.clock.Now().Sub(s.keys[0].ActiveFrom).Seconds()
+		ch <- prometheus.MustNewConstMetric(activeKeyAgeDesc, prometheus.GaugeValue, age)
+	}
+	if s.cert != nil {
+		ch <- prometheus.MustNewConstMetric(certNotAfterDesc, prometheus.GaugeValue, float64(s.cert.notAfter.Unix()))
+	}
+	// Every reason is exported from the start, so rate() sees the first one.
+	for r := range numReasons {
+		ch <- prometheus.MustNewConstMetric(reloadErrorsDesc, prometheus.CounterValue, float64(a.errorCounts[r].Load()), r.String())
+	}
+}

@@ -1,0 +1,72 @@
+package agent
+
+import "time"
+
+// Status is what an agent serves, for health endpoints. It never holds key
+// bytes.
+type Status struct {
+	// Ring is the ring's "<namespace>/<name>"; empty without TicketKeys.
+	Ring string `json:"ring,omitempty"`
+	// Epoch is the epoch of the ring served; 0 without one.
+	Epoch int64 `json:"epoch"`
+	// ActiveKeyID is the id of the key encrypting new tickets; empty when
+	// no key is usable and crypto/tls's own keys stand in.
+	ActiveKeyID string `json:"activeKeyID,omitempty"`
+	// Keys are the keys served, in the order crypto/tls tries them.
+	Keys []KeyStatus `json:"keys,omitempty"`
+	// CertificateNotAfter is the expiry of the certificate served; zero
+	// without Certificate.
+	CertificateNotAfter time.Time `json:"certificateNotAfter,omitzero"`
+	// ServingSince is when the config served was built.
+	ServingSince time.Time `json:"servingSince"`
+	// Swaps counts the configs published since New.
+	Swaps uint64 `json:"swaps"`
+	// LastError is why the latest read of the directory was rejected, empty
+	// when it succeeded. The config served is then the last good one.
+	LastError string `json:"lastError,omitempty"`
+	// LastErrorTime is when LastError happened.
+	LastErrorTime time.Time `json:"lastErrorTime,omitzero"`
+}
+
+// KeyStatus describes one served ticket key.
+type KeyStatus struct {
+	// ID is the key's public id.
+	ID string `json:"id"`
+	// State is "active", "staged" or "decrypt-only", as served.
+	State string `json:"state"`
+	// ActiveFrom is when the key starts or started to encrypt.
+	ActiveFrom time.Time `json:"activeFrom"`
+	// ExpiresAt is when the key is dropped.
+	ExpiresAt time.Time `json:"expiresAt"`
+	// AgeSeconds is the time since ActiveFrom; negative while staged.
+	AgeSeconds float64 `json:"ageSeconds"`
+}
+
+// Status reports what the agent serves now. It takes no lock.
+func (a *Agent) Status() Status {
+	s := a.snap.Load()
+	now := a.clock.Now()
+	st := Status{ServingSince: s.at, Swaps: a.swaps.Load()}
+	if s.ring != nil {
+		st.Ring, st.Epoch = s.ring.Name, s.ring.Epoch
+	}
+	for i, k := range s.keys {
+		st.Keys = append(st.Keys, KeyStatus{
+			ID:         k.ID,
+			State:      string(s.states[i]),
+			ActiveFrom: k.ActiveFrom,
+			ExpiresAt:  k.ExpiresAt,
+			AgeSeconds: now.Sub(k.ActiveFrom).Seconds(),
+		})
+	}
+	if len(s.keys) > 0 {
+		st.ActiveKeyID = s.keys[0].ID
+	}
+	if s.cert != nil {
+		st.CertificateNotAfter = s.cert.notAfter
+	}
+	if f := a.lastErr.Load(); f != nil {
+		st.LastError, st.LastErrorTime = f.msg, f.at
+	}
+	return st
+}
