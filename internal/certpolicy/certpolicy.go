@@ -1,0 +1,324 @@
+// Package certpolicy is the pure domain of certificate governance: the facts
+// known about one certificate (Subject), the rules of a policy (Policy), the
+// verdict of one against the other (Evaluate), and what Enforce may do about
+// it (Remedy).
+//
+// It imports nothing from Kubernetes: the controller turns API objects into
+// these plain values. It never sees a private key; keys are known by the
+// SHA-256 of their public key (KeyID). Every function takes the current time
+// as a value.
+package certpolicy
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Rule names a rule in violations, status and metrics. The names of the
+// configurable rules are the JSON names of the CertificatePolicy fields.
+type Rule string
+
+// The rules. Readable and Validity are always checked.
+const (
+	// Readable: the certificate cannot be parsed.
+	Readable Rule = "readable"
+	// Validity: the certificate has expired or is not valid yet.
+	Validity             Rule = "validity"
+	MaxValidity          Rule = "maxValidity"
+	MinRemainingValidity Rule = "minRemainingValidity"
+	MaxKeyAge            Rule = "maxKeyAge"
+	KeyAlgorithms        Rule = "keyAlgorithms"
+	AllowedDNSNames      Rule = "allowedDNSNames"
+	AllowedIPRanges      Rule = "allowedIPRanges"
+	RequireKeyRotation   Rule = "requireKeyRotation"
+)
+
+// Rules lists every rule, in the order Evaluate checks them.
+var Rules = []Rule{Readable, Validity, MaxValidity, MinRemainingValidity, MaxKeyAge, KeyAlgorithms, AllowedDNSNames, AllowedIPRanges, RequireKeyRotation}
+
+// Algorithm is a public key algorithm.
+type Algorithm string
+
+// Public key algorithms. Unknown covers every other (DSA, ML-DSA, ...).
+const (
+	RSA     Algorithm = "RSA"
+	ECDSA   Algorithm = "ECDSA"
+	Ed25519 Algorithm = "Ed25519"
+	Unknown Algorithm = "Unknown"
+)
+
+// AllowedKey allows one algorithm with keys of at least MinSize bits (the
+// RSA modulus, the ECDSA curve); 0 allows any size.
+type AllowedKey struct {
+	Algorithm Algorithm
+	MinSize   int
+}
+
+// Policy is the rules of a CertificatePolicy. Zero values are unset rules.
+type Policy struct {
+	MaxValidity          time.Duration
+	MinRemainingValidity time.Duration
+	MaxKeyAge            time.Duration
+	// KeyAlgorithms, when not empty, are the only keys allowed.
+	KeyAlgorithms []AllowedKey
+	// AllowedDNSNames, when not empty, are the patterns every DNS name
+	// must match (see MatchDNSName).
+	AllowedDNSNames []string
+	// AllowedIPRanges, when not empty, must hold every IP address SAN.
+	AllowedIPRanges []netip.Prefix
+	// RequireKeyRotation requires cert-manager's rotationPolicy Always.
+	RequireKeyRotation bool
+}
+
+// Certificate is what is known of one X.509 certificate: public facts only.
+type Certificate struct {
+	NotBefore, NotAfter time.Time
+	Algorithm           Algorithm
+	// Size is the RSA modulus or ECDSA curve size in bits; 0 for Ed25519.
+	Size        int
+	CommonName  string
+	DNSNames    []string
+	IPAddresses []netip.Addr
+	// KeyID identifies the public key (see KeyID); equal keys, equal ids.
+	KeyID string
+}
+
+// Key describes the certificate's key, e.g. "RSA 2048" or "Ed25519".
+func (c Certificate) Key() string {
+	if c.Size == 0 {
+		return string(c.Algorithm)
+	}
+	return fmt.Sprintf("%s %d", c.Algorithm, c.Size)
+}
+
+// RotationPolicy is a cert-manager Certificate's privateKey.rotationPolicy.
+type RotationPolicy string
+
+// Rotation policies. The empty value means Always, as it does in
+// cert-manager since v1.18.
+const (
+	RotateAlways RotationPolicy = "Always"
+	RotateNever  RotationPolicy = "Never"
+)
+
+// CertManager is what a cert-manager Certificate's spec says.
+type CertManager struct {
+	RotationPolicy RotationPolicy
+	// Duration is the requested validity; 0 is cert-manager's default, 90
+	// days.
+	Duration time.Duration
+}
+
+// DefaultDuration is the validity cert-manager requests when a Certificate
+// sets none.
+const DefaultDuration = 90 * 24 * time.Hour
+
+// RotatesKey reports whether every issuance brings a new private key.
+func (c *CertManager) RotatesKey() bool {
+	return c != nil && c.RotationPolicy != RotateNever
+}
+
+func (c *CertManager) duration() time.Duration {
+	return cmp.Or(c.Duration, DefaultDuration)
+}
+
+// Subject is everything known about one judged certificate.
+type Subject struct {
+	// Cert is the certificate in use; nil when there is none yet (a
+	// Certificate not issued) or it cannot be read (ReadError).
+	Cert *Certificate
+	// ReadError says why the certificate could not be read; it never
+	// quotes the data.
+	ReadError string
+	// KeySince is when the key is first known to have existed (see
+	// KeySince); zero when unknown.
+	KeySince time.Time
+	// CertManager is the spec of the cert-manager Certificate the subject
+	// is; nil for a Secret that no Certificate manages.
+	CertManager *CertManager
+}
+
+// KeySince dates the key of cert: for a cert-manager Certificate that rotates
+// its key at each issuance, the certificate's notBefore; otherwise the key
+// may outlive its certificate, and firstSeen (the notBefore of the earliest
+// certificate seen with the same key, see Ledger) dates it when earlier.
+func KeySince(cert Certificate, cm *CertManager, firstSeen time.Time) time.Time {
+	if cm.RotatesKey() || firstSeen.IsZero() || cert.NotBefore.Before(firstSeen) {
+		return cert.NotBefore
+	}
+	return firstSeen
+}
+
+// Violation is one broken rule and the fact that broke it.
+type Violation struct {
+	Rule    Rule
+	Message string
+}
+
+// Verdict is the outcome of one evaluation.
+type Verdict struct {
+	// Violations are ordered as Rules.
+	Violations []Violation
+	// Recheck is the next instant the verdict changes with time alone (a
+	// certificate expires, a key grows too old); zero if none.
+	Recheck time.Time
+}
+
+// Violates reports whether rule is broken.
+func (v Verdict) Violates(rule Rule) bool {
+	return slices.ContainsFunc(v.Violations, func(x Violation) bool { return x.Rule == rule })
+}
+
+// Evaluate judges s against p at now.
+func Evaluate(p Policy, s Subject, now time.Time) Verdict {
+	var v Verdict
+	add := func(r Rule, format string, args ...any) {
+		v.Violations = append(v.Violations, Violation{Rule: r, Message: fmt.Sprintf(format, args...)})
+	}
+	// recheckAt notes a future instant at which a rule flips.
+	recheckAt := func(t time.Time) {
+		if t.After(now) && (v.Recheck.IsZero() || t.Before(v.Recheck)) {
+			v.Recheck = t
+		}
+	}
+
+	if c := s.Cert; c != nil {
+		switch {
+		case now.Before(c.NotBefore):
+			add(Validity, "not valid until %s", stamp(c.NotBefore))
+			recheckAt(c.NotBefore)
+		case now.After(c.NotAfter): // notAfter itself is valid (RFC 5280)
+			add(Validity, "expired %s ago, at %s", human(now.Sub(c.NotAfter)), stamp(c.NotAfter))
+		default:
+			recheckAt(c.NotAfter.Add(time.Nanosecond))
+		}
+		if validity := c.NotAfter.Sub(c.NotBefore); p.MaxValidity > 0 && validity > p.MaxValidity {
+			add(MaxValidity, "valid for %s; maxValidity is %s", human(validity), human(p.MaxValidity))
+		}
+		if p.MinRemainingValidity > 0 && !now.Before(c.NotBefore) && !now.After(c.NotAfter) {
+			deadline := c.NotAfter.Add(-p.MinRemainingValidity)
+			if !now.Before(deadline) {
+				add(MinRemainingValidity, "expires in %s, at %s; minRemainingValidity is %s", human(c.NotAfter.Sub(now)), stamp(c.NotAfter), human(p.MinRemainingValidity))
+			}
+			recheckAt(deadline)
+		}
+		if p.MaxKeyAge > 0 && !s.KeySince.IsZero() {
+			deadline := s.KeySince.Add(p.MaxKeyAge)
+			if now.After(deadline) {
+				add(MaxKeyAge, "key %s is %s old, since %s; maxKeyAge is %s", c.KeyID, human(now.Sub(s.KeySince)), stamp(s.KeySince), human(p.MaxKeyAge))
+			}
+			recheckAt(deadline.Add(time.Nanosecond))
+		}
+		if msg, ok := allowedKey(p.KeyAlgorithms, *c); !ok {
+			add(KeyAlgorithms, "%s", msg)
+		}
+		if bad := disallowedNames(p.AllowedDNSNames, c.dnsNames()); len(bad) > 0 {
+			add(AllowedDNSNames, "%s not allowed by allowedDNSNames", quoteList(bad))
+		}
+		if bad := disallowedIPs(p.AllowedIPRanges, c.IPAddresses); len(bad) > 0 {
+			add(AllowedIPRanges, "%s outside allowedIPRanges", quoteList(bad))
+		}
+	} else if s.ReadError != "" {
+		add(Readable, "%s", s.ReadError)
+	}
+	if p.RequireKeyRotation && s.CertManager != nil && !s.CertManager.RotatesKey() {
+		add(RequireKeyRotation, "privateKey.rotationPolicy is Never: the key is kept across renewals")
+	}
+	return v
+}
+
+// dnsNames are the names a client checks: the DNS SANs, or the common name
+// of a certificate that has no SAN at all (which modern clients reject, but
+// which still names the certificate).
+func (c Certificate) dnsNames() []string {
+	if len(c.DNSNames) > 0 || len(c.IPAddresses) > 0 {
+		return c.DNSNames
+	}
+	if _, err := netip.ParseAddr(c.CommonName); c.CommonName != "" && err != nil {
+		return []string{c.CommonName}
+	}
+	return nil
+}
+
+func allowedKey(allowed []AllowedKey, c Certificate) (string, bool) {
+	if len(allowed) == 0 {
+		return "", true
+	}
+	var want []string
+	for _, a := range allowed {
+		if a.Algorithm == c.Algorithm {
+			if c.Size >= a.MinSize {
+				return "", true
+			}
+			return fmt.Sprintf("key is %s; keyAlgorithms requires %s of at least %d bits", c.Key(), a.Algorithm, a.MinSize), false
+		}
+		want = append(want, string(a.Algorithm))
+	}
+	return fmt.Sprintf("key is %s; keyAlgorithms allows %s", c.Key(), strings.Join(want, ", ")), false
+}
+
+func disallowedNames(patterns, names []string) []string {
+	if len(patterns) == 0 {
+		return nil
+	}
+	var bad []string
+	for _, n := range names {
+		if !slices.ContainsFunc(patterns, func(p string) bool { return MatchDNSName(p, n) }) {
+			bad = append(bad, n)
+		}
+	}
+	return bad
+}
+
+func disallowedIPs(ranges []netip.Prefix, ips []netip.Addr) []string {
+	if len(ranges) == 0 {
+		return nil
+	}
+	var bad []string
+	for _, ip := range ips {
+		ip = ip.Unmap()
+		if !slices.ContainsFunc(ranges, func(r netip.Prefix) bool { return r.Contains(ip) }) {
+			bad = append(bad, ip.String())
+		}
+	}
+	return bad
+}
+
+// quoteList quotes up to five items and counts the rest.
+func quoteList(items []string) string {
+	const show = 5
+	var b strings.Builder
+	for i, s := range items[:min(len(items), show)] {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q", s)
+	}
+	if len(items) > show {
+		fmt.Fprintf(&b, " and %d more", len(items)-show)
+	}
+	return b.String()
+}
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// human prints a duration the way a reader of a policy thinks of it: whole
+// days from two days up, whole hours from two hours up, else Go's format
+// to the second.
+func human(d time.Duration) string {
+	const day = 24 * time.Hour
+	switch {
+	case d >= 2*day && d%day == 0:
+		return fmt.Sprintf("%dd", d/day)
+	case d >= 2*day:
+		return fmt.Sprintf("%dd%dh", d/day, d%day/time.Hour)
+	case d >= 2*time.Hour && d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	default:
+		return d.Truncate(time.Second).String()
+	}
+}

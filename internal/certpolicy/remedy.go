@@ -1,0 +1,67 @@
+package certpolicy
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Renewable are the rules that re-issuing a certificate can mend, and so the
+// only ones Enforce acts on.
+var Renewable = []Rule{MaxValidity, MinRemainingValidity, MaxKeyAge}
+
+// Remedy is what enforcement can do about a verdict.
+type Remedy struct {
+	// Renew: re-issuing the certificate mends the rules in Mends.
+	Renew bool
+	Mends []Rule
+	// Cannot lists the renewable rules broken that re-issuing would not
+	// mend, each with the reason.
+	Cannot []Violation
+}
+
+// Plan decides what re-issuing s would mend of its verdict v under p. Only a
+// cert-manager Certificate can be re-issued; a Certificate that keeps its
+// key (rotationPolicy Never) cannot get a younger key, and one whose
+// requested duration breaks maxValidity or minRemainingValidity would come
+// back breaking it again.
+func Plan(p Policy, s Subject, v Verdict) Remedy {
+	var r Remedy
+	for _, rule := range Renewable {
+		if !v.Violates(rule) {
+			continue
+		}
+		why := cannotMend(p, s, rule)
+		if why == "" {
+			r.Mends = append(r.Mends, rule)
+			continue
+		}
+		r.Cannot = append(r.Cannot, Violation{Rule: rule, Message: why})
+	}
+	r.Renew = len(r.Mends) > 0
+	return r
+}
+
+func cannotMend(p Policy, s Subject, rule Rule) string {
+	cm := s.CertManager
+	if cm == nil {
+		return "no cert-manager Certificate manages this Secret; it is reported, never changed"
+	}
+	switch rule {
+	case MaxKeyAge:
+		if !cm.RotatesKey() {
+			return "privateKey.rotationPolicy is Never: re-issuing keeps the same key"
+		}
+	case MaxValidity:
+		if d := cm.duration(); d > p.MaxValidity {
+			return fmt.Sprintf("spec.duration %s exceeds maxValidity %s: re-issuing would too", human(d), human(p.MaxValidity))
+		}
+	case MinRemainingValidity:
+		if d := cm.duration(); d <= p.MinRemainingValidity {
+			return fmt.Sprintf("spec.duration %s is not longer than minRemainingValidity %s", human(d), human(p.MinRemainingValidity))
+		}
+	}
+	return ""
+}
+
+// MendsRule reports whether the remedy mends rule.
+func (r Remedy) MendsRule(rule Rule) bool { return slices.Contains(r.Mends, rule) }
