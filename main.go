@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/controllers"
+	"github.com/ringmaster-io/ringmaster/internal/mint"
 )
 
 // leaderElectionID is stable across releases, so that an upgrade never runs
@@ -29,24 +31,27 @@ func main() {
 		probeAddr      string
 		leaderElection bool
 		leaderNS       string
+		sa             types.NamespacedName
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
 	flag.BoolVar(&leaderElection, "leader-elect", true, "Elect a leader, so that only one replica rotates keys.")
 	flag.StringVar(&leaderNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
+	flag.StringVar(&sa.Namespace, "service-account-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the operator's service account, for Vault's Kubernetes auth (default $POD_NAMESPACE).")
+	flag.StringVar(&sa.Name, "service-account-name", "ringmaster", "Name of the operator's service account, for Vault's Kubernetes auth.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
-	if err := run(metricsAddr, probeAddr, leaderElection, leaderNS); err != nil {
+	if err := run(metricsAddr, probeAddr, leaderElection, leaderNS, sa); err != nil {
 		log.Error(err, "Operator stopped")
 		os.Exit(1)
 	}
 }
 
-func run(metricsAddr, probeAddr string, leaderElection bool, leaderNS string) error {
+func run(metricsAddr, probeAddr string, leaderElection bool, leaderNS string, sa types.NamespacedName) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
@@ -71,10 +76,12 @@ func run(metricsAddr, probeAddr string, leaderElection bool, leaderNS string) er
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
+	sources := &mint.Sources{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), ServiceAccount: sa}
 	if err := (&controllers.TicketKeyRingReconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("ringmaster"),
+		Source:    sources.For,
 	}).SetupWithManager(mgr, metrics.Registry); err != nil {
 		return fmt.Errorf("set up TicketKeyRing controller: %w", err)
 	}

@@ -22,18 +22,21 @@ var rotationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 //
 //	ringmaster_ticketkeyring_epoch{namespace,name}
 //	ringmaster_ticketkeyring_active_key_age_seconds{namespace,name}
+//	ringmaster_ticketkeyring_rotation_overdue_seconds{namespace,name}
 type ringGauges struct {
-	clock clock.PassiveClock
-	epoch *prometheus.Desc
-	age   *prometheus.Desc
+	clock   clock.PassiveClock
+	epoch   *prometheus.Desc
+	age     *prometheus.Desc
+	overdue *prometheus.Desc
 
 	mu    sync.Mutex
 	rings map[types.NamespacedName]ringGauge
 }
 
 type ringGauge struct {
-	epoch      int64
-	activeFrom time.Time
+	epoch        int64
+	activeFrom   time.Time
+	overdueSince time.Time // zero: on schedule
 }
 
 func newRingGauges(c clock.PassiveClock) *ringGauges {
@@ -42,14 +45,16 @@ func newRingGauges(c clock.PassiveClock) *ringGauges {
 		clock: c,
 		epoch: prometheus.NewDesc("ringmaster_ticketkeyring_epoch", "Newest published epoch of a TicketKeyRing.", labels, nil),
 		age:   prometheus.NewDesc("ringmaster_ticketkeyring_active_key_age_seconds", "Seconds since the key that encrypts now became active.", labels, nil),
+		overdue: prometheus.NewDesc("ringmaster_ticketkeyring_rotation_overdue_seconds",
+			"Seconds since a rotation became due that could not be minted (0 when on schedule).", labels, nil),
 		rings: map[types.NamespacedName]ringGauge{},
 	}
 }
 
-func (g *ringGauges) set(ring types.NamespacedName, epoch int64, activeFrom time.Time) {
+func (g *ringGauges) set(ring types.NamespacedName, epoch int64, activeFrom, overdueSince time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.rings[ring] = ringGauge{epoch: epoch, activeFrom: activeFrom}
+	g.rings[ring] = ringGauge{epoch: epoch, activeFrom: activeFrom, overdueSince: overdueSince}
 }
 
 func (g *ringGauges) forget(ring types.NamespacedName) {
@@ -62,6 +67,7 @@ func (g *ringGauges) forget(ring types.NamespacedName) {
 func (g *ringGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- g.epoch
 	ch <- g.age
+	ch <- g.overdue
 }
 
 // Collect implements prometheus.Collector.
@@ -72,5 +78,10 @@ func (g *ringGauges) Collect(ch chan<- prometheus.Metric) {
 	for ring, v := range g.rings {
 		ch <- prometheus.MustNewConstMetric(g.epoch, prometheus.GaugeValue, float64(v.epoch), ring.Namespace, ring.Name)
 		ch <- prometheus.MustNewConstMetric(g.age, prometheus.GaugeValue, now.Sub(v.activeFrom).Seconds(), ring.Namespace, ring.Name)
+		overdue := 0.0
+		if !v.overdueSince.IsZero() {
+			overdue = now.Sub(v.overdueSince).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(g.overdue, prometheus.GaugeValue, overdue, ring.Namespace, ring.Name)
 	}
 }

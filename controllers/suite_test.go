@@ -98,7 +98,7 @@ func startManager() {
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("ringmaster"),
 		Clock:     fakeClock,
-		Source: func(ring *v1alpha1.TicketKeyRing) (mint.Source, error) {
+		Source: func(_ context.Context, ring *v1alpha1.TicketKeyRing) (mint.Source, error) {
 			if ring.Annotations[mintFailsAnnotation] != "" {
 				return failingSource{}, nil
 			}

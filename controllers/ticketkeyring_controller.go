@@ -44,6 +44,8 @@ import (
 // +kubebuilder:rbac:groups=ringmaster.io,resources=ticketkeyrings/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get
+// +kubebuilder:rbac:groups="",resources=serviceaccounts/token,verbs=create
 
 // conflictRetry is how often a ring blocked by a foreign Secret looks again:
 // the cache holds only ringmaster's Secrets, so the foreign one's removal
@@ -60,7 +62,7 @@ type TicketKeyRingReconciler struct {
 	// Clock drives rotation; tests inject a fake one.
 	Clock clock.PassiveClock
 	// Source returns the key source of a ring. Nil mints from crypto/rand.
-	Source func(*v1alpha1.TicketKeyRing) (mint.Source, error)
+	Source func(context.Context, *v1alpha1.TicketKeyRing) (mint.Source, error)
 
 	gauges *ringGauges
 }
@@ -71,7 +73,7 @@ func (r *TicketKeyRingReconciler) SetupWithManager(mgr manager.Manager, registry
 		r.Clock = clock.RealClock{}
 	}
 	if r.Source == nil {
-		r.Source = func(*v1alpha1.TicketKeyRing) (mint.Source, error) { return mint.Random{}, nil }
+		r.Source = func(context.Context, *v1alpha1.TicketKeyRing) (mint.Source, error) { return mint.Random{}, nil }
 	}
 	r.gauges = newRingGauges(r.Clock)
 	for _, c := range []prometheus.Collector{rotationsTotal, r.gauges} {
@@ -147,18 +149,32 @@ func (r *TicketKeyRingReconciler) reconcile(ctx context.Context, ring *v1alpha1.
 	rotateNow := rotate != "" && rotate != status.LastRotateRequestedAt && !handled(snaps, rotate)
 	plan := keyring.Next(now, policy, current, rotateNow, stagedSince)
 
-	next, newest := current, newestSnapshot(snaps)
+	// Mint first: when it fails, fall back on a plan that only destroys
+	// what has expired, so that forward secrecy never waits for the source.
+	next, mintErr := r.mint(ctx, ring, plan)
+	if mintErr != nil {
+		rotationsTotal.WithLabelValues("failure").Inc()
+		r.setReady(ring, &status, metav1.ConditionFalse, cmp.Or(mint.Reason(mintErr), v1alpha1.ReasonMintFailed),
+			fmt.Sprintf("Minting %d key(s) failed: %v. Nothing new was published and the current keys keep serving; retrying with backoff", plan.Mint, mintErr))
+		plan = plan.WithoutMint(now, current)
+		next = plan.Ring
+	}
+	overdueSince := r.setOverdue(ring, &status, current, now, mintErr != nil)
+
+	newest := newestSnapshot(snaps)
 	if plan.Changed {
-		var snap *corev1.Secret
-		next, snap, err = r.publish(ctx, ring, &status, plan, max(current.Epoch, status.Epoch))
+		next.Epoch = max(current.Epoch, status.Epoch) + 1
+		snap, err := r.publish(ctx, ring, &status, next, plan)
 		if err != nil || snap == nil {
 			rotationsTotal.WithLabelValues("failure").Inc()
-			return status, reconcile.Result{RequeueAfter: conflictRetry}, err
+			return status, reconcile.Result{RequeueAfter: conflictRetry}, errors.Join(mintErr, err)
 		}
-		rotationsTotal.WithLabelValues("success").Inc()
+		if mintErr == nil {
+			rotationsTotal.WithLabelValues("success").Inc()
+		}
 		newest = snap
 	}
-	if rotateNow {
+	if rotateNow && mintErr == nil {
 		status.LastRotateRequestedAt = rotate
 	}
 
@@ -172,40 +188,63 @@ func (r *TicketKeyRingReconciler) reconcile(ctx context.Context, ring *v1alpha1.
 
 	fillStatus(&status, next, now)
 	if active, ok := next.Active(now); ok {
-		r.gauges.set(types.NamespacedName{Namespace: ring.Namespace, Name: ring.Name}, next.Epoch, active.ActiveFrom)
+		r.gauges.set(types.NamespacedName{Namespace: ring.Namespace, Name: ring.Name}, next.Epoch, active.ActiveFrom, overdueSince)
 	}
-	if len(conflicts) > 0 {
+	switch {
+	case mintErr != nil:
+		return status, reconcile.Result{}, fmt.Errorf("mint keys: %w", mintErr)
+	case len(conflicts) > 0:
 		r.setReady(ring, &status, metav1.ConditionFalse, v1alpha1.ReasonSecretConflict,
 			fmt.Sprintf("Secrets %s exist and are not managed by this ring; they were left untouched: rename spec.distribution.secretName or remove them", strings.Join(conflicts, ", ")))
 		return status, reconcile.Result{RequeueAfter: min(conflictRetry, requeueAfter(now, plan.RequeueAt))}, nil
-	} else {
-		r.setReady(ring, &status, metav1.ConditionTrue, v1alpha1.ReasonPublished,
-			fmt.Sprintf("Epoch %d is published to %d namespace(s)", next.Epoch, 1+len(ring.Spec.Distribution.Namespaces)))
 	}
+	r.setReady(ring, &status, metav1.ConditionTrue, v1alpha1.ReasonPublished,
+		fmt.Sprintf("Epoch %d is published to %d namespace(s)", next.Epoch, 1+len(ring.Spec.Distribution.Namespaces)))
 	return status, reconcile.Result{RequeueAfter: requeueAfter(now, plan.RequeueAt)}, nil
 }
 
-// publish mints what plan needs and creates the epoch's snapshot Secret. A
-// failed mint or a refused write publishes nothing. It returns a nil
-// snapshot and no error when the user must act (a foreign Secret holds the
-// snapshot's name).
-func (r *TicketKeyRingReconciler) publish(ctx context.Context, ring *v1alpha1.TicketKeyRing, status *v1alpha1.TicketKeyRingStatus, plan keyring.Plan, lastEpoch int64) (keyring.Ring, *corev1.Secret, error) {
-	next := plan.Ring
-	if plan.Mint > 0 {
-		secrets, err := r.mint(ctx, ring, plan.Mint)
-		if err == nil {
-			next, err = plan.Fill(secrets)
-		}
-		if err != nil {
-			r.setReady(ring, status, metav1.ConditionFalse, v1alpha1.ReasonMintFailed,
-				fmt.Sprintf("Minting %d key(s) failed: %v; the current keys keep serving", plan.Mint, err))
-			return keyring.Ring{}, nil, fmt.Errorf("mint keys: %w", err)
-		}
+// mint gives the plan's new keys their secrets, all or none.
+func (r *TicketKeyRingReconciler) mint(ctx context.Context, ring *v1alpha1.TicketKeyRing, plan keyring.Plan) (keyring.Ring, error) {
+	if plan.Mint == 0 {
+		return plan.Ring, nil
 	}
-	next.Epoch = lastEpoch + 1
+	src, err := r.Source(ctx, ring)
+	if err != nil {
+		return keyring.Ring{}, err
+	}
+	secrets, err := src.Mint(ctx, plan.Mint)
+	if err != nil {
+		return keyring.Ring{}, err
+	}
+	next, err := plan.Fill(secrets)
+	if err != nil && ring.Spec.Source.Vault != nil {
+		return keyring.Ring{}, &mint.Error{Reason: v1alpha1.ReasonVaultBadResponse, Err: err}
+	}
+	return next, err
+}
+
+// setOverdue reports a rotation that is due but cannot be minted: the
+// newest key has activated, and no successor is staged behind it. It returns
+// since when the rotation is due, or zero.
+func (r *TicketKeyRingReconciler) setOverdue(ring *v1alpha1.TicketKeyRing, status *v1alpha1.TicketKeyRingStatus, current keyring.Ring, now time.Time, failed bool) (since time.Time) {
+	c := metav1.Condition{Type: v1alpha1.ConditionRotationOverdue, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonOnSchedule,
+		Message: "No rotation is overdue", ObservedGeneration: ring.Generation}
+	if failed && len(current.Keys) > 0 && !now.Before(current.Keys[0].ActiveFrom) {
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonMintFailed
+		c.Message = fmt.Sprintf("A new key has been due since %s; key %s keeps encrypting meanwhile and expired keys are still destroyed on time",
+			current.Keys[0].ActiveFrom.UTC().Format(time.RFC3339), current.Keys[0].ID)
+		since = current.Keys[0].ActiveFrom
+	}
+	meta.SetStatusCondition(&status.Conditions, c)
+	return since
+}
+
+// publish creates the epoch's snapshot Secret. It returns a nil snapshot
+// and no error when the user must act (a foreign Secret holds its name).
+func (r *TicketKeyRingReconciler) publish(ctx context.Context, ring *v1alpha1.TicketKeyRing, status *v1alpha1.TicketKeyRingStatus, next keyring.Ring, plan keyring.Plan) (*corev1.Secret, error) {
 	snap, err := distribute.Snapshot(ring, next)
 	if err != nil {
-		return keyring.Ring{}, nil, err
+		return nil, err
 	}
 	if !plan.RotateAt.IsZero() {
 		// The record of the request travels with the epoch it caused, so that
@@ -216,28 +255,20 @@ func (r *TicketKeyRingReconciler) publish(ctx context.Context, ring *v1alpha1.Ti
 		if apierrors.IsAlreadyExists(err) {
 			if foreign, ferr := r.foreign(ctx, ring, snap); ferr != nil || !foreign {
 				// Ours: the cache has not seen it yet. Retry from the record.
-				return keyring.Ring{}, nil, cmp.Or(ferr, fmt.Errorf("snapshot %s exists already; retrying", snap.Name))
+				return nil, cmp.Or(ferr, fmt.Errorf("snapshot %s exists already; retrying", snap.Name))
 			}
 			r.setReady(ring, status, metav1.ConditionFalse, v1alpha1.ReasonSecretConflict,
 				fmt.Sprintf("Secret %s/%s exists and is not managed by this ring; it was left untouched", snap.Namespace, snap.Name))
-			return keyring.Ring{}, nil, nil
+			return nil, nil
 		}
 		r.setReady(ring, status, metav1.ConditionFalse, v1alpha1.ReasonPublishFailed, fmt.Sprintf("Writing snapshot %s failed: %v", snap.Name, err))
-		return keyring.Ring{}, nil, fmt.Errorf("write snapshot %s: %w", snap.Name, err)
+		return nil, fmt.Errorf("write snapshot %s: %w", snap.Name, err)
 	}
 
 	desc := describe(next, plan, r.Clock.Now())
 	log.FromContext(ctx).Info("Published ticket key epoch", "epoch", next.Epoch, "snapshot", snap.Name, "keys", desc)
 	r.Recorder.Eventf(ring, snap, corev1.EventTypeNormal, "Rotated", "Publish", "Published epoch %d (%s): %s", next.Epoch, snap.Name, desc)
-	return next, snap, nil
-}
-
-func (r *TicketKeyRingReconciler) mint(ctx context.Context, ring *v1alpha1.TicketKeyRing, n int) ([]keyring.Secret, error) {
-	src, err := r.Source(ring)
-	if err != nil {
-		return nil, err
-	}
-	return src.Mint(ctx, n)
+	return snap, nil
 }
 
 // distribute writes the newest snapshot's data into the projection Secret of

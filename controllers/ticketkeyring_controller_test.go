@@ -263,6 +263,51 @@ var _ = Describe("TicketKeyRing", func() {
 		waitEpoch(ctx, ring, 2)
 	})
 
+	It("destroys expired keys on time while the key source is down, and catches up when it is back", func() {
+		ring := createRing(ctx, ns, "outage", func(r *v1alpha1.TicketKeyRing) {
+			r.Spec.RotationInterval = metav1.Duration{Duration: 10 * time.Minute}
+			r.Spec.RetainedKeys = 1
+			r.Spec.ActivationDelay = metav1.Duration{Duration: time.Minute}
+		})
+		waitEpoch(ctx, ring, 1)
+		first, second := decode(getSecret(ctx, ns, "outage-ticket-keys")).Keys[1], decode(getSecret(ctx, ns, "outage-ticket-keys")).Keys[0]
+		patchRing(ctx, ring, func(r *v1alpha1.TicketKeyRing) { r.Annotations[mintFailsAnnotation] = "true" })
+
+		By("a rotation falls due and cannot be minted")
+		fakeClock.Step(10 * time.Minute)
+		poke(ctx, ring)
+		Eventually(func() *metav1.Condition {
+			return meta.FindStatusCondition(getRing(ctx, ring).Status.Conditions, v1alpha1.ConditionRotationOverdue)
+		}, timeout, poll).Should(And(Not(BeNil()), HaveField("Status", metav1.ConditionTrue)))
+		Expect(getRing(ctx, ring).Status.Epoch).To(BeEquivalentTo(1))
+
+		By("the first key expires: it is destroyed all the same, leaving only the active key")
+		fakeClock.Step(10 * time.Minute)
+		poke(ctx, ring)
+		waitEpoch(ctx, ring, 2)
+		r := decode(getSecret(ctx, ns, "outage-ticket-keys"))
+		Expect(r.Keys).To(HaveLen(1))
+		Expect(r.Keys[0].ID).To(Equal(second.ID))
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "outage-e1"}, &corev1.Secret{}))
+		}, timeout, poll).Should(BeTrue(), "the snapshot holding %s is deleted", first.ID)
+		got := getRing(ctx, ring)
+		Expect(meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady).Reason).To(Equal(v1alpha1.ReasonMintFailed))
+		Expect(meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionRotationOverdue)).To(BeTrue())
+		Expect(gaugeValue("ringmaster_ticketkeyring_rotation_overdue_seconds", ns, "outage")).To(BeNumerically(">=", 600))
+
+		By("the source is back: one new key, on schedule again")
+		patchRing(ctx, ring, func(r *v1alpha1.TicketKeyRing) { delete(r.Annotations, mintFailsAnnotation) })
+		waitEpoch(ctx, ring, 3)
+		r = decode(getSecret(ctx, ns, "outage-ticket-keys"))
+		Expect(r.Keys).To(HaveLen(2))
+		Expect(r.Keys[1].ID).To(Equal(second.ID))
+		Expect(r.Keys[0].ActiveFrom).To(BeTemporally("==", fakeClock.Now().Add(time.Minute)), "staged for activationDelay, not a burst")
+		Eventually(func() bool {
+			return meta.IsStatusConditionFalse(getRing(ctx, ring).Status.Conditions, v1alpha1.ConditionRotationOverdue)
+		}, timeout, poll).Should(BeTrue())
+	})
+
 	It("copies the projection to other namespaces and removes the copies with the ring", func() {
 		other := newNamespace(ctx)
 		ring := createRing(ctx, ns, "web", func(r *v1alpha1.TicketKeyRing) {

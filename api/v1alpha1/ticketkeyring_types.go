@@ -98,6 +98,11 @@ type TicketKeyRingSpec struct {
 	// +optional
 	ActivationDelay metav1.Duration `json:"activationDelay,omitempty"`
 
+	// source says where keys are minted. When omitted, the operator mints
+	// them in-cluster from crypto/rand.
+	// +optional
+	Source KeySource `json:"source,omitempty"`
+
 	// distribution says where the keys are delivered and in which formats.
 	// +kubebuilder:default={}
 	// +optional

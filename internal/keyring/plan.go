@@ -177,6 +177,33 @@ func requeueAt(now time.Time, keys []Key) time.Time {
 	return next
 }
 
+// WithoutMint is the plan to fall back on when the keys p needs cannot be
+// minted: current's keys as they are, less those expired at now. It changes
+// the ring only when a key expired, so a source outage never delays the
+// destruction of a key, even if only the active key remains. A ring whose
+// every key expired is left alone: an empty ring cannot be published, and
+// every reader drops expired keys by itself.
+func (p Plan) WithoutMint(now time.Time, current Ring) Plan {
+	now = now.Truncate(time.Second)
+	var expired []string
+	keys := slices.DeleteFunc(slices.Clone(current.Keys), func(k Key) bool {
+		if now.Before(k.ExpiresAt) {
+			return false
+		}
+		expired = append(expired, k.ID)
+		return true
+	})
+	out := Plan{Ring: current, RequeueAt: requeueAt(now, current.Keys)}
+	if len(keys) == 0 || len(expired) == 0 {
+		return out
+	}
+	out.Expired = expired
+	out.Ring = Ring{Name: current.Name, Epoch: current.Epoch + 1, IssuedAt: now, Keys: keys}
+	out.Changed = true
+	out.RequeueAt = requeueAt(now, keys)
+	return out
+}
+
 // ErrBadSecret is returned by Fill for a minted secret the ring must refuse.
 var ErrBadSecret = errors.New("bad minted secret")
 

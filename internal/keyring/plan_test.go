@@ -760,3 +760,50 @@ func advance(rng *rand.Rand, now, requeue time.Time, p keyring.Policy) time.Time
 	}
 	return next
 }
+
+func TestPlanWithoutMint(t *testing.T) {
+	p := keyring.Policy{RotationInterval: time.Hour, RetainedKeys: 1, ActivationDelay: time.Minute}
+	// Keys at t0, t0+1h, t0+2h: at t0+2h the newest is active and its
+	// successor is due; the oldest expires at t0+1h+1h = t0+2h.
+	current := ringOf(p, 3, at(time.Hour), at(2*time.Hour), at(time.Hour), at(0))
+	tests := []struct {
+		name    string
+		now     time.Time
+		changed bool
+		keys    int
+	}{
+		{"nothing expired: nothing to publish", at(2*time.Hour - time.Second), false, 3},
+		{"the oldest key expired: dropped though nothing is minted", at(2 * time.Hour), true, 2},
+		{"all but the active key expired", at(3 * time.Hour), true, 1},
+		{"every key expired: an empty ring is never published", at(10 * time.Hour), false, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan := keyring.Next(tt.now, p, current, false, func(string) (time.Time, bool) { return time.Time{}, false })
+			fallback := plan.WithoutMint(tt.now, current)
+			if fallback.Changed != tt.changed || len(fallback.Ring.Keys) != tt.keys || fallback.Mint != 0 {
+				t.Fatalf("WithoutMint = changed %v, %d keys, mint %d; want changed %v, %d keys, mint 0",
+					fallback.Changed, len(fallback.Ring.Keys), fallback.Mint, tt.changed, tt.keys)
+			}
+			if tt.changed {
+				if fallback.Ring.Epoch != current.Epoch+1 || !fallback.Ring.IssuedAt.Equal(tt.now) {
+					t.Errorf("epoch %d issued %v, want %d issued %v", fallback.Ring.Epoch, fallback.Ring.IssuedAt, current.Epoch+1, tt.now)
+				}
+				if err := fallback.Ring.Validate(); err != nil {
+					t.Errorf("fallback ring invalid: %v", err)
+				}
+				for _, k := range fallback.Ring.Keys {
+					if !tt.now.Before(k.ExpiresAt) {
+						t.Errorf("key %s expired at %v is still published", k.ID, k.ExpiresAt)
+					}
+					if orig, _ := current.Key(k.ID); !orig.ExpiresAt.Equal(k.ExpiresAt) || !orig.ActiveFrom.Equal(k.ActiveFrom) {
+						t.Errorf("key %s changed its times", k.ID)
+					}
+				}
+				if len(fallback.Expired)+tt.keys != len(current.Keys) {
+					t.Errorf("Expired = %v", fallback.Expired)
+				}
+			}
+		})
+	}
+}
