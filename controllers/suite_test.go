@@ -1,7 +1,12 @@
 package controllers_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"io"
+	"sync"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -10,7 +15,11 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -53,7 +62,7 @@ func TestControllers(t *testing.T) {
 }
 
 var _ = BeforeSuite(func() {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
+	logf.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(GinkgoWriter, &operatorLog)), zap.UseDevMode(true)))
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
 	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
 
@@ -68,10 +77,23 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 
 	fakeClock = clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
+	createOperatorServiceAccount()
 	startManager()
 })
 
 var _ = AfterSuite(func() {
+	By("finding no key the suite saw in any operator log line")
+	logged := operatorLog.String()
+	Expect(logged).To(ContainSubstring("Published ticket key epoch"), "the log was captured")
+	seenMu.Lock()
+	defer seenMu.Unlock()
+	Expect(seen).NotTo(BeEmpty())
+	for s := range seen {
+		for _, enc := range []string{base64.StdEncoding.EncodeToString(s[:]), hex.EncodeToString(s[:])} {
+			Expect(logged).NotTo(ContainSubstring(enc))
+		}
+	}
+
 	if stopMgr != nil {
 		stopMgr()
 	}
@@ -93,16 +115,17 @@ func startManager() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	registry = prometheus.NewRegistry()
+	sources := &mint.Sources{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), ServiceAccount: operatorSA}
 	Expect((&controllers.TicketKeyRingReconciler{
 		Client:    mgr.GetClient(),
 		APIReader: mgr.GetAPIReader(),
 		Recorder:  mgr.GetEventRecorder("ringmaster"),
 		Clock:     fakeClock,
-		Source: func(_ context.Context, ring *v1alpha1.TicketKeyRing) (mint.Source, error) {
+		Source: func(ctx context.Context, ring *v1alpha1.TicketKeyRing) (mint.Source, error) {
 			if ring.Annotations[mintFailsAnnotation] != "" {
 				return failingSource{}, nil
 			}
-			return mint.Random{}, nil
+			return sources.For(ctx, ring)
 		},
 	}).SetupWithManager(mgr, registry)).To(Succeed())
 
@@ -119,6 +142,48 @@ func startManager() {
 func stopManager() {
 	stopMgr()
 	stopMgr = nil
+}
+
+// operatorSA is the operator's service account, which Vault's Kubernetes
+// auth logs in with. Vault reviews its tokens with the token itself, so it
+// may review tokens (system:auth-delegator), as a deployed operator's would.
+var operatorSA = types.NamespacedName{Namespace: "ringmaster-system", Name: "ringmaster"}
+
+func createOperatorServiceAccount() {
+	ctx := context.Background()
+	Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorSA.Namespace}})).To(Succeed())
+	Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: operatorSA.Namespace, Name: operatorSA.Name}})).To(Succeed())
+	Expect(k8s.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "ringmaster-auth-delegator"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:auth-delegator"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: operatorSA.Namespace, Name: operatorSA.Name}},
+	})).To(Succeed())
+}
+
+// operatorLog holds everything the operator logged during the suite, and
+// seen every key secret the specs decoded, so that AfterSuite can check that
+// no key byte was ever logged.
+var (
+	operatorLog syncBuffer
+	seenMu      sync.Mutex
+	seen        = map[keyring.Secret]bool{}
+)
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 type failingSource struct{}

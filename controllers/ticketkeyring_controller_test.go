@@ -478,6 +478,11 @@ func decode(s *corev1.Secret) keyring.Ring {
 	GinkgoHelper()
 	r, err := keyring.Decode(s.Data[keyring.FileName])
 	Expect(err).NotTo(HaveOccurred())
+	seenMu.Lock()
+	defer seenMu.Unlock()
+	for _, k := range r.Keys {
+		seen[k.Secret] = true
+	}
 	return r
 }
 
