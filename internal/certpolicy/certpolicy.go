@@ -153,7 +153,9 @@ func KeySince(cert Certificate, cm *CertManager, firstSeen time.Time) time.Time 
 	return firstSeen
 }
 
-// Violation is one broken rule and the fact that broke it.
+// Violation is one broken rule and the fact that broke it. Its message
+// depends on the certificate and the policy, not on the current time, so
+// that a verdict re-made later reads the same.
 type Violation struct {
 	Rule    Rule
 	Message string
@@ -192,7 +194,7 @@ func Evaluate(p Policy, s Subject, now time.Time) Verdict {
 			add(Validity, "not valid until %s", stamp(c.NotBefore))
 			recheckAt(c.NotBefore)
 		case now.After(c.NotAfter): // notAfter itself is valid (RFC 5280)
-			add(Validity, "expired %s ago, at %s", human(now.Sub(c.NotAfter)), stamp(c.NotAfter))
+			add(Validity, "expired at %s", stamp(c.NotAfter))
 		default:
 			recheckAt(c.NotAfter.Add(time.Nanosecond))
 		}
@@ -202,14 +204,14 @@ func Evaluate(p Policy, s Subject, now time.Time) Verdict {
 		if p.MinRemainingValidity > 0 && !now.Before(c.NotBefore) && !now.After(c.NotAfter) {
 			deadline := c.NotAfter.Add(-p.MinRemainingValidity)
 			if !now.Before(deadline) {
-				add(MinRemainingValidity, "expires in %s, at %s; minRemainingValidity is %s", human(c.NotAfter.Sub(now)), stamp(c.NotAfter), human(p.MinRemainingValidity))
+				add(MinRemainingValidity, "expires at %s, within minRemainingValidity %s", stamp(c.NotAfter), human(p.MinRemainingValidity))
 			}
 			recheckAt(deadline)
 		}
 		if p.MaxKeyAge > 0 && !s.KeySince.IsZero() {
 			deadline := s.KeySince.Add(p.MaxKeyAge)
 			if now.After(deadline) {
-				add(MaxKeyAge, "key %s is %s old, since %s; maxKeyAge is %s", c.KeyID, human(now.Sub(s.KeySince)), stamp(s.KeySince), human(p.MaxKeyAge))
+				add(MaxKeyAge, "key %s since %s is older than maxKeyAge %s", c.KeyID, stamp(s.KeySince), human(p.MaxKeyAge))
 			}
 			recheckAt(deadline.Add(time.Nanosecond))
 		}

@@ -236,11 +236,11 @@ func TestEvaluate(t *testing.T) {
 		{name: "no rules: a valid certificate complies", cert: spec{key: rsa1024}, recheck: 89*day + time.Nanosecond},
 
 		{name: "expired: validity, always checked", cert: spec{from: -90 * day, to: -2 * day},
-			want: []want{{certpolicy.Validity, []string{"expired 2d ago", "2026-11-28T12:00:00Z"}}}},
+			want: []want{{certpolicy.Validity, []string{"expired at 2026-11-28T12:00:00Z"}}}},
 		{name: "expired: no minRemainingValidity on top", policy: certpolicy.Policy{MinRemainingValidity: 15 * day},
-			cert: spec{from: -90 * day, to: -hour}, want: []want{{certpolicy.Validity, []string{"expired 1h0m0s ago"}}}},
+			cert: spec{from: -90 * day, to: -hour}, want: []want{{certpolicy.Validity, []string{"expired at 2026-11-30T11:00:00Z"}}}},
 		{name: "valid up to its notAfter, inclusive", cert: spec{from: -day, to: 0}, recheck: time.Nanosecond},
-		{name: "expired a second after its notAfter", cert: spec{from: -day, to: -time.Second}, want: []want{{certpolicy.Validity, []string{"expired 1s ago"}}}},
+		{name: "expired a second after its notAfter", cert: spec{from: -day, to: -time.Second}, want: []want{{certpolicy.Validity, []string{"expired at 2026-11-30T11:59:59Z"}}}},
 		{name: "not yet valid, rechecked when it becomes valid", cert: spec{from: 2 * hour, to: 30 * day},
 			want: []want{{certpolicy.Validity, []string{"not valid until 2026-11-30T14:00:00Z"}}}, recheck: 2 * hour},
 
@@ -249,16 +249,16 @@ func TestEvaluate(t *testing.T) {
 		{name: "validity exactly maxValidity complies", policy: certpolicy.Policy{MaxValidity: 90 * day}, cert: spec{from: -day, to: 89 * day}, recheck: 89*day + time.Nanosecond},
 
 		{name: "renewal overdue: under minRemainingValidity", policy: certpolicy.Policy{MinRemainingValidity: 15 * day},
-			cert: spec{from: -80 * day, to: 10 * day}, want: []want{{certpolicy.MinRemainingValidity, []string{"expires in 10d", "minRemainingValidity is 15d"}}}, recheck: 10*day + time.Nanosecond},
+			cert: spec{from: -80 * day, to: 10 * day}, want: []want{{certpolicy.MinRemainingValidity, []string{"expires at 2026-12-10T12:00:00Z, within minRemainingValidity 15d"}}}, recheck: 10*day + time.Nanosecond},
 		{name: "minRemainingValidity: rechecked when the remaining time falls under it", policy: certpolicy.Policy{MinRemainingValidity: 15 * day},
 			cert: spec{from: -day, to: 89 * day}, recheck: 74 * day},
 
 		{name: "key too old (rotating Certificate: dated by notBefore)", policy: certpolicy.Policy{MaxKeyAge: 30 * day},
 			cert: spec{from: -45 * day, to: 45 * day}, cm: always,
-			want: []want{{certpolicy.MaxKeyAge, []string{"is 45d old", "since 2026-10-16T12:00:00Z", "maxKeyAge is 30d"}}}, recheck: 45*day + time.Nanosecond},
+			want: []want{{certpolicy.MaxKeyAge, []string{"since 2026-10-16T12:00:00Z is older than maxKeyAge 30d"}}}, recheck: 45*day + time.Nanosecond},
 		{name: "key reused across renewals: dated by its first certificate", policy: certpolicy.Policy{MaxKeyAge: 30 * day},
 			cert: spec{from: -day, to: 89 * day}, since: -100 * day, cm: never,
-			want: []want{{certpolicy.MaxKeyAge, []string{"is 100d old"}}}, recheck: 89*day + time.Nanosecond},
+			want: []want{{certpolicy.MaxKeyAge, []string{"since 2026-08-22T12:00:00Z"}}}, recheck: 89*day + time.Nanosecond},
 		{name: "young key complies and is rechecked when it comes of age", policy: certpolicy.Policy{MaxKeyAge: 30 * day},
 			cert: spec{from: -day, to: 89 * day}, cm: defaulted, recheck: 29*day + time.Nanosecond},
 
@@ -293,7 +293,7 @@ func TestEvaluate(t *testing.T) {
 			cert:   spec{key: rsa1024, from: -40 * day, to: 360 * day, dns: []string{"x.example.org"}}, cm: never,
 			want: []want{
 				{certpolicy.MaxValidity, []string{"valid for 400d"}},
-				{certpolicy.MaxKeyAge, []string{"is 40d old"}},
+				{certpolicy.MaxKeyAge, []string{"since 2026-10-21T12:00:00Z"}},
 				{certpolicy.KeyAlgorithms, []string{"RSA 1024"}},
 				{certpolicy.AllowedDNSNames, []string{`"x.example.org"`}},
 				{certpolicy.RequireKeyRotation, nil},
@@ -519,5 +519,26 @@ func TestPlan(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestUnmended(t *testing.T) {
+	p := certpolicy.Policy{MaxKeyAge: 30 * day, MaxValidity: 90 * day, MinRemainingValidity: 15 * day}
+	cm := &certpolicy.CertManager{Duration: 60 * day}
+	asked := t0
+	for _, tc := range []struct {
+		rule  certpolicy.Rule
+		after time.Duration
+		want  bool
+	}{
+		{certpolicy.MaxKeyAge, hour, true},
+		{certpolicy.MaxKeyAge, 30 * day, false},
+		{certpolicy.MinRemainingValidity, hour, true},
+		{certpolicy.MinRemainingValidity, 45 * day, false},
+		{certpolicy.MaxValidity, 400 * day, true},
+	} {
+		if got := certpolicy.Unmended(p, cm, tc.rule, asked, asked.Add(tc.after)); got != tc.want {
+			t.Errorf("Unmended(%s, %v after) = %v, want %v", tc.rule, tc.after, got, tc.want)
+		}
 	}
 }

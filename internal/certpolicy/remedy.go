@@ -3,6 +3,7 @@ package certpolicy
 import (
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Renewable are the rules that re-issuing a certificate can mend, and so the
@@ -65,3 +66,20 @@ func cannotMend(p Policy, s Subject, rule Rule) string {
 
 // MendsRule reports whether the remedy mends rule.
 func (r Remedy) MendsRule(rule Rule) bool { return slices.Contains(r.Mends, rule) }
+
+// Unmended reports whether a certificate re-issued on a request made at
+// asked, found breaking rule at now, shows that the renewal did not mend it,
+// rather than that it broke again in the course of time: a certificate
+// issued after asked breaks maxKeyAge no sooner than maxKeyAge later,
+// minRemainingValidity no sooner than its duration less
+// minRemainingValidity, and maxValidity never.
+func Unmended(p Policy, cm *CertManager, rule Rule, asked, now time.Time) bool {
+	elapsed := now.Sub(asked)
+	switch rule {
+	case MaxKeyAge:
+		return elapsed < p.MaxKeyAge
+	case MinRemainingValidity:
+		return elapsed < cm.duration()-p.MinRemainingValidity
+	}
+	return true
+}
