@@ -1,5 +1,6 @@
 // Command ringmaster is the operator: it rotates TicketKeyRings and delivers
-// their keys to the fleets that mount them.
+// their keys to the fleets that mount them, and judges the cluster's
+// certificates against CertificatePolicies.
 package main
 
 import (
@@ -7,6 +8,7 @@ import (
 	"fmt"
 	"os"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -32,6 +34,7 @@ func main() {
 		leaderElection bool
 		leaderNS       string
 		sa             types.NamespacedName
+		maxRenewals    int
 	)
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
@@ -39,24 +42,28 @@ func main() {
 	flag.StringVar(&leaderNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
 	flag.StringVar(&sa.Namespace, "service-account-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the operator's service account, for Vault's Kubernetes auth (default $POD_NAMESPACE).")
 	flag.StringVar(&sa.Name, "service-account-name", "ringmaster", "Name of the operator's service account, for Vault's Kubernetes auth.")
+	flag.IntVar(&maxRenewals, "max-renewals-per-minute", controllers.DefaultMaxRenewalsPerMinute, "Most cert-manager Certificates that Enforce CertificatePolicies re-issue per minute, across the cluster (bursts of as many).")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
-	if err := run(metricsAddr, probeAddr, leaderElection, leaderNS, sa); err != nil {
+	if err := run(metricsAddr, probeAddr, leaderElection, leaderNS, sa, maxRenewals); err != nil {
 		log.Error(err, "Operator stopped")
 		os.Exit(1)
 	}
 }
 
-func run(metricsAddr, probeAddr string, leaderElection bool, leaderNS string, sa types.NamespacedName) error {
+func run(metricsAddr, probeAddr string, leaderElection bool, leaderNS string, sa types.NamespacedName, maxRenewals int) error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
 	}
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := cmapi.AddToScheme(scheme); err != nil {
 		return err
 	}
 	cfg, err := ctrl.GetConfig()
@@ -84,6 +91,14 @@ func run(metricsAddr, probeAddr string, leaderElection bool, leaderNS string, sa
 		Source:    sources.For,
 	}).SetupWithManager(mgr, metrics.Registry); err != nil {
 		return fmt.Errorf("set up TicketKeyRing controller: %w", err)
+	}
+	if err := (&controllers.CertificatePolicyReconciler{
+		Client:               mgr.GetClient(),
+		APIReader:            mgr.GetAPIReader(),
+		Recorder:             mgr.GetEventRecorder("ringmaster"),
+		MaxRenewalsPerMinute: maxRenewals,
+	}).SetupWithManager(mgr, metrics.Registry); err != nil {
+		return fmt.Errorf("set up CertificatePolicy controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
