@@ -4,7 +4,8 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 )
@@ -328,6 +330,19 @@ var _ = Describe("CertificatePolicy in Audit mode", func() {
 		}, "spec.selector.issuerRefs[0].name"),
 	)
 
+	It("accepts the baseline sample", func() {
+		data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "ringmaster_v1alpha1_certificatepolicy.yaml"))
+		Expect(err).NotTo(HaveOccurred())
+		sample := &v1alpha1.CertificatePolicy{}
+		Expect(yaml.UnmarshalStrict(data, sample)).To(Succeed())
+		sample.Name += "-" + ns
+		sample.Spec.Selector.NamespaceSelector = onlyNamespace(ns)
+		Expect(k8s.Create(ctx, sample)).To(Succeed())
+		DeferCleanup(func(ctx context.Context) { _ = k8s.Delete(ctx, sample) })
+		tlsSecret(ctx, ns, "web", issue(certSpec{from: -day, to: 89 * day}), nil)
+		waitCounts(ctx, sample.Name, counts{Evaluated: 1, Compliant: 1})
+	})
+
 	It("defaults a bare policy to Audit", func() {
 		bare := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": v1alpha1.GroupVersion.String(), "kind": "CertificatePolicy",
@@ -353,5 +368,3 @@ func patchNamespace(ctx context.Context, name string, lbls map[string]string) {
 		return k8s.Update(ctx, n)
 	}, timeout, poll).Should(Succeed())
 }
-
-var _ = fmt.Sprint
