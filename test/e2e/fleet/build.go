@@ -1,0 +1,55 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// Binaries are the programs the harness runs, built from this module.
+type Binaries struct {
+	// Operator is the ringmaster operator (main.go at the module root).
+	Operator string
+	// Server is examples/server, one process per replica.
+	Server string
+	// ControlPlane is hack/controlplane: etcd and kube-apiserver.
+	ControlPlane string
+}
+
+// ModuleRoot returns the directory of this module's go.mod, found by the go
+// command from the working directory.
+func ModuleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == "/dev/null" {
+		return "", fmt.Errorf("not inside the ringmaster module (go env GOMOD is %q)", gomod)
+	}
+	return filepath.Dir(gomod), nil
+}
+
+// Build compiles the operator, examples/server and hack/controlplane into dir
+// with one go build, which links the three in parallel.
+func Build(ctx context.Context, dir string) (Binaries, error) {
+	root, err := ModuleRoot(ctx)
+	if err != nil {
+		return Binaries{}, err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), ".", "./examples/server", "./hack/controlplane")
+	cmd.Dir = root
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		return Binaries{}, fmt.Errorf("go build: %w\n%s", err, out.String())
+	}
+	return Binaries{
+		Operator:     filepath.Join(dir, "ringmaster"),
+		Server:       filepath.Join(dir, "server"),
+		ControlPlane: filepath.Join(dir, "controlplane"),
+	}, nil
+}

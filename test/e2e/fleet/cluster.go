@@ -1,0 +1,119 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+)
+
+// Cluster is the local control plane: a real etcd and kube-apiserver, run by
+// hack/controlplane as a child process, with the CRDs installed.
+type Cluster struct {
+	// Kubeconfig is the admin kubeconfig the control plane wrote.
+	Kubeconfig string
+	// Kubectl is the kubectl built with kube-apiserver.
+	Kubectl string
+	// Config, Client and Clientset all talk to it as admin.
+	Config    *rest.Config
+	Client    client.Client
+	Clientset kubernetes.Interface
+}
+
+// StartCluster starts hack/controlplane (which needs KUBEBUILDER_ASSETS),
+// records the etcd and kube-apiserver it starts with the supervisor, and
+// installs the CRDs of config/crd/bases.
+func StartCluster(ctx context.Context, sup *Supervisor, bins Binaries, work string) (*Cluster, error) {
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		return nil, fmt.Errorf("KUBEBUILDER_ASSETS is unset: run through make (make test, make test-e2e, make demo, make bench-fleet), which builds the control plane and sets it")
+	}
+	kubeconfig := filepath.Join(work, "kubeconfig")
+	cp, err := sup.Start("controlplane", bins.ControlPlane, []string{"-write-kubeconfig", kubeconfig})
+	if err != nil {
+		return nil, err
+	}
+	ready, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	if _, err := cp.WaitLine(ready, "ready"); err != nil {
+		return nil, err
+	}
+	for _, kid := range children(cp.PID) {
+		sup.Track(commName(kid), kid)
+	}
+
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = 200, 400 // the harness polls status; keep client-side throttling out of the way
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	root, err := ModuleRoot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
+		Paths:              []string{filepath.Join(root, "config", "crd", "bases")},
+		ErrorIfPathMissing: true,
+		Scheme:             scheme,
+	}); err != nil {
+		return nil, fmt.Errorf("install CRDs: %w", err)
+	}
+	return &Cluster{
+		Kubeconfig: kubeconfig,
+		Kubectl:    filepath.Join(assets, "kubectl"),
+		Config:     cfg,
+		Client:     c,
+		Clientset:  cs,
+	}, nil
+}
+
+// StartOperator runs the operator binary against the cluster. It elects a
+// leader in the default namespace when leaderElect is set, as a deployed
+// operator does.
+func (c *Cluster) StartOperator(sup *Supervisor, bins Binaries, leaderElect bool) (*Proc, error) {
+	args := []string{
+		"--metrics-bind-address", "0",
+		"--health-probe-bind-address", "127.0.0.1:0",
+		fmt.Sprintf("--leader-elect=%t", leaderElect),
+		"--leader-election-namespace", "default",
+	}
+	return sup.Start("operator", bins.Operator, args, "KUBECONFIG="+c.Kubeconfig)
+}
+
+// CreateNamespace creates a namespace; one that exists already is fine.
+func (c *Cluster) CreateNamespace(ctx context.Context, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return nil
+}

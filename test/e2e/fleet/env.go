@@ -1,0 +1,112 @@
+// Package fleet is the end-to-end harness of ringmaster: a real control plane
+// (etcd and kube-apiserver), the operator binary, and fleets of
+// examples/server replicas fed by a stand-in for the kubelet, behind a
+// round-robin load balancer, under a load of reconnecting TLS clients.
+//
+// The ginkgo suite in test/e2e asserts with it; hack/fleet runs make demo
+// and make bench-fleet with it. Every process it starts is ended by its own
+// pid (see Supervisor), and everything it listens on is on loopback.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Options configure an Env.
+type Options struct {
+	// KeyType is the replicas' certificate key; ECDSA P-256 by default.
+	KeyType KeyType
+	// LeaderElect runs the operator with leader election, as deployed.
+	LeaderElect bool
+	// KeepWork keeps the work directory (logs, volumes) after Close.
+	KeepWork bool
+	// Progress, if set, receives one line per step of Setup.
+	Progress io.Writer
+}
+
+// Env is a running control plane and operator, ready for fleets.
+type Env struct {
+	// Work holds the binaries, logs, kubeconfig and replica volumes.
+	Work     string
+	Bins     Binaries
+	Sup      *Supervisor
+	Cluster  *Cluster
+	Operator *Proc
+	PKI      *PKI
+
+	keep bool
+}
+
+// Setup builds the binaries, starts the control plane, installs the CRDs and
+// starts the operator. On failure it stops whatever it had started.
+func Setup(ctx context.Context, opts Options) (env *Env, err error) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return nil, errors.New("KUBEBUILDER_ASSETS is unset: run through make (make test, make test-e2e, make demo or make bench-fleet), which builds kube-apiserver, etcd and kubectl and sets it")
+	}
+	work, err := os.MkdirTemp("", "ringmaster-fleet-")
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Work: work, Sup: NewSupervisor(work), keep: opts.KeepWork}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, e.Close())
+		}
+	}()
+	say := func(format string, args ...any) {
+		if opts.Progress != nil {
+			fmt.Fprintf(opts.Progress, format+"\n", args...)
+		}
+	}
+	if e.PKI, err = NewPKI(opts.KeyType); err != nil {
+		return nil, err
+	}
+	say("Building the operator, examples/server and hack/controlplane into %s", work)
+	if e.Bins, err = Build(ctx, work); err != nil {
+		return nil, err
+	}
+	say("Starting the control plane: etcd and kube-apiserver on loopback, built from source by make envtest")
+	if e.Cluster, err = StartCluster(ctx, e.Sup, e.Bins, work); err != nil {
+		return nil, err
+	}
+	say("Installed the CRDs of config/crd/bases")
+	if e.Operator, err = e.Cluster.StartOperator(e.Sup, e.Bins, opts.LeaderElect); err != nil {
+		return nil, err
+	}
+	say("Started the operator (pid %d, log %s)", e.Operator.PID, e.Operator.Log)
+	return e, nil
+}
+
+// Close stops every process, each by its own pid, and then checks that none
+// of them, nor the etcd and kube-apiserver under the control plane, is still
+// running: that is an error. It removes the work directory unless asked to
+// keep it.
+func (e *Env) Close() error {
+	errs := []error{e.Sup.StopAll()}
+	if left := e.Sup.Leftovers(); len(left) > 0 {
+		names := make([]string, len(left))
+		for i, p := range left {
+			names[i] = p.String()
+		}
+		errs = append(errs, fmt.Errorf("processes left running after stop: %s", strings.Join(names, ", ")))
+	}
+	err := errors.Join(errs...)
+	if !e.keep && err == nil {
+		errs = append(errs, os.RemoveAll(e.Work))
+	}
+	return errors.Join(errs...)
+}
+
+// OperatorAlive returns an error when the operator process has exited, with
+// the end of its log.
+func (e *Env) OperatorAlive() error {
+	if exited, err := e.Operator.Exited(); exited {
+		return fmt.Errorf("the operator exited (%v):\n%s", err, e.Operator.LogTail(30))
+	}
+	return nil
+}

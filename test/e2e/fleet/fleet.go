@@ -1,0 +1,330 @@
+package fleet
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ringmaster-io/ringmaster/internal/atomicdir"
+	"github.com/ringmaster-io/ringmaster/pkg/agent"
+)
+
+// FleetConfig describes a fleet of examples/server replicas.
+type FleetConfig struct {
+	// Name names the fleet's directories and logs.
+	Name string
+	// Delays holds each replica's delivery delay; there is one replica per
+	// entry.
+	Delays []time.Duration
+	// Namespace and Secret name the projection Secret the replicas mount.
+	// An empty Secret runs the replicas without ticket keys: crypto/tls then
+	// keeps per-process keys of its own, the default every Go server has.
+	Namespace, Secret string
+}
+
+// Replica is one examples/server process and its volume.
+type Replica struct {
+	Index int
+	Dir   string
+	Delay time.Duration
+	// Addr is its HTTPS address on loopback.
+	Addr string
+	Proc *Proc
+}
+
+// Fleet is replicas behind a round-robin balancer, fed by a projection
+// syncer.
+type Fleet struct {
+	Name     string
+	Replicas []*Replica
+	Syncer   *Syncer // nil without ticket keys
+	LB       *Balancer
+
+	pki    *PKI
+	health *http.Client
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// StartFleet starts the syncer, waits until every replica's volume holds its
+// first delivery, starts one examples/server per replica, and puts a
+// balancer in front of them. Stop ends it; the supervisor also ends its
+// processes.
+func (e *Env) StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
+	if len(cfg.Delays) == 0 {
+		return nil, errors.New("fleet: no replicas")
+	}
+	f := &Fleet{Name: cfg.Name, pki: e.PKI, health: &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			TLSClientConfig:   &tls.Config{RootCAs: e.PKI.Roots, ServerName: ServerName},
+			DisableKeepAlives: true,
+		},
+	}}
+	syncCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	f.stop = stop
+	var targets []Target
+	for i, d := range cfg.Delays {
+		dir := filepath.Join(e.Work, cfg.Name, fmt.Sprintf("replica-%d", i))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			f.Stop()
+			return nil, err
+		}
+		f.Replicas = append(f.Replicas, &Replica{Index: i, Dir: dir, Delay: d})
+		targets = append(targets, Target{Dir: dir, Delay: d, Extra: e.PKI.Files()})
+	}
+
+	require := "keys,cert"
+	if cfg.Secret == "" {
+		// No ring: the certificate alone, written once as the kubelet would.
+		require = "cert"
+		for _, r := range f.Replicas {
+			w, err := atomicdir.NewWriter(r.Dir)
+			if err == nil {
+				err = w.Write(e.PKI.Files())
+			}
+			if err != nil {
+				f.Stop()
+				return nil, err
+			}
+		}
+	} else {
+		s, err := NewSyncer(e.Cluster.Clientset, cfg.Namespace, cfg.Secret, targets)
+		if err != nil {
+			f.Stop()
+			return nil, err
+		}
+		f.Syncer = s
+		f.wg.Go(func() { s.Run(syncCtx) })
+		if err := f.waitFirstDelivery(ctx); err != nil {
+			f.Stop()
+			return nil, err
+		}
+	}
+
+	for _, r := range f.Replicas {
+		p, err := e.Sup.Start(fmt.Sprintf("%s-replica-%d", cfg.Name, r.Index), e.Bins.Server, []string{
+			"-dir", r.Dir, "-listen", "127.0.0.1:0", "-metrics-listen", "", "-require", require,
+		})
+		if err != nil {
+			f.Stop()
+			return nil, err
+		}
+		r.Proc = p
+	}
+	for _, r := range f.Replicas {
+		wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+		addr, err := r.Proc.WaitLine(wait, "https listening on ")
+		cancel()
+		if err != nil {
+			f.Stop()
+			return nil, err
+		}
+		if !isLoopback(addr) {
+			f.Stop()
+			return nil, fmt.Errorf("replica %d listens on %s, beyond loopback", r.Index, addr)
+		}
+		r.Addr = addr
+	}
+	backends := make([]string, len(f.Replicas))
+	for i, r := range f.Replicas {
+		backends[i] = r.Addr
+	}
+	lb, err := StartBalancer(backends)
+	if err != nil {
+		f.Stop()
+		return nil, err
+	}
+	f.LB = lb
+	return f, nil
+}
+
+func (f *Fleet) waitFirstDelivery(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for {
+		missing := 0
+		for i := range f.Replicas {
+			if len(f.Syncer.Deliveries(i)) == 0 {
+				missing++
+			}
+		}
+		if errs := f.Syncer.Errors(); len(errs) > 0 {
+			return errors.Join(errs...)
+		}
+		if missing == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("fleet %s: %d replica volume(s) never received the projection: %w", f.Name, missing, ctx.Err())
+		case <-time.After(pollEvery):
+		}
+	}
+}
+
+// Stop stops the balancer, the replicas and the syncer, each replica by its
+// own pid. It is safe to call on a fleet that failed to start.
+func (f *Fleet) Stop() error {
+	var errs []error
+	if f.LB != nil {
+		errs = append(errs, f.LB.Close())
+	}
+	for _, r := range f.Replicas {
+		if r.Proc != nil {
+			errs = append(errs, r.Proc.Stop())
+		}
+	}
+	if f.stop != nil {
+		f.stop()
+	}
+	f.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Health reads every replica's /healthz: the agent's Status.
+func (f *Fleet) Health(ctx context.Context) ([]agent.Status, error) {
+	out := make([]agent.Status, len(f.Replicas))
+	for i, r := range f.Replicas {
+		st, err := f.healthOf(ctx, r.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("replica %d: %w", i, err)
+		}
+		out[i] = st
+	}
+	return out, nil
+}
+
+func (f *Fleet) healthOf(ctx context.Context, addr string) (agent.Status, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/healthz", nil)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	resp, err := f.health.Do(req)
+	if err != nil {
+		return agent.Status{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return agent.Status{}, fmt.Errorf("/healthz: %s", resp.Status)
+	}
+	var st agent.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return agent.Status{}, fmt.Errorf("/healthz: %w", err)
+	}
+	return st, nil
+}
+
+// WaitServing polls every replica's /healthz until cond holds for all of
+// them, and returns their statuses. what names the awaited state in the
+// error when ctx ends first.
+func (f *Fleet) WaitServing(ctx context.Context, what string, cond func(agent.Status) bool) ([]agent.Status, error) {
+	var last []agent.Status
+	var lastErr error
+	for {
+		sts, err := f.Health(ctx)
+		if err == nil {
+			all := true
+			for _, st := range sts {
+				all = all && cond(st)
+			}
+			if all {
+				return sts, nil
+			}
+			last = sts
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("fleet %s never all %s (%w; last error %v); last seen:\n%s", f.Name, what, ctx.Err(), lastErr, DescribeHealth(last))
+		case <-time.After(pollEvery):
+		}
+	}
+}
+
+// ServingKey is a WaitServing condition: the replica serves id as its active
+// key, at epoch minEpoch or later.
+func ServingKey(id string, minEpoch int64) func(agent.Status) bool {
+	return func(st agent.Status) bool { return st.ActiveKeyID == id && st.Epoch >= minEpoch }
+}
+
+// Holds reports whether a replica's status lists key id.
+func Holds(st agent.Status, id string) bool {
+	for _, k := range st.Keys {
+		if k.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// DescribeHealth renders statuses one replica a line: epoch, active key and
+// every key with its state. Key ids only.
+func DescribeHealth(sts []agent.Status) string {
+	var b strings.Builder
+	for i, st := range sts {
+		fmt.Fprintf(&b, "  replica %d: epoch %d, active %s, keys", i, st.Epoch, orDash(st.ActiveKeyID))
+		for _, k := range st.Keys {
+			fmt.Fprintf(&b, " %s(%s)", k.ID, k.State)
+		}
+		if st.LastError != "" {
+			fmt.Fprintf(&b, ", last error: %s", st.LastError)
+		}
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// CPU returns the processor time the replicas have used so far, summed.
+func (f *Fleet) CPU() (time.Duration, error) {
+	var sum time.Duration
+	for _, r := range f.Replicas {
+		t, err := r.Proc.CPU()
+		if err != nil {
+			return 0, fmt.Errorf("replica %d: %w", r.Index, err)
+		}
+		sum += t
+	}
+	return sum, nil
+}
+
+// ReplicaOf maps a backend address from a Sample to its replica index, or -1.
+func (f *Fleet) ReplicaOf(addr string) int {
+	for _, r := range f.Replicas {
+		if r.Addr == addr {
+			return r.Index
+		}
+	}
+	return -1
+}
+
+// LoadConfig returns a load against the fleet's balancer with the fleet's
+// trust roots; the caller sets the rest.
+func (f *Fleet) LoadConfig(version uint16, clients, connsPerClient int, interval time.Duration) LoadConfig {
+	return LoadConfig{Addr: f.LB.Addr(), Roots: f.pki.Roots, Version: version, Clients: clients, ConnsPerClient: connsPerClient, Interval: interval}
+}
+
+// Spread returns n delays from 0 to max, evenly spaced: replica 0 receives
+// every change at once, the last one max later.
+func Spread(n int, max time.Duration) []time.Duration {
+	d := make([]time.Duration, n)
+	for i := 1; i < n; i++ {
+		d[i] = max * time.Duration(i) / time.Duration(n-1)
+	}
+	return d
+}

@@ -1,0 +1,344 @@
+package fleet
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// stopGrace is how long a process has to exit after SIGTERM before it is
+// killed. The control plane needs the longest: it stops kube-apiserver and
+// etcd in turn.
+const stopGrace = 15 * time.Second
+
+// Supervisor starts the harness's processes and ends every one of them by its
+// own process id. It records each pid with its start time, and those of the
+// processes its children start (etcd and kube-apiserver under the control
+// plane), so that Leftovers can tell, after Stop, whether any is still
+// running without mistaking a reused pid for one of ours.
+type Supervisor struct {
+	dir string // where process logs go
+
+	mu      sync.Mutex
+	procs   []*Proc
+	tracked []PID
+}
+
+// PID is a process id and the start time the kernel gave it (field 22 of
+// /proc/PID/stat, in clock ticks since boot), which tells a live process
+// from a later one that reuses its id.
+type PID struct {
+	Name  string
+	ID    int
+	start uint64
+}
+
+// NewSupervisor returns a supervisor writing process logs under dir.
+func NewSupervisor(dir string) *Supervisor { return &Supervisor{dir: dir} }
+
+// Proc is one child process: its stdout lines are kept for WaitLine and, with
+// its stderr, written to a log file.
+type Proc struct {
+	Name string
+	PID  int
+	Log  string
+
+	cmd  *exec.Cmd
+	done chan struct{} // closed once the process has been reaped
+	err  error         // Wait's result, set before done closes
+
+	mu    sync.Mutex
+	lines []string
+	grew  chan struct{} // closed and replaced whenever a line arrives
+}
+
+// Start runs bin with args and env (added to the harness's own environment).
+// The child is asked to receive SIGTERM if the harness itself dies first
+// (Linux's parent-death signal), so that even a harness killed outright
+// leaves nothing behind: the control plane, so signalled, stops its etcd and
+// kube-apiserver.
+func (s *Supervisor) Start(name, bin string, args []string, env ...string) (*Proc, error) {
+	logPath := filepath.Join(s.dir, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = logFile
+	// A process group of its own keeps a terminal's Ctrl-C from reaching the
+	// child behind the harness's back: the harness, told of it, stops each
+	// process in turn.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		logFile.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &Proc{Name: name, PID: cmd.Process.Pid, Log: logPath, cmd: cmd, done: make(chan struct{}), grew: make(chan struct{})}
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.mu.Unlock()
+	s.Track(name, p.PID)
+
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(logFile, line)
+			p.mu.Lock()
+			p.lines = append(p.lines, line)
+			close(p.grew)
+			p.grew = make(chan struct{})
+			p.mu.Unlock()
+		}
+		_, _ = io.Copy(logFile, stdout) // a line longer than the scanner's buffer
+	}()
+	go func() {
+		<-copied // Wait closes stdout: let the copy finish first
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Track records a process the harness did not start itself but must see
+// gone, such as a child of one of its processes.
+func (s *Supervisor) Track(name string, pid int) {
+	start, err := startTime(pid)
+	if err != nil {
+		return // already gone
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tracked = append(s.tracked, PID{Name: name, ID: pid, start: start})
+}
+
+// Tracked returns every process recorded so far.
+func (s *Supervisor) Tracked() []PID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]PID(nil), s.tracked...)
+}
+
+// StopAll stops every process started, newest first (the fleet before the
+// operator before the control plane), each by its own pid.
+func (s *Supervisor) StopAll() error {
+	s.mu.Lock()
+	procs := append([]*Proc(nil), s.procs...)
+	s.procs = nil
+	s.mu.Unlock()
+	var errs []error
+	for i := len(procs) - 1; i >= 0; i-- {
+		errs = append(errs, procs[i].Stop())
+	}
+	return errors.Join(errs...)
+}
+
+// Leftovers returns the recorded processes that are still running. After
+// StopAll it should be empty; children of a stopped process may take a
+// moment to go, so it waits up to stopGrace for them.
+func (s *Supervisor) Leftovers() []PID {
+	deadline := time.Now().Add(stopGrace)
+	for {
+		var alive []PID
+		for _, p := range s.Tracked() {
+			if p.Alive() {
+				alive = append(alive, p)
+			}
+		}
+		if len(alive) == 0 || time.Now().After(deadline) {
+			return alive
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Alive reports whether the process still runs: its pid exists with the
+// same start time, and it is not a zombie awaiting its parent.
+func (p PID) Alive() bool {
+	start, err := startTime(p.ID)
+	if err != nil || start != p.start {
+		return false
+	}
+	st, err := statFields(p.ID)
+	return err == nil && st[0] != "Z"
+}
+
+func (p PID) String() string { return fmt.Sprintf("%s (pid %d)", p.Name, p.ID) }
+
+// WaitLine waits until the process prints a stdout line starting with prefix
+// and returns the rest of that line. It fails if the process exits first.
+func (p *Proc) WaitLine(ctx context.Context, prefix string) (string, error) {
+	for seen := 0; ; {
+		p.mu.Lock()
+		lines, grew := p.lines, p.grew
+		p.mu.Unlock()
+		for ; seen < len(lines); seen++ {
+			if rest, ok := strings.CutPrefix(lines[seen], prefix); ok {
+				return rest, nil
+			}
+		}
+		select {
+		case <-grew:
+		case <-p.done:
+			return "", fmt.Errorf("%s exited (%v) before printing %q; log %s:\n%s", p.Name, p.err, prefix, p.Log, p.LogTail(20))
+		case <-ctx.Done():
+			return "", fmt.Errorf("%s did not print %q: %w; log %s:\n%s", p.Name, prefix, ctx.Err(), p.Log, p.LogTail(20))
+		}
+	}
+}
+
+// Exited reports whether the process has ended, and how.
+func (p *Proc) Exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// Stop sends SIGTERM to the process's own pid and waits for it, and sends
+// SIGKILL if it has not exited after stopGrace. A process that exited by
+// itself is only reaped. An exit caused by the SIGTERM is not an error.
+func (p *Proc) Stop() error {
+	if exited, _ := p.Exited(); !exited {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(stopGrace):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return fmt.Errorf("%s (pid %d) ignored SIGTERM for %s and was killed", p.Name, p.PID, stopGrace)
+	}
+	var exit *exec.ExitError
+	if errors.As(p.err, &exit) {
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM {
+			return nil
+		}
+		if exit.ExitCode() == 0 {
+			return nil
+		}
+	}
+	if p.err != nil {
+		return fmt.Errorf("%s (pid %d): %w; log %s:\n%s", p.Name, p.PID, p.err, p.Log, p.LogTail(10))
+	}
+	return nil
+}
+
+// LogTail returns the last n lines of the process's log.
+func (p *Proc) LogTail(n int) string {
+	b, err := os.ReadFile(p.Log)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// CPU returns the processor time the process has used so far, user plus
+// system, from /proc/PID/stat.
+func (p *Proc) CPU() (time.Duration, error) { return cpuTime(p.PID) }
+
+// clockTick is the unit of the times in /proc/PID/stat: USER_HZ, which Linux
+// fixes at 100 for every architecture's user-space ABI.
+const clockTick = 10 * time.Millisecond
+
+func cpuTime(pid int) (time.Duration, error) {
+	f, err := statFields(pid)
+	if err != nil {
+		return 0, err
+	}
+	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
+	utime, err1 := strconv.ParseUint(f[11], 10, 64)
+	stime, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
+	}
+	return time.Duration(utime+stime) * clockTick, nil
+}
+
+func startTime(pid int) (uint64, error) {
+	f, err := statFields(pid)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseUint(f[19], 10, 64) // field 22
+}
+
+// statFields returns the fields of /proc/PID/stat from the third (state) on:
+// the second, the command name in parentheses, may itself hold spaces and
+// parentheses, so the split starts after its last ')'.
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return nil, err
+	}
+	return parseStat(string(b))
+}
+
+func parseStat(s string) ([]string, error) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil, errors.New("malformed /proc stat: no command name")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return nil, fmt.Errorf("malformed /proc stat: %d fields after the command name", len(f))
+	}
+	return f, nil
+}
+
+// children returns the pids whose parent is pid.
+func children(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var kids []int
+	for _, e := range entries {
+		id, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		f, err := statFields(id)
+		if err != nil {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid == pid { // field 4
+			kids = append(kids, id)
+		}
+	}
+	return kids
+}
+
+// commName is the command name of pid, for naming tracked children.
+func commName(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(b))
+}

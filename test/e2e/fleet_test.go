@@ -1,0 +1,277 @@
+package e2e_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/ringmaster-io/ringmaster/pkg/agent"
+	"github.com/ringmaster-io/ringmaster/test/e2e/fleet"
+)
+
+const (
+	// replicas and maxDelay shape every fleet of the suite: replica 0
+	// receives each change at once, replica 3 two seconds later.
+	replicas = 4
+	maxDelay = 2 * time.Second
+
+	// The load: each client reconnects 20 times a second at most. The
+	// connection cap only bounds a run that would hang; the specs stop the
+	// load long before.
+	clients        = 8
+	connsPerClient = 5000
+	interval       = 50 * time.Millisecond
+
+	rotations = 3
+)
+
+var _ = Describe("A fleet sharing a staged ring", Ordered, func() {
+	const ns, ringName = "staged", "web"
+	var f *fleet.Fleet
+	dumpOnFailure(&f)
+
+	BeforeAll(func(ctx SpecContext) {
+		ring, err := env.Cluster.CreateRing(ctx, fleet.RingSpec{
+			Namespace: ns, Name: ringName,
+			RotationInterval: time.Minute,
+			// Above the largest delivery delay: every replica holds a key
+			// before any replica encrypts with it.
+			ActivationDelay: 2 * maxDelay,
+			RetainedKeys:    3,
+		})
+		Expect(err).NotTo(HaveOccurred())
+		f, err = env.StartFleet(ctx, fleet.FleetConfig{
+			Name: "staged", Delays: fleet.Spread(replicas, maxDelay),
+			Namespace: ns, Secret: ring.ProjectionSecretName(),
+		})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(f.Stop)
+		_, err = f.WaitServing(ctx, "serving the ring's first epoch", fleet.ServingKey(fleet.ActiveKey(ring), ring.Status.Epoch))
+		Expect(err).NotTo(HaveOccurred())
+	}, NodeTimeout(2*time.Minute))
+
+	It("resumes every reconnect, on whichever replica, through three rotations", func(ctx SpecContext) {
+		first, err := env.Cluster.GetRing(ctx, ns, ringName)
+		Expect(err).NotTo(HaveOccurred())
+		load := fleet.StartLoad(ctx, f.LoadConfig(tls.VersionTLS13, clients, connsPerClient, interval))
+		defer load.Stop()
+
+		rots := rotateBackToBack(ctx, ns, ringName, rotations)
+		last := rots[len(rots)-1]
+		_, err = f.WaitServing(ctx, "serving "+last.To, fleet.ServingKey(last.To, last.Epoch))
+		Expect(err).NotTo(HaveOccurred())
+		awaitMore(ctx, load, time.Now(), 5)
+		res := load.Stop()
+
+		sum := res.Summary()
+		GinkgoWriter.Printf("%d connections, %d reconnects (%d to another replica), %d resumed (%.2f%%), %d full, %d failed; active keys seen %v\n",
+			sum.Conns, sum.Reconnects, sum.Moved, sum.Resumed, 100*sum.ResumptionRate(), sum.Full, sum.Failures, res.ActiveKeys())
+		Expect(sum.Failures).To(BeZero(), "failed connections: %v", res.Errors())
+		Expect(sum.Reconnects).To(BeNumerically(">=", 1000))
+		// Round robin under jittered clients: most reconnects reach another
+		// replica than the one that issued the client's ticket.
+		Expect(sum.Moved).To(BeNumerically(">=", sum.Reconnects/2))
+		Expect(sum.ResumptionRate()).To(BeNumerically(">=", 0.995),
+			"%d of %d reconnects paid a full handshake; by replica: %v", sum.Full, sum.Reconnects, byReplica(f, res))
+		Expect(float64(sum.MovedResumed)/float64(sum.Moved)).To(BeNumerically(">=", 0.995),
+			"of %d reconnects to another replica, %d resumed", sum.Moved, sum.MovedResumed)
+
+		// The load ran through every key: each encrypted tickets that the
+		// other replicas then resumed.
+		keys := []string{fleet.ActiveKey(first)}
+		for _, r := range rots {
+			keys = append(keys, r.To)
+		}
+		Expect(res.ActiveKeys()).To(ContainElements(keys))
+		for i, r := range f.Replicas {
+			Expect(res.ByBackend()[r.Addr].Resumed).To(BeNumerically(">", 0), "replica %d resumed nothing", i)
+		}
+	}, NodeTimeout(2*time.Minute))
+
+	It("no longer resumes a ticket on any replica once its key has expired", func(ctx SpecContext) {
+		ring, err := env.Cluster.WaitRing(ctx, ns, ringName, "Ready", fleet.Ready)
+		Expect(err).NotTo(HaveOccurred())
+		old := fleet.ActiveKey(ring)
+		_, err = f.WaitServing(ctx, "serving "+old, fleet.ServingKey(old, ring.Status.Epoch))
+		Expect(err).NotTo(HaveOccurred())
+
+		By("capturing a ticket issued under the active key " + old)
+		kept := &firstTicket{}
+		first := fleet.Connect(ctx, f.Replicas[0].Addr, clientConfig(kept), 5*time.Second)
+		Expect(first.Err).To(BeEmpty())
+		Expect(first.ActiveKey).To(Equal(old))
+		Expect(kept.Held()).To(BeTrue())
+		Expect(resumesOn(ctx, f, kept)).To(HaveEach(true), "a fresh ticket resumes everywhere")
+
+		By("retiring " + old + ": it stays on every replica, decrypt-only")
+		rot, err := env.Cluster.Rotate(ctx, ns, ringName)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(rot.From).To(Equal(old))
+		_, err = f.WaitServing(ctx, "serving "+rot.To, fleet.ServingKey(rot.To, rot.Epoch))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(resumesOn(ctx, f, kept)).To(HaveEach(true), "a retained key still decrypts")
+
+		By("expiring " + old + ": retainedKeys 0 expires every retired key at once")
+		ring, err = env.Cluster.SetRetainedKeys(ctx, ns, ringName, 0)
+		Expect(err).NotTo(HaveOccurred())
+		for _, k := range ring.Status.Keys {
+			Expect(k.ID).NotTo(Equal(old), "status still lists the expired key")
+		}
+		sts, err := f.WaitServing(ctx, "without "+old, func(st agent.Status) bool {
+			return st.Epoch >= ring.Status.Epoch && !fleet.Holds(st, old)
+		})
+		Expect(err).NotTo(HaveOccurred())
+		GinkgoWriter.Printf("After expiry:\n%s", fleet.DescribeHealth(sts))
+		Expect(resumesOn(ctx, f, kept)).To(HaveEach(false), "a ticket under an expired key resumed")
+
+		By("checking that resumption itself still works on every replica")
+		fresh := &firstTicket{}
+		Expect(fleet.Connect(ctx, f.Replicas[0].Addr, clientConfig(fresh), 5*time.Second).Err).To(BeEmpty())
+		Expect(resumesOn(ctx, f, fresh)).To(HaveEach(true))
+	}, NodeTimeout(time.Minute))
+})
+
+var _ = Describe("A fleet whose activationDelay is below its delivery delay", Ordered, func() {
+	const ns, ringName = "unstaged", "web"
+	var f *fleet.Fleet
+	dumpOnFailure(&f)
+
+	BeforeAll(func(ctx SpecContext) {
+		ring, err := env.Cluster.CreateRing(ctx, fleet.RingSpec{
+			Namespace: ns, Name: ringName,
+			RotationInterval: time.Minute,
+			// Below the slower replicas' delays: a key can encrypt on the
+			// first replica before the last one has it.
+			ActivationDelay: 0,
+			RetainedKeys:    3,
+		})
+		Expect(err).NotTo(HaveOccurred())
+		f, err = env.StartFleet(ctx, fleet.FleetConfig{
+			Name: "unstaged", Delays: fleet.Spread(replicas, maxDelay),
+			Namespace: ns, Secret: ring.ProjectionSecretName(),
+		})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(f.Stop)
+		_, err = f.WaitServing(ctx, "serving the ring's first epoch", fleet.ServingKey(fleet.ActiveKey(ring), ring.Status.Epoch))
+		Expect(err).NotTo(HaveOccurred())
+	}, NodeTimeout(2*time.Minute))
+
+	It("fails resumptions on the replicas a new key has not reached, and on no other", func(ctx SpecContext) {
+		load := fleet.StartLoad(ctx, f.LoadConfig(tls.VersionTLS13, clients, connsPerClient, interval))
+		defer load.Stop()
+
+		rots := rotateBackToBack(ctx, ns, ringName, rotations)
+		last := rots[len(rots)-1]
+		_, err := f.WaitServing(ctx, "serving "+last.To, fleet.ServingKey(last.To, last.Epoch))
+		Expect(err).NotTo(HaveOccurred())
+		awaitMore(ctx, load, time.Now(), 5)
+		res := load.Stop()
+
+		sum := res.Summary()
+		GinkgoWriter.Printf("%d connections, %d reconnects (%d to another replica), %d resumed (%.2f%%), %d full, %d failed; by replica: %v\n",
+			sum.Conns, sum.Reconnects, sum.Moved, sum.Resumed, 100*sum.ResumptionRate(), sum.Full, sum.Failures, byReplica(f, res))
+		Expect(sum.Failures).To(BeZero(), "a failed resumption falls back to a full handshake; it never fails one: %v", res.Errors())
+		Expect(sum.Full).To(BeNumerically(">", 0), "no resumption failed although keys encrypted before they were delivered")
+		// Replica 0 receives each key first, so it holds every key any
+		// replica encrypts with: the failures are the delivery lag's.
+		Expect(res.ByBackend()[f.Replicas[0].Addr].Full).To(BeZero(), "the replica without delivery delay failed a resumption")
+	}, NodeTimeout(2*time.Minute))
+})
+
+// rotateBackToBack requests n rotations, each as soon as the operator has
+// handled the previous one (the staged key promoted, a new one staged): as
+// fast as the ring's activationDelay lets them go, without waiting for the
+// fleet. Delivery is the operator's schedule's problem, not the caller's.
+func rotateBackToBack(ctx context.Context, ns, name string, n int) []fleet.Rotation {
+	GinkgoHelper()
+	var rots []fleet.Rotation
+	for range n {
+		rot, err := env.Cluster.Rotate(ctx, ns, name)
+		Expect(err).NotTo(HaveOccurred())
+		GinkgoWriter.Printf("Rotated %s/%s at epoch %d: %s -> %s, staged %s\n", ns, name, rot.Epoch, rot.From, rot.To, rot.Staged)
+		rots = append(rots, rot)
+	}
+	return rots
+}
+
+// awaitMore waits until every client of the load has made n more successful
+// connections since t, so that the load covers the fleet's final state too.
+func awaitMore(ctx context.Context, load *fleet.Load, t time.Time, n int) {
+	GinkgoHelper()
+	Eventually(ctx, func() map[int]int {
+		per := map[int]int{}
+		for _, s := range load.Result().Since(t).Samples {
+			if s.Err == "" {
+				per[s.Client]++
+			}
+		}
+		return per
+	}).WithPolling(100 * time.Millisecond).Should(And(HaveLen(clients), HaveEach(BeNumerically(">=", n))))
+}
+
+// byReplica renders full handshakes and reconnects per replica.
+func byReplica(f *fleet.Fleet, res fleet.Result) string {
+	out := ""
+	for i, r := range f.Replicas {
+		s := res.ByBackend()[r.Addr]
+		out += fmt.Sprintf("[replica %d (+%s): %d full of %d] ", i, r.Delay, s.Full, s.Reconnects)
+	}
+	return out
+}
+
+// resumesOn connects to each replica directly with cache and reports, per
+// replica, whether the handshake resumed. A failed connection fails the
+// spec: a ticket a replica cannot decrypt must cost a full handshake, never
+// the connection.
+func resumesOn(ctx context.Context, f *fleet.Fleet, cache tls.ClientSessionCache) []bool {
+	GinkgoHelper()
+	out := make([]bool, len(f.Replicas))
+	for i, r := range f.Replicas {
+		s := fleet.Connect(ctx, r.Addr, clientConfig(cache), 5*time.Second)
+		Expect(s.Err).To(BeEmpty(), "replica %d", i)
+		out[i] = s.Resumed
+	}
+	return out
+}
+
+func clientConfig(cache tls.ClientSessionCache) *tls.Config {
+	return &tls.Config{
+		ServerName: fleet.ServerName, RootCAs: env.PKI.Roots,
+		MinVersion: tls.VersionTLS13, ClientSessionCache: cache,
+		NextProtos: []string{"http/1.1"},
+	}
+}
+
+// firstTicket is a session cache that keeps the first ticket it is given
+// and ignores every later one, so each connection presents that same ticket,
+// however old, as a client holding on to a session would.
+type firstTicket struct {
+	mu sync.Mutex
+	cs *tls.ClientSessionState
+}
+
+func (c *firstTicket) Get(string) (*tls.ClientSessionState, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cs, c.cs != nil
+}
+
+func (c *firstTicket) Put(_ string, cs *tls.ClientSessionState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cs == nil && cs != nil {
+		c.cs = cs
+	}
+}
+
+// Held reports whether a ticket was kept.
+func (c *firstTicket) Held() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cs != nil
+}
