@@ -542,3 +542,31 @@ func TestUnmended(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkEvaluate judges one certificate against a policy using every
+// rule: a full evaluation of a policy costs this times the certificates it
+// selects.
+func BenchmarkEvaluate(b *testing.B) {
+	c := parsed(b, spec{key: p256, dns: []string{"a.example.com", "b.example.com"}, ips: []string{"10.0.0.1"}})
+	p := certpolicy.Policy{
+		MaxValidity: 90 * day, MinRemainingValidity: 15 * day, MaxKeyAge: 90 * day, RequireKeyRotation: true,
+		KeyAlgorithms:   []certpolicy.AllowedKey{{Algorithm: certpolicy.RSA, MinSize: 2048}, {Algorithm: certpolicy.ECDSA, MinSize: 256}},
+		AllowedDNSNames: []string{"www.example.org", "**.example.com"},
+		AllowedIPRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+	}
+	s := certpolicy.Subject{Cert: c, KeySince: c.NotBefore, CertManager: &certpolicy.CertManager{}}
+	for b.Loop() {
+		certpolicy.Evaluate(p, s, t0)
+	}
+}
+
+// BenchmarkParse reads a tls.crt: what observing one changed Secret costs
+// besides its evaluations.
+func BenchmarkParse(b *testing.B) {
+	data := issue(b, spec{key: p256, dns: []string{"a.example.com"}})
+	for b.Loop() {
+		if _, err := certpolicy.Parse(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
