@@ -47,13 +47,15 @@ func StartCluster(ctx context.Context, sup *Supervisor, bins Binaries, work stri
 	if err != nil {
 		return nil, err
 	}
+	// It stops kube-apiserver and etcd in turn, envtest allowing each 20s.
+	cp.Grace = time.Minute
 	ready, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
 	if _, err := cp.WaitLine(ready, "ready"); err != nil {
 		return nil, err
 	}
-	for _, kid := range children(cp.PID) {
-		sup.Track(commName(kid), kid)
+	for _, pid := range descendants(cp.PID) {
+		sup.Track(commName(pid), pid)
 	}
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)

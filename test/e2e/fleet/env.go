@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 )
 
 // Options configure an Env.
@@ -27,6 +28,10 @@ type Options struct {
 	KeepWork bool
 	// Progress, if set, receives one line per step of Setup.
 	Progress io.Writer
+	// PIDFile, if set, receives from Close the pid and name of every
+	// process the environment started or saw started, one a line, so that
+	// a caller can check with ps that none is left.
+	PIDFile string
 }
 
 // Env is a running control plane and operator, ready for fleets.
@@ -39,7 +44,11 @@ type Env struct {
 	Operator *Proc
 	PKI      *PKI
 
-	keep bool
+	keep    bool
+	pidFile string
+
+	mu     sync.Mutex
+	fleets []*Fleet
 }
 
 // Setup builds the binaries, starts the control plane, installs the CRDs and
@@ -52,7 +61,7 @@ func Setup(ctx context.Context, opts Options) (env *Env, err error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{Work: work, Sup: NewSupervisor(work), keep: opts.KeepWork}
+	e := &Env{Work: work, Sup: NewSupervisor(work), keep: opts.KeepWork, pidFile: opts.PIDFile}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, e.Close())
@@ -87,7 +96,23 @@ func Setup(ctx context.Context, opts Options) (env *Env, err error) {
 // running: that is an error. It removes the work directory unless asked to
 // keep it.
 func (e *Env) Close() error {
-	errs := []error{e.Sup.StopAll()}
+	// Fleets first: a syncer's open watch would hold up kube-apiserver's
+	// shutdown.
+	var errs []error
+	e.mu.Lock()
+	fleets := e.fleets
+	e.mu.Unlock()
+	for _, f := range fleets {
+		errs = append(errs, f.Stop())
+	}
+	errs = append(errs, e.Sup.StopAll())
+	if e.pidFile != "" {
+		var b strings.Builder
+		for _, p := range e.Sup.Tracked() {
+			fmt.Fprintf(&b, "%d %s\n", p.ID, p.Name)
+		}
+		errs = append(errs, os.WriteFile(e.pidFile, []byte(b.String()), 0o644))
+	}
 	if left := e.Sup.Leftovers(); len(left) > 0 {
 		names := make([]string, len(left))
 		for i, p := range left {

@@ -48,10 +48,12 @@ type Fleet struct {
 	Syncer   *Syncer // nil without ticket keys
 	LB       *Balancer
 
-	pki    *PKI
-	health *http.Client
-	stop   context.CancelFunc
-	wg     sync.WaitGroup
+	pki      *PKI
+	health   *http.Client
+	stop     context.CancelFunc
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // StartFleet starts the syncer, waits until every replica's volume holds its
@@ -71,6 +73,9 @@ func (e *Env) StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	}}
 	syncCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	f.stop = stop
+	e.mu.Lock()
+	e.fleets = append(e.fleets, f)
+	e.mu.Unlock()
 	var targets []Target
 	for i, d := range cfg.Delays {
 		dir := filepath.Join(e.Work, cfg.Name, fmt.Sprintf("replica-%d", i))
@@ -172,8 +177,14 @@ func (f *Fleet) waitFirstDelivery(ctx context.Context) error {
 }
 
 // Stop stops the balancer, the replicas and the syncer, each replica by its
-// own pid. It is safe to call on a fleet that failed to start.
+// own pid. It is safe to call on a fleet that failed to start, and more than
+// once.
 func (f *Fleet) Stop() error {
+	f.stopOnce.Do(func() { f.stopErr = f.stopNow() })
+	return f.stopErr
+}
+
+func (f *Fleet) stopNow() error {
 	var errs []error
 	if f.LB != nil {
 		errs = append(errs, f.LB.Close())

@@ -118,6 +118,31 @@ func TestSupervisorStopsByPID(t *testing.T) {
 	}
 }
 
+// TestSupervisorEndsOrphans stops a shell that dies on SIGTERM and leaves
+// its child behind, as hack/controlplane does before its signal handler is
+// in place: the child must be found and ended too.
+func TestSupervisorEndsOrphans(t *testing.T) {
+	sup := NewSupervisor(t.TempDir())
+	p, err := sup.Start("parent", "/bin/sh", []string{"-c", "sleep 300 & echo started; wait"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.WaitLine(ctx, "started"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sup.StopAll(); err != nil {
+		t.Errorf("StopAll: %v", err)
+	}
+	if tracked := sup.Tracked(); len(tracked) != 2 {
+		t.Errorf("tracked %v, want the shell and its child", tracked)
+	}
+	if left := sup.Leftovers(); len(left) != 0 {
+		t.Errorf("left running: %v", left)
+	}
+}
+
 func TestSpread(t *testing.T) {
 	got := Spread(4, 3*time.Second)
 	want := []time.Duration{0, time.Second, 2 * time.Second, 3 * time.Second}

@@ -17,8 +17,7 @@ import (
 )
 
 // stopGrace is how long a process has to exit after SIGTERM before it is
-// killed. The control plane needs the longest: it stops kube-apiserver and
-// etcd in turn.
+// killed, unless Proc.Grace says otherwise.
 const stopGrace = 15 * time.Second
 
 // Supervisor starts the harness's processes and ends every one of them by its
@@ -52,7 +51,11 @@ type Proc struct {
 	Name string
 	PID  int
 	Log  string
+	// Grace is how long Stop waits after SIGTERM before SIGKILL; zero means
+	// stopGrace. Set it before Stop.
+	Grace time.Duration
 
+	sup  *Supervisor
 	cmd  *exec.Cmd
 	done chan struct{} // closed once the process has been reaped
 	err  error         // Wait's result, set before done closes
@@ -80,24 +83,30 @@ func (s *Supervisor) Start(name, bin string, args []string, env ...string) (*Pro
 	// child behind the harness's back: the harness, told of it, stops each
 	// process in turn.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	stdout, err := cmd.StdoutPipe()
+	// A pipe of our own rather than StdoutPipe: Wait must not wait for the
+	// pipe to close, which a grandchild holding it open would delay.
+	stdout, w, err := os.Pipe()
 	if err != nil {
 		logFile.Close()
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	cmd.Stdout = w
+	err = cmd.Start()
+	w.Close() // the child has its own copy
+	if err != nil {
+		stdout.Close()
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &Proc{Name: name, PID: cmd.Process.Pid, Log: logPath, cmd: cmd, done: make(chan struct{}), grew: make(chan struct{})}
+	p := &Proc{Name: name, PID: cmd.Process.Pid, Log: logPath, sup: s, cmd: cmd, done: make(chan struct{}), grew: make(chan struct{})}
 	s.mu.Lock()
 	s.procs = append(s.procs, p)
 	s.mu.Unlock()
 	s.Track(name, p.PID)
 
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
+	var writers sync.WaitGroup // of logFile
+	writers.Go(func() {
+		defer stdout.Close()
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			line := sc.Text()
@@ -109,26 +118,35 @@ func (s *Supervisor) Start(name, bin string, args []string, env ...string) (*Pro
 			p.mu.Unlock()
 		}
 		_, _ = io.Copy(logFile, stdout) // a line longer than the scanner's buffer
-	}()
-	go func() {
-		<-copied // Wait closes stdout: let the copy finish first
+	})
+	writers.Go(func() {
 		p.err = cmd.Wait()
-		logFile.Close()
 		close(p.done)
+	})
+	go func() {
+		writers.Wait()
+		logFile.Close()
 	}()
 	return p, nil
 }
 
 // Track records a process the harness did not start itself but must see
-// gone, such as a child of one of its processes.
-func (s *Supervisor) Track(name string, pid int) {
+// gone, such as a child of one of its processes, and returns it.
+func (s *Supervisor) Track(name string, pid int) (PID, bool) {
 	start, err := startTime(pid)
 	if err != nil {
-		return // already gone
+		return PID{}, false // already gone
 	}
+	p := PID{Name: name, ID: pid, start: start}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.tracked = append(s.tracked, PID{Name: name, ID: pid, start: start})
+	for _, t := range s.tracked {
+		if t.ID == p.ID && t.start == p.start {
+			return t, true
+		}
+	}
+	s.tracked = append(s.tracked, p)
+	return p, true
 }
 
 // Tracked returns every process recorded so far.
@@ -217,18 +235,38 @@ func (p *Proc) Exited() (bool, error) {
 }
 
 // Stop sends SIGTERM to the process's own pid and waits for it, and sends
-// SIGKILL if it has not exited after stopGrace. A process that exited by
+// SIGKILL if it has not exited after its Grace. A process that exited by
 // itself is only reaped. An exit caused by the SIGTERM is not an error.
+//
+// The process's descendants are ended too, each by its own pid, should it
+// leave them behind: hack/controlplane, stopped before it has installed its
+// signal handler (while kube-apiserver starts), dies at once and orphans
+// etcd and kube-apiserver. To list them without a race, the process is
+// frozen with SIGSTOP while its tree is read, so that it cannot start one
+// unseen, and only then terminated and continued.
 func (p *Proc) Stop() error {
+	var tree []PID
 	if exited, _ := p.Exited(); !exited {
+		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		for _, pid := range descendants(p.PID) {
+			if t, ok := p.sup.Track(commName(pid), pid); ok {
+				tree = append(tree, t)
+			}
+		}
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	defer endOrphans(tree)
+	grace := p.Grace
+	if grace == 0 {
+		grace = stopGrace
 	}
 	select {
 	case <-p.done:
-	case <-time.After(stopGrace):
+	case <-time.After(grace):
 		_ = p.cmd.Process.Kill()
 		<-p.done
-		return fmt.Errorf("%s (pid %d) ignored SIGTERM for %s and was killed", p.Name, p.PID, stopGrace)
+		return fmt.Errorf("%s (pid %d) ignored SIGTERM for %s and was killed", p.Name, p.PID, grace)
 	}
 	var exit *exec.ExitError
 	if errors.As(p.err, &exit) {
@@ -311,13 +349,46 @@ func parseStat(s string) ([]string, error) {
 	return f, nil
 }
 
-// children returns the pids whose parent is pid.
-func children(pid int) []int {
+// endOrphans waits for processes whose parent has exited to go by
+// themselves, as a parent's clean stop makes them, and ends those that do
+// not: SIGTERM by pid, then SIGKILL after stopGrace.
+func endOrphans(procs []PID) {
+	alive := func() []PID {
+		var a []PID
+		for _, p := range procs {
+			if p.Alive() {
+				a = append(a, p)
+			}
+		}
+		return a
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for len(alive()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		left := alive()
+		if len(left) == 0 {
+			return
+		}
+		for _, p := range left {
+			_ = syscall.Kill(p.ID, sig)
+		}
+		deadline := time.Now().Add(stopGrace)
+		for len(alive()) > 0 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// descendants returns the pids of every process below pid: its children,
+// theirs, and so on.
+func descendants(pid int) []int {
+	parent := map[int][]int{}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	var kids []int
 	for _, e := range entries {
 		id, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -327,11 +398,15 @@ func children(pid int) []int {
 		if err != nil {
 			continue
 		}
-		if ppid, _ := strconv.Atoi(f[1]); ppid == pid { // field 4
-			kids = append(kids, id)
-		}
+		ppid, _ := strconv.Atoi(f[1]) // field 4
+		parent[ppid] = append(parent[ppid], id)
 	}
-	return kids
+	var out []int
+	for queue := parent[pid]; len(queue) > 0; queue = queue[1:] {
+		out = append(out, queue[0])
+		queue = append(queue, parent[queue[0]]...)
+	}
+	return out
 }
 
 // commName is the command name of pid, for naming tracked children.
