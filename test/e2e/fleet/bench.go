@@ -1,0 +1,320 @@
+package fleet
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"text/tabwriter"
+	"time"
+)
+
+// BenchConfig shapes make bench-fleet.
+type BenchConfig struct {
+	// Replicas is N, the size of each fleet.
+	Replicas int
+	// Clients reconnect concurrently, each every Interval on average.
+	Clients  int
+	Interval time.Duration
+	// Duration is how long each variant is under load per TLS version, in
+	// Rounds windows. The load is bounded by count: Duration/Interval
+	// connections per client in all.
+	Duration time.Duration
+	Rounds   int
+	// MaxDelay is the slowest replica's delivery delay; the others spread
+	// evenly from 0.
+	MaxDelay time.Duration
+	// RotateEvery is the rotation period of the variants that rotate.
+	RotateEvery time.Duration
+	// Versions are the TLS versions to run, in order.
+	Versions []uint16
+}
+
+// Variant names one way of keying a fleet.
+type Variant int
+
+// The variants make bench-fleet compares.
+const (
+	// Staged is ringmaster: one shared ring, each key staged for
+	// activationDelay (above the slowest delivery) before it encrypts.
+	Staged Variant = iota
+	// PerReplica is Go's default: each replica's crypto/tls keeps keys of
+	// its own.
+	PerReplica
+	// Unstaged shares keys without staging: a new key encrypts at once.
+	Unstaged
+)
+
+var variants = []Variant{Staged, PerReplica, Unstaged}
+
+func (v Variant) String() string {
+	return [...]string{"(i) ringmaster, shared staged ring", "(ii) Go default, per-replica keys", "(iii) shared keys, no staging"}[v]
+}
+
+func (v Variant) short() string { return [...]string{"(i)", "(ii)", "(iii)"}[v] }
+
+// BenchRow is one variant's figures under one TLS version, over every round.
+type BenchRow struct {
+	Variant Variant
+	Version uint16
+	// Summary counts every round's connections together.
+	Summary Summary
+	// Rotations counts the rotations that happened while the variant was
+	// under load.
+	Rotations int
+	// CPUPer1k is the replicas' processor time (user plus system, summed
+	// over the replica processes) per 1,000 reconnects: the median of the
+	// rounds, which damps the noise of other work on the machine.
+	CPUPer1k float64
+	// CPU is the replicas' processor time over every round.
+	CPU time.Duration
+}
+
+// benchFleet is a fleet under test and, for the variants that rotate, its
+// rotator's record.
+type benchFleet struct {
+	variant Variant
+	fleet   *Fleet
+	rotate  func(context.Context) error
+
+	mu        sync.Mutex
+	rotations []time.Time
+	rotErr    error
+}
+
+func (b *benchFleet) rotationsIn(from, to time.Time) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, t := range b.rotations {
+		if !t.Before(from) && t.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// Bench starts one fleet per variant and puts each under the same load in
+// turn, Rounds times per TLS version, the variants' order shifting from round
+// to round, so that a change in the machine's other work weighs on every
+// variant alike. The rotating fleets rotate every RotateEvery throughout. It
+// writes one table per TLS version to out, and progress to progress.
+func (e *Env) Bench(ctx context.Context, cfg BenchConfig, out, progress io.Writer) ([]BenchRow, error) {
+	if cfg.Rounds < 1 {
+		cfg.Rounds = 1
+	}
+	delays := Spread(cfg.Replicas, cfg.MaxDelay)
+	activation := cfg.MaxDelay + time.Second
+	if cfg.RotateEvery < activation+2*time.Second {
+		return nil, fmt.Errorf("a rotation every %s is too short: ringmaster's rotate-now takes activationDelay %s and a second", cfg.RotateEvery, activation)
+	}
+	var fleets []*benchFleet
+	defer func() {
+		for _, b := range fleets {
+			b.fleet.Stop()
+		}
+	}()
+	for _, v := range variants {
+		fmt.Fprintf(progress, "Starting %d replicas for %s\n", cfg.Replicas, v)
+		b, err := e.startBenchFleet(ctx, v, delays, activation)
+		if err != nil {
+			return nil, err
+		}
+		fleets = append(fleets, b)
+	}
+	rotCtx, stopRotating := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stopRotating(); wg.Wait() }()
+	for _, b := range fleets {
+		if b.rotate != nil {
+			wg.Go(func() { b.rotateEvery(rotCtx, cfg.RotateEvery) })
+		}
+	}
+
+	window := cfg.Duration / time.Duration(cfg.Rounds)
+	conns := max(1, int(window/cfg.Interval))
+	var rows []BenchRow
+	for _, ver := range cfg.Versions {
+		perRound := map[Variant][]float64{}
+		merged := map[Variant]*BenchRow{}
+		results := map[Variant]*Result{}
+		for round := range cfg.Rounds {
+			for k := range variants {
+				b := fleets[(round+k)%len(fleets)]
+				start := time.Now()
+				before, err := b.fleet.CPU()
+				if err != nil {
+					return nil, err
+				}
+				res := StartLoad(ctx, b.fleet.LoadConfig(ver, cfg.Clients, conns, cfg.Interval)).Wait()
+				after, err := b.fleet.CPU()
+				if err != nil {
+					return nil, err
+				}
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				if err := b.err(); err != nil {
+					return nil, fmt.Errorf("%s: rotate: %w", b.variant, err)
+				}
+				s := res.Summary()
+				if s.Reconnects == 0 {
+					return nil, fmt.Errorf("%s: the load made no reconnect: %v", b.variant, res.Errors())
+				}
+				row := merged[b.variant]
+				if row == nil {
+					row = &BenchRow{Variant: b.variant, Version: ver}
+					merged[b.variant], results[b.variant] = row, &Result{}
+				}
+				results[b.variant].Samples = append(results[b.variant].Samples, res.Samples...)
+				rots := b.rotationsIn(start, time.Now())
+				row.Rotations += rots
+				row.CPU += after - before
+				perRound[b.variant] = append(perRound[b.variant], (after-before).Seconds()*1000/float64(s.Reconnects))
+				fmt.Fprintf(progress, "  %s round %d/%d %-36s %5d reconnects, %5.1f%% resumed, %d rotations, %.2f CPU s\n",
+					versionName(ver), round+1, cfg.Rounds, b.variant, s.Reconnects, 100*s.ResumptionRate(), rots, (after - before).Seconds())
+			}
+		}
+		for _, v := range variants {
+			row := merged[v]
+			row.Summary = results[v].Summary()
+			row.CPUPer1k = median(perRound[v])
+			rows = append(rows, *row)
+		}
+	}
+	for _, ver := range cfg.Versions {
+		writeTable(out, cfg, activation, ver, rows)
+	}
+	return rows, nil
+}
+
+func (b *benchFleet) err() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.rotErr
+}
+
+// rotateEvery rotates the fleet's keys every period until ctx ends.
+func (b *benchFleet) rotateEvery(ctx context.Context, period time.Duration) {
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		err := b.rotate(ctx)
+		b.mu.Lock()
+		if err != nil {
+			if ctx.Err() == nil {
+				b.rotErr = err
+			}
+			b.mu.Unlock()
+			return
+		}
+		b.rotations = append(b.rotations, time.Now())
+		b.mu.Unlock()
+	}
+}
+
+// startBenchFleet starts the fleet of variant v with its way of rotating
+// (none for per-replica keys, which crypto/tls rotates daily on its own).
+func (e *Env) startBenchFleet(ctx context.Context, v Variant, delays []time.Duration, activation time.Duration) (*benchFleet, error) {
+	b := &benchFleet{variant: v}
+	var err error
+	switch v {
+	case Staged:
+		const ns = "bench-staged"
+		ring, cerr := e.Cluster.CreateRing(ctx, RingSpec{Namespace: ns, Name: "web", RotationInterval: time.Hour, ActivationDelay: activation, RetainedKeys: 3})
+		if cerr != nil {
+			return nil, cerr
+		}
+		b.fleet, err = e.StartFleet(ctx, FleetConfig{Name: ns, Delays: delays, Namespace: ns, Secret: ring.ProjectionSecretName()})
+		b.rotate = func(ctx context.Context) error {
+			_, err := e.Cluster.Rotate(ctx, ns, "web")
+			return err
+		}
+	case PerReplica:
+		b.fleet, err = e.StartFleet(ctx, FleetConfig{Name: "bench-per-replica", Delays: delays})
+	case Unstaged:
+		const ns, secret = "bench-unstaged", "shared-ticket-keys"
+		pub := NewUnstagedPublisher(e.Cluster, ns, secret, 4)
+		if _, perr := pub.Rotate(ctx); perr != nil {
+			return nil, perr
+		}
+		b.fleet, err = e.StartFleet(ctx, FleetConfig{Name: ns, Delays: delays, Namespace: ns, Secret: secret})
+		b.rotate = func(ctx context.Context) error {
+			_, err := pub.Rotate(ctx)
+			return err
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+func writeTable(out io.Writer, cfg BenchConfig, activation time.Duration, ver uint16, rows []BenchRow) {
+	byVariant := map[Variant]BenchRow{}
+	for _, r := range rows {
+		if r.Version == ver {
+			byVariant[r.Variant] = r
+		}
+	}
+	fmt.Fprintf(out, "\n%s, N=%d replicas, %d clients, %d rounds of %s per variant; delivery delays 0-%s, a rotation every %s, ringmaster activationDelay %s\n\n",
+		versionName(ver), cfg.Replicas, cfg.Clients, cfg.Rounds, cfg.Duration/time.Duration(cfg.Rounds), cfg.MaxDelay, cfg.RotateEvery, activation)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "variant\treconnects\tresumed\tfull handshakes\tfailed\trotations\tserver CPU s / 1k reconnects\tp50 latency\tp99 latency\t")
+	for _, v := range variants {
+		r, ok := byVariant[v]
+		if !ok {
+			continue
+		}
+		s := r.Summary
+		fmt.Fprintf(w, "%s\t%d\t%.1f%%\t%d\t%d\t%d\t%.3f\t%s\t%s\t\n", v, s.Reconnects, 100*s.ResumptionRate(), s.Full, s.Failures, r.Rotations,
+			r.CPUPer1k, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond))
+	}
+	w.Flush()
+	i := byVariant[Staged]
+	for _, other := range []Variant{PerReplica, Unstaged} {
+		o, ok := byVariant[other]
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(out, "  (i)/%s: resumption rate %s, full handshakes %s, server CPU per reconnect %s\n", other.short(),
+			ratio(i.Summary.ResumptionRate(), o.Summary.ResumptionRate()),
+			ratio(float64(i.Summary.Full), float64(o.Summary.Full)),
+			ratio(i.CPUPer1k, o.CPUPer1k))
+	}
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "n/a (divisor 0)"
+	}
+	return fmt.Sprintf("x%.2f", a/b)
+}
+
+func versionName(v uint16) string {
+	switch v {
+	case tls.VersionTLS13:
+		return "TLS 1.3"
+	case tls.VersionTLS12:
+		return "TLS 1.2"
+	}
+	return fmt.Sprintf("TLS %#x", v)
+}
