@@ -299,7 +299,6 @@ func (a *Agent) report(errs []*loadError, now time.Time) {
 	causes := make(map[string]bool, len(errs))
 	msgs := make([]error, 0, len(errs))
 	for _, e := range errs {
-		a.errorCounts[e.reason].Add(1)
 		cause := e.reason.String() + ": " + e.err.Error()
 		causes[cause] = true
 		msgs = append(msgs, e.err)
@@ -316,6 +315,11 @@ func (a *Agent) report(errs []*loadError, now time.Time) {
 		return
 	}
 	a.lastErr.Store(&failure{msg: errors.Join(msgs...).Error(), at: now})
+	// Counted last, so that whoever sees the counter rise also finds the
+	// error in Status and the log line written.
+	for _, e := range errs {
+		a.errorCounts[e.reason].Add(1)
+	}
 }
 
 // publish builds one config per TLSConfig caller from s and stores them.
