@@ -8,6 +8,9 @@ CONTROLLER_GEN_VERSION := v0.23.0
 CONTROLLER_GEN := $(BIN)/controller-gen
 # Go test flags; e.g. make test TESTFLAGS='-run TestX -v'.
 TESTFLAGS ?=
+# Flags of make bench-fleet and make demo, e.g. FLEETFLAGS='-n 8 -clients 32 -tls 1.2';
+# go run ./hack/fleet bench -h (or demo -h) lists them.
+FLEETFLAGS ?=
 # Benchmark time per variant, and runs per benchmark (benchratio takes medians).
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 5
@@ -41,13 +44,21 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate vet envtest ## Run every test: pure packages, the envtest suite on a real API server, the agent over real TLS.
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test ./... -count=1 $(TESTFLAGS)
+test: manifests generate vet envtest vault ## Run every test: pure packages, envtest suite on a real API server, real Vault, agent over real TLS.
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" go test ./... -count=1 $(TESTFLAGS)
+
+.PHONY: test-e2e
+test-e2e: manifests generate envtest ## Run only the end-to-end suite (make test runs it too): control plane, operator binary, a fleet of agent servers under load.
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test ./test/e2e/ -count=1 -v -ginkgo.v $(TESTFLAGS)
 
 .PHONY: bench
 bench: ## Run the agent benchmarks and print the ratios against the baselines of the same run.
 	@mkdir -p $(BIN)
 	go test ./pkg/agent/ -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -benchmem | tee $(BIN)/bench.txt | go run ./hack/benchratio
+
+.PHONY: bench-fleet
+bench-fleet: envtest ## Compare a fleet's resumption and server CPU: ringmaster's staged ring, per-replica keys, shared keys without staging; TLS 1.3 and 1.2.
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/fleet bench $(FLEETFLAGS)
 
 .PHONY: verify
 verify: manifests generate fmt ## Regenerate everything and fail if the tree changes.
@@ -65,8 +76,8 @@ run: manifests generate ## Run the operator against the current kubeconfig.
 	go run . --leader-elect=false
 
 .PHONY: demo
-demo: ## Start a local control plane, the operator and a ring; rotate it; tear it all down.
-	hack/demo.sh
+demo: ## The fleet story: control plane, operator, a ring, four agent servers behind a load balancer resuming through rotations; then all stopped.
+	DEMOFLAGS="$(FLEETFLAGS)" hack/demo.sh
 
 ##@ Deployment
 
@@ -83,6 +94,10 @@ uninstall: manifests ## Remove the CRDs.
 .PHONY: envtest
 envtest: ## Build kube-apiserver, kubectl and etcd from source (cached); print the KUBEBUILDER_ASSETS directory.
 	@hack/envtest.sh
+
+.PHONY: vault
+vault: ## Build the Vault server used by the tests (cached; about 12 minutes cold).
+	@hack/vault.sh >/dev/null
 
 .PHONY: controller-gen
 controller-gen: ## Build controller-gen (cached).

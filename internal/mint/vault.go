@@ -190,6 +190,10 @@ func (v *Vault) authenticate(ctx context.Context) error {
 		return fail(v1alpha1.ReasonVaultConfig, "no vault auth method configured")
 	}
 	resp, err := v.login.Login(ctx, v.client)
+	var re *vault.ResponseError
+	if errors.As(err, &re) && re.StatusCode >= 400 && re.StatusCode < 500 {
+		return fail(v1alpha1.ReasonVaultPermissionDenied, "vault refused the login (HTTP %d): check the auth role and its credentials", re.StatusCode)
+	}
 	if err != nil {
 		return classify("log in to vault", err)
 	}
