@@ -44,8 +44,8 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate vet envtest vault ## Run every test: pure packages, envtest suite on a real API server, real Vault, agent over real TLS.
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" go test ./... -count=1 $(TESTFLAGS)
+test: manifests generate vet envtest vault cert-manager ## Run every test: pure packages, envtest suites on a real API server, real Vault, real cert-manager, agent over real TLS.
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_CERT_MANAGER="$$(hack/certmanager.sh)" go test ./... -count=1 $(TESTFLAGS)
 
 .PHONY: test-e2e
 test-e2e: manifests generate envtest ## Run only the end-to-end suite (make test runs it too): control plane, operator binary, a fleet of agent servers under load.
@@ -98,6 +98,10 @@ envtest: ## Build kube-apiserver, kubectl and etcd from source (cached); print t
 .PHONY: vault
 vault: ## Build the Vault server used by the tests (cached; about 12 minutes cold).
 	@hack/vault.sh >/dev/null
+
+.PHONY: cert-manager
+cert-manager: ## Build cert-manager's controllers for the certificate tests (cached; about 6-9 minutes cold).
+	@hack/certmanager.sh >/dev/null
 
 .PHONY: controller-gen
 controller-gen: ## Build controller-gen (cached).
