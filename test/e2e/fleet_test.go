@@ -38,7 +38,7 @@ var _ = Describe("A fleet sharing a staged ring", Ordered, func() {
 	BeforeAll(func(ctx SpecContext) {
 		ring, err := env.Cluster.CreateRing(ctx, fleet.RingSpec{
 			Namespace: ns, Name: ringName,
-			RotationInterval: time.Minute,
+			RotationInterval: 5 * time.Minute, // no scheduled rotation during the suite: only rotate-now
 			// Above the largest delivery delay: every replica holds a key
 			// before any replica encrypts with it.
 			ActivationDelay: 2 * maxDelay,
@@ -144,7 +144,7 @@ var _ = Describe("A fleet whose activationDelay is below its delivery delay", Or
 	BeforeAll(func(ctx SpecContext) {
 		ring, err := env.Cluster.CreateRing(ctx, fleet.RingSpec{
 			Namespace: ns, Name: ringName,
-			RotationInterval: time.Minute,
+			RotationInterval: 5 * time.Minute, // no scheduled rotation during the suite: only rotate-now
 			// Below the slower replicas' delays: a key can encrypt on the
 			// first replica before the last one has it.
 			ActivationDelay: 0,
