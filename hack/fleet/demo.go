@@ -52,6 +52,7 @@ func demoMain(ctx context.Context, args []string) (err error) {
 	fs.DurationVar(&d.delay, "activation-delay", 5*time.Second, "the ring's activationDelay; keep it above -max-delay")
 	fs.IntVar(&d.rotations, "rotations", 3, "rotations to drive")
 	pids := fs.String("pids", "", "write the pid and name of every process started to this file, for a check with ps afterwards")
+	keep := fs.Bool("keep", false, "keep the work directory (logs of every process, replica volumes, kubeconfig)")
 	_ = fs.Parse(args)
 	d.bold = func(s string) string { return s }
 	if fi, err := os.Stdout.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
@@ -59,7 +60,7 @@ func demoMain(ctx context.Context, args []string) (err error) {
 	}
 
 	d.step("Setting up: nothing here is faked but the kubelet")
-	d.env, err = fleet.Setup(ctx, fleet.Options{LeaderElect: true, Progress: indent{os.Stdout}, PIDFile: *pids})
+	d.env, err = fleet.Setup(ctx, fleet.Options{LeaderElect: true, Progress: indent{os.Stdout}, PIDFile: *pids, KeepWork: *keep})
 	if err != nil {
 		return err
 	}
@@ -77,6 +78,9 @@ func demoMain(ctx context.Context, args []string) (err error) {
 		fmt.Printf("  stopped %s\n", strings.Join(names, ", "))
 		if closeErr == nil {
 			fmt.Println("  none of them is running any more (checked by pid and start time)")
+		}
+		if *keep {
+			fmt.Printf("  logs, volumes and kubeconfig kept in %s\n", d.env.Work)
 		}
 		err = errors.Join(err, closeErr)
 	}()
