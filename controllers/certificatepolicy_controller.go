@@ -349,7 +349,7 @@ func (r *CertificatePolicyReconciler) observeSecret(ctx context.Context, key typ
 	secret := &corev1.Secret{}
 	if err := r.SecretCache.Get(ctx, key, secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.forget(sk)
+			r.forget(ctx, sk)
 			return nil
 		}
 		return err
@@ -359,7 +359,7 @@ func (r *CertificatePolicyReconciler) observeSecret(ctx context.Context, key typ
 		return err
 	}
 	if managed {
-		r.forget(sk)
+		r.forget(ctx, sk)
 		return nil
 	}
 	f := &subjectFacts{key: sk, labels: secret.Labels, issuer: issuerOfSecret(secret)}
@@ -390,13 +390,13 @@ func (r *CertificatePolicyReconciler) observeCertificate(ctx context.Context, ke
 	crt := &cmapi.Certificate{}
 	if err := r.Get(ctx, key, crt); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.forget(sk)
+			r.forget(ctx, sk)
 			return nil
 		}
 		return err
 	}
 	if !crt.DeletionTimestamp.IsZero() {
-		r.forget(sk)
+		r.forget(ctx, sk)
 		return nil
 	}
 	cm := &certpolicy.CertManager{RotationPolicy: certpolicy.RotateAlways}
@@ -464,19 +464,24 @@ func (r *CertificatePolicyReconciler) observe(ctx context.Context, f *subjectFac
 		r.metrics.evaluations.Inc()
 		return certpolicy.Evaluate(state.compiled.rules, f.subject, now), true
 	})
-	r.enqueuePolicies(changed)
+	r.enqueuePolicies(ctx, changed)
 }
 
 // forget removes a certificate that is gone, or now judged as another kind.
-func (r *CertificatePolicyReconciler) forget(sk subjectKey) {
+func (r *CertificatePolicyReconciler) forget(ctx context.Context, sk subjectKey) {
 	r.store.ledger.Release(sk.String())
 	delete(r.renewals, sk)
-	r.enqueuePolicies(r.store.remove(sk))
+	r.enqueuePolicies(ctx, r.store.remove(sk))
 }
 
-func (r *CertificatePolicyReconciler) enqueuePolicies(names []string) {
+// enqueuePolicies has policies aggregated again, after aggregateDelay.
+func (r *CertificatePolicyReconciler) enqueuePolicies(ctx context.Context, names []string) {
 	for _, n := range names {
-		r.policies <- event.TypedGenericEvent[string]{Object: n}
+		select {
+		case r.policies <- event.TypedGenericEvent[string]{Object: n}:
+		case <-ctx.Done(): // shutting down: nobody reads the channel any more
+			return
+		}
 	}
 }
 

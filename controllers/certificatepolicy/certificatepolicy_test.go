@@ -330,6 +330,26 @@ var _ = Describe("CertificatePolicy in Audit mode", func() {
 		}, "spec.selector.issuerRefs[0].name"),
 	)
 
+	It("reports a selector the API server accepts but that does not parse, and recovers", func() {
+		tlsSecret(ctx, ns, "web", issue(certSpec{}), nil)
+		spec := baseline(ns)
+		spec.Selector.LabelSelector = &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: "Near"}}}
+		policy := createPolicy(ctx, "invalid-"+ns, spec)
+		Eventually(func() string {
+			c := condition(getPolicy(ctx, policy.Name), v1alpha1.ConditionReady)
+			if c == nil || c.Status != metav1.ConditionFalse {
+				return ""
+			}
+			return c.Reason + ": " + c.Message
+		}, timeout, poll).Should(HavePrefix(v1alpha1.ReasonInvalidSpec + ": Invalid spec: spec.selector.labelSelector:"))
+		Eventually(func() []eventsv1.Event { return eventsAbout(ctx, "CertificatePolicy", policy.Name) }, timeout, poll).Should(ContainElement(And(
+			HaveField("Reason", v1alpha1.ReasonInvalidSpec), HaveField("Type", corev1.EventTypeWarning))))
+
+		patchPolicy(ctx, policy.Name, func(p *v1alpha1.CertificatePolicy) { p.Spec.Selector.LabelSelector = nil })
+		waitCounts(ctx, policy.Name, counts{Evaluated: 1, Compliant: 1})
+		Expect(condition(getPolicy(ctx, policy.Name), v1alpha1.ConditionReady).Status).To(Equal(metav1.ConditionTrue))
+	})
+
 	It("accepts the baseline sample", func() {
 		data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", "ringmaster_v1alpha1_certificatepolicy.yaml"))
 		Expect(err).NotTo(HaveOccurred())
