@@ -684,9 +684,11 @@ func (r *CertificatePolicyReconciler) writePolicyStatus(ctx context.Context, pol
 	if equality.Semantic.DeepEqual(policy.Status, status) {
 		return nil
 	}
-	patch := client.MergeFrom(policy.DeepCopy())
+	// The whole status, replaced: a merge patch diffed from the old status
+	// would leave a count that is zero from the start unset. A conflict
+	// returns an error, so the policy is aggregated again from a fresh read.
 	policy.Status = status
-	if err := r.Status().Patch(ctx, policy, patch); err != nil {
+	if err := r.Status().Update(ctx, policy); err != nil {
 		return client.IgnoreNotFound(fmt.Errorf("write status: %w", err))
 	}
 	r.metrics.statusWrites.Inc()

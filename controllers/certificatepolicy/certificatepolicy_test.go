@@ -179,6 +179,11 @@ var _ = Describe("CertificatePolicy in Audit mode", func() {
 		Eventually(statusWrites, timeout, poll).Should(Equal(writes + 1))
 		got := getPolicy(ctx, policy.Name)
 		Expect(got.Status.Violations).To(BeEmpty())
+		raw := &unstructured.Unstructured{}
+		raw.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("CertificatePolicy"))
+		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(policy), raw)).To(Succeed())
+		Expect(raw.Object["status"]).To(HaveKeyWithValue("violating", BeEquivalentTo(0)), "a zero count is written, for kubectl get")
+		Expect(raw.Object["status"]).NotTo(HaveKey("violations"), "cleared, not left over")
 		Expect(condition(got, v1alpha1.ConditionCompliant).Status).To(Equal(metav1.ConditionTrue))
 		Eventually(func() []eventsv1.Event { return eventsAbout(ctx, "CertificatePolicy", policy.Name) }, timeout, poll).Should(ContainElement(And(
 			HaveField("Reason", v1alpha1.ReasonNoViolations), HaveField("Type", corev1.EventTypeNormal))))
