@@ -334,12 +334,16 @@ func (r *TicketKeyRingReconciler) project(ctx context.Context, ring *v1alpha1.Ti
 	if have.Type != want.Type {
 		return false, r.Delete(ctx, have) // the type is immutable: recreate it next pass
 	}
+	// Same epoch yet out of sync: someone edited it. A new epoch is routine.
+	edited := have.Annotations[v1alpha1.EpochAnnotation] == want.Annotations[v1alpha1.EpochAnnotation]
 	have.Labels, have.Data = want.Labels, want.Data
 	have.Annotations = labels.Merge(have.Annotations, want.Annotations)
 	if err := r.Update(ctx, have); err != nil {
 		return false, err
 	}
-	log.FromContext(ctx).Info("Restored projection", "secret", klog.KObj(have), "epoch", want.Annotations[v1alpha1.EpochAnnotation])
+	if edited {
+		log.FromContext(ctx).Info("Restored projection edited by hand", "secret", klog.KObj(have), "epoch", want.Annotations[v1alpha1.EpochAnnotation])
+	}
 	return false, nil
 }
 

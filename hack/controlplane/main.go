@@ -26,11 +26,21 @@ func main() {
 }
 
 func run(kubeconfig string) error {
+	// Listen for the stop signal before starting anything, so that a stop
+	// during start-up still stops etcd and kube-apiserver.
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
+
 	env := &envtest.Environment{}
 	if _, err := env.Start(); err != nil {
 		return fmt.Errorf("start (is KUBEBUILDER_ASSETS set? make envtest prints it): %w", err)
 	}
 	defer env.Stop() //nolint:errcheck // stopping on the way out
+	select {
+	case <-stop:
+		return nil
+	default:
+	}
 
 	admin, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
@@ -44,9 +54,6 @@ func run(kubeconfig string) error {
 		return err
 	}
 	fmt.Println("ready")
-
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
 	<-stop
 	return nil
 }

@@ -86,6 +86,14 @@ type Plan struct {
 //
 // All times are whole seconds, as the snapshot and the API carry them.
 func Next(now time.Time, p Policy, current Ring, rotateNow bool, stagedSince func(id string) (time.Time, bool)) Plan {
+	// Times are whole seconds, and a key minted now is published a moment
+	// after now: bounds on how long a key is staged count from the next whole
+	// second, and a recorded publication time (itself truncated) may hide up
+	// to a second, so that no key is ever staged for less than lead.
+	soonest := now.Truncate(time.Second)
+	if soonest.Before(now) {
+		soonest = soonest.Add(time.Second)
+	}
 	now = now.Truncate(time.Second)
 	keys := slices.Clone(current.Keys)
 	plan := Plan{}
@@ -107,13 +115,13 @@ func Next(now time.Time, p Policy, current Ring, rotateNow bool, stagedSince fun
 			if !ok {
 				since = current.IssuedAt
 			}
-			safe := latest(now, since.Add(lead).Truncate(time.Second))
+			safe := latest(now, since.Truncate(time.Second).Add(lead+time.Second))
 			if safe.Before(staged.ActiveFrom) {
 				keys[0].ActiveFrom = safe
 			}
 			plan.RotateAt = keys[0].ActiveFrom
 		} else {
-			mintAt = now.Add(lead)
+			mintAt = soonest.Add(lead)
 			plan.RotateAt = mintAt
 		}
 	}
@@ -133,7 +141,7 @@ func Next(now time.Time, p Policy, current Ring, rotateNow bool, stagedSince fun
 		keys = []Key{{ActiveFrom: now.Add(p.RotationInterval)}, {ActiveFrom: now}}
 	} else if newest := keys[0]; plan.Mint == 0 && !now.Before(newest.ActiveFrom) {
 		if mintAt.IsZero() {
-			mintAt = latest(newest.ActiveFrom.Add(p.RotationInterval), now.Add(lead))
+			mintAt = latest(newest.ActiveFrom.Add(p.RotationInterval), soonest.Add(lead))
 		}
 		keys = append([]Key{{ActiveFrom: mintAt.Truncate(time.Second)}}, keys...)
 		plan.Mint = 1

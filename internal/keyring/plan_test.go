@@ -170,9 +170,10 @@ func TestNext(t *testing.T) {
 			current:  ring10,
 			now:      at(10*hour + 17*minute + 500*time.Millisecond),
 			wantMint: 1, wantChanged: true, wantEpoch: 21, wantIssuedAt: 10*hour + 17*minute,
-			wantKeys:    []wantKey{{"", 10*hour + 20*minute, 11*hour + 20*minute, 21*hour + 20*minute}, {idAt(hour), hour, 10*hour + 20*minute, 20*hour + 20*minute}, {A, 0, hour, 11 * hour}},
+			// now has a fraction of a second: the bound counts from the next whole one.
+			wantKeys:    []wantKey{{"", 10*hour + 20*minute + second, 11*hour + 20*minute + second, 21*hour + 20*minute + second}, {idAt(hour), hour, 10*hour + 20*minute + second, 20*hour + 20*minute + second}, {A, 0, hour, 11 * hour}},
 			wantExpired: []string{idAt(-hour), idAt(-2 * hour), idAt(-3 * hour), idAt(-4 * hour), idAt(-5 * hour), idAt(-6 * hour), idAt(-7 * hour), idAt(-8 * hour), idAt(-9 * hour), idAt(-10 * hour)},
-			wantRequeue: 10*hour + 20*minute,
+			wantRequeue: 10*hour + 20*minute + second,
 		},
 		{
 			// The ring holds retainedKeys+3 keys until D3 expires at t0+1h:
@@ -200,9 +201,11 @@ func TestNext(t *testing.T) {
 			rotateNow:   true,
 			stagedSince: map[string]time.Time{S: t0},
 			wantMint:    0, wantChanged: true, wantEpoch: 11, wantIssuedAt: minute,
-			wantKeys:     []wantKey{{S, 3 * minute, 63 * minute, 243 * minute}, {A, 0, 3 * minute, 183 * minute}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}, {D3, -3 * hour, -2 * hour, hour}},
-			wantRequeue:  3 * minute,
-			wantRotateAt: 3 * minute,
+			// The recorded publication time is truncated to the second: one
+			// more second makes sure the key was staged for the whole delay.
+			wantKeys:     []wantKey{{S, 3*minute + second, 63*minute + second, 243*minute + second}, {A, 0, 3*minute + second, 183*minute + second}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}, {D3, -3 * hour, -2 * hour, hour}},
+			wantRequeue:  3*minute + second,
+			wantRotateAt: 3*minute + second,
 		},
 		{
 			name:     "after an early rotate-now, the reconcile at the moved activeFrom",
@@ -223,9 +226,9 @@ func TestNext(t *testing.T) {
 			rotateNow:   true,
 			stagedSince: map[string]time.Time{}, // unknown
 			wantMint:    0, wantChanged: true, wantEpoch: 11, wantIssuedAt: 11 * minute,
-			wantKeys:     []wantKey{{S, 13 * minute, 73 * minute, 253 * minute}, {A, 0, 13 * minute, 193 * minute}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}, {D3, -3 * hour, -2 * hour, hour}},
-			wantRequeue:  13 * minute,
-			wantRotateAt: 13 * minute,
+			wantKeys:     []wantKey{{S, 13*minute + second, 73*minute + second, 253*minute + second}, {A, 0, 13*minute + second, 193*minute + second}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}, {D3, -3 * hour, -2 * hour, hour}},
+			wantRequeue:  13*minute + second,
+			wantRotateAt: 13*minute + second,
 		},
 		{
 			name:        "rotate-now never delays an activation",
@@ -327,9 +330,9 @@ func TestNext(t *testing.T) {
 			rotateNow:   true,
 			stagedSince: map[string]time.Time{S: t0},
 			wantMint:    0, wantChanged: true, wantEpoch: 11, wantIssuedAt: 0,
-			wantKeys:     []wantKey{{S, second, hour + second, 4*hour + second}, {A, 0, second, 3*hour + second}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}, {D3, -3 * hour, -2 * hour, hour}},
-			wantRequeue:  second,
-			wantRotateAt: second,
+			wantKeys:     []wantKey{{S, 2 * second, hour + 2*second, 4*hour + 2*second}, {A, 0, 2 * second, 3*hour + 2*second}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}, {D3, -3 * hour, -2 * hour, hour}},
+			wantRequeue:  2 * second,
+			wantRotateAt: 2 * second,
 		},
 		{
 			name:        "rotate-now with activationDelay 0 and no staged key",
