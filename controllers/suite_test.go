@@ -5,10 +5,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/hex"
-	"io"
-	"sync"
 	"errors"
+	"io"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 

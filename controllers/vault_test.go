@@ -99,7 +99,7 @@ var _ = Describe("TicketKeyRing with keys from Vault", Ordered, func() {
 		ring := vaultRing("web", v1alpha1.VaultSource{Address: srv.Addr, RandomPath: "sys/tools/random", Auth: tokenSecret("ringmaster")})
 		waitEpoch(ctx, ring, 1)
 		Expect(decode(getSecret(ctx, ns, "web-ticket-keys")).Keys).To(HaveLen(2))
-		Expect(auditCount(audit, "sys/tools/random/32") - before).To(Equal(2), "both keys came from Vault")
+		Expect(auditCount(audit, "sys/tools/random/32")-before).To(Equal(2), "both keys came from Vault")
 	})
 
 	It("mints through transit/random, logged in with a TokenRequest token for the operator's service account", func() {
