@@ -48,7 +48,7 @@ func TestCertManager(t *testing.T) {
 var _ = BeforeSuite(func(ctx SpecContext) {
 	bin := os.Getenv("RINGMASTER_CERT_MANAGER")
 	if bin == "" {
-		Skip("RINGMASTER_CERT_MANAGER is not set: run through make test, which builds cert-manager's controllers (hack/certmanager.sh)")
+		Fail("RINGMASTER_CERT_MANAGER is not set: run through make test, which builds cert-manager's controllers (hack/certmanager.sh)")
 	}
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
 	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
