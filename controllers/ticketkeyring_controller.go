@@ -368,8 +368,9 @@ func (r *TicketKeyRingReconciler) foreign(ctx context.Context, ring *v1alpha1.Ti
 	return !metav1.IsControlledBy(have, ring), nil
 }
 
-// snapshots lists the ring's snapshot Secrets, newest epoch first.
-func (r *TicketKeyRingReconciler) snapshots(ctx context.Context, ring *v1alpha1.TicketKeyRing) ([]*corev1.Secret, error) {
+// snapshots lists and decodes the ring's snapshot Secrets, newest epoch
+// first.
+func (r *TicketKeyRingReconciler) snapshots(ctx context.Context, ring *v1alpha1.TicketKeyRing) ([]snapshot, error) {
 	// Read around the cache: the record must be current, or a reconcile that
 	// follows a publish too closely would plan from the epoch before it.
 	list := &corev1.SecretList{}
@@ -378,72 +379,78 @@ func (r *TicketKeyRingReconciler) snapshots(ctx context.Context, ring *v1alpha1.
 	}); err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
-	var snaps []*corev1.Secret
+	var snaps []snapshot
 	for i := range list.Items {
 		if s := &list.Items[i]; metav1.IsControlledBy(s, ring) && s.DeletionTimestamp.IsZero() {
-			snaps = append(snaps, s)
+			r, err := distribute.ReadSnapshot(s)
+			snaps = append(snaps, snapshot{secret: s, ring: r, err: err})
 		}
 	}
-	slices.SortFunc(snaps, func(a, b *corev1.Secret) int {
-		return cmp.Compare(distribute.SnapshotEpoch(b), distribute.SnapshotEpoch(a))
+	slices.SortFunc(snaps, func(a, b snapshot) int {
+		return cmp.Compare(distribute.SnapshotEpoch(b.secret), distribute.SnapshotEpoch(a.secret))
 	})
 	return snaps, nil
 }
 
+// snapshot is one snapshot Secret and the ring it holds, decoded once per
+// reconcile.
+type snapshot struct {
+	secret *corev1.Secret
+	ring   keyring.Ring
+	err    error // the Secret cannot be read
+}
+
 // handled reports whether a snapshot records the rotate-now request.
-func handled(snaps []*corev1.Secret, request string) bool {
-	return slices.ContainsFunc(snaps, func(s *corev1.Secret) bool {
-		return s.Annotations[v1alpha1.RotateRequestedAtAnnotation] == request
+func handled(snaps []snapshot, request string) bool {
+	return slices.ContainsFunc(snaps, func(s snapshot) bool {
+		return s.secret.Annotations[v1alpha1.RotateRequestedAtAnnotation] == request
 	})
 }
 
-// readHistory decodes the newest snapshot, the ring's current state, and
-// learns from all of them when each key was first published: the start of
-// its time as a staged key.
-func readHistory(snaps []*corev1.Secret) (keyring.Ring, func(string) (time.Time, bool), error) {
+// readHistory returns the newest snapshot's ring, the ring's current state,
+// and learns from all of them when each key was first published: the start
+// of its time as a staged key.
+func readHistory(snaps []snapshot) (keyring.Ring, func(string) (time.Time, bool), error) {
 	first := map[string]time.Time{}
 	stagedSince := func(id string) (time.Time, bool) { t, ok := first[id]; return t, ok }
 	if len(snaps) == 0 {
 		return keyring.Ring{}, stagedSince, nil
 	}
-	current, err := distribute.ReadSnapshot(snaps[0])
-	if err != nil {
-		return keyring.Ring{}, nil, err
+	if snaps[0].err != nil {
+		return keyring.Ring{}, nil, snaps[0].err
 	}
 	for _, s := range snaps {
-		r, err := distribute.ReadSnapshot(s)
-		if err != nil {
+		if s.err != nil {
 			continue // an older record unreadable: it only loses history
 		}
-		for _, k := range r.Keys {
-			if t, ok := first[k.ID]; !ok || r.IssuedAt.Before(t) {
-				first[k.ID] = r.IssuedAt
+		for _, k := range s.ring.Keys {
+			if t, ok := first[k.ID]; !ok || s.ring.IssuedAt.Before(t) {
+				first[k.ID] = s.ring.IssuedAt
 			}
 		}
 	}
-	return current, stagedSince, nil
+	return snaps[0].ring, stagedSince, nil
 }
 
 // deleteStaleSnapshots destroys every older snapshot that holds a key the
 // newest ring no longer has, which is to say an expired key: forward secrecy
 // needs the bytes gone, not only unused. Unreadable old snapshots go too.
-func (r *TicketKeyRingReconciler) deleteStaleSnapshots(ctx context.Context, snaps []*corev1.Secret, newest keyring.Ring) error {
+func (r *TicketKeyRingReconciler) deleteStaleSnapshots(ctx context.Context, snaps []snapshot, newest keyring.Ring) error {
 	for _, s := range snaps {
-		if distribute.SnapshotEpoch(s) >= newest.Epoch {
+		if distribute.SnapshotEpoch(s.secret) >= newest.Epoch {
 			continue
 		}
-		old, err := distribute.ReadSnapshot(s)
-		stale := err != nil || slices.ContainsFunc(old.Keys, func(k keyring.Key) bool {
+		stale := s.err != nil || slices.ContainsFunc(s.ring.Keys, func(k keyring.Key) bool {
 			_, ok := newest.Key(k.ID)
 			return !ok
 		})
 		if !stale {
 			continue
 		}
-		if err := r.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("delete snapshot %s: %w", s.Name, err)
+		if err := r.Delete(ctx, s.secret, client.Preconditions{UID: &s.secret.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete snapshot %s: %w", s.secret.Name, err)
 		}
-		log.FromContext(ctx).Info("Deleted snapshot holding expired keys", "snapshot", s.Name)
+		log.FromContext(ctx).Info("Deleted snapshot holding expired keys", "snapshot", s.secret.Name)
 	}
 	return nil
 }
@@ -576,11 +583,11 @@ func describe(ring keyring.Ring, plan keyring.Plan, now time.Time) string {
 	return strings.Join(parts, ", ")
 }
 
-func newestSnapshot(snaps []*corev1.Secret) *corev1.Secret {
+func newestSnapshot(snaps []snapshot) *corev1.Secret {
 	if len(snaps) == 0 {
 		return nil
 	}
-	return snaps[0]
+	return snaps[0].secret
 }
 
 func policyOf(spec v1alpha1.TicketKeyRingSpec) keyring.Policy {
