@@ -85,10 +85,11 @@ func run(metricsAddr, probeAddr string, leaderElection bool, leaderNS string, sa
 	}
 	sources := &mint.Sources{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), ServiceAccount: sa}
 	if err := (&controllers.TicketKeyRingReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("ringmaster"),
-		Source:    sources.For,
+		Client:       mgr.GetClient(),
+		APIReader:    mgr.GetAPIReader(),
+		Recorder:     mgr.GetEventRecorder("ringmaster"),
+		Source:       sources.For,
+		ForgetSource: sources.Forget,
 	}).SetupWithManager(mgr, metrics.Registry); err != nil {
 		return fmt.Errorf("set up TicketKeyRing controller: %w", err)
 	}

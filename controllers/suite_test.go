@@ -117,10 +117,11 @@ func startManager() {
 	registry = prometheus.NewRegistry()
 	sources := &mint.Sources{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), ServiceAccount: operatorSA}
 	Expect((&controllers.TicketKeyRingReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder("ringmaster"),
-		Clock:     fakeClock,
+		Client:       mgr.GetClient(),
+		APIReader:    mgr.GetAPIReader(),
+		Recorder:     mgr.GetEventRecorder("ringmaster"),
+		Clock:        fakeClock,
+		ForgetSource: sources.Forget,
 		Source: func(ctx context.Context, ring *v1alpha1.TicketKeyRing) (mint.Source, error) {
 			if ring.Annotations[mintFailsAnnotation] != "" {
 				return failingSource{}, nil

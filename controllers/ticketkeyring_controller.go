@@ -63,6 +63,9 @@ type TicketKeyRingReconciler struct {
 	Clock clock.PassiveClock
 	// Source returns the key source of a ring. Nil mints from crypto/rand.
 	Source func(context.Context, *v1alpha1.TicketKeyRing) (mint.Source, error)
+	// ForgetSource, if set, drops what Source keeps for a deleted ring (a
+	// Vault client and its token).
+	ForgetSource func(types.NamespacedName)
 
 	gauges *ringGauges
 }
@@ -105,7 +108,7 @@ func (r *TicketKeyRingReconciler) Reconcile(ctx context.Context, req reconcile.R
 	ring := &v1alpha1.TicketKeyRing{}
 	if err := r.Get(ctx, req.NamespacedName, ring); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.gauges.forget(req.NamespacedName)
+			r.forget(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -186,7 +189,7 @@ func (r *TicketKeyRingReconciler) reconcile(ctx context.Context, ring *v1alpha1.
 		return status, reconcile.Result{}, err
 	}
 
-	fillStatus(&status, next, now)
+	fillStatus(&status, next, distribute.SnapshotName(ring.Name, next.Epoch), now)
 	if active, ok := next.Active(now); ok {
 		r.gauges.set(types.NamespacedName{Namespace: ring.Namespace, Name: ring.Name}, next.Epoch, active.ActiveFrom, overdueSince)
 	}
@@ -481,7 +484,7 @@ func (r *TicketKeyRingReconciler) syncFinalizer(ctx context.Context, ring *v1alp
 // finalize removes the projection copies in other namespaces, then lets the
 // ring go. Everything in its own namespace is garbage collected.
 func (r *TicketKeyRingReconciler) finalize(ctx context.Context, ring *v1alpha1.TicketKeyRing) error {
-	r.gauges.forget(types.NamespacedName{Namespace: ring.Namespace, Name: ring.Name})
+	r.forget(types.NamespacedName{Namespace: ring.Namespace, Name: ring.Name})
 	if !controllerutil.ContainsFinalizer(ring, v1alpha1.CleanupFinalizer) {
 		return nil
 	}
@@ -513,6 +516,14 @@ func (r *TicketKeyRingReconciler) foreignCopies(ctx context.Context, ring *v1alp
 	return out, nil
 }
 
+// forget drops what the reconciler keeps in memory for a deleted ring.
+func (r *TicketKeyRingReconciler) forget(ring types.NamespacedName) {
+	r.gauges.forget(ring)
+	if r.ForgetSource != nil {
+		r.ForgetSource(ring)
+	}
+}
+
 // setReady sets the Ready condition and emits a Warning event when it turns
 // False for a new reason: events mark transitions, not every retry.
 func (r *TicketKeyRingReconciler) setReady(ring *v1alpha1.TicketKeyRing, status *v1alpha1.TicketKeyRingStatus, s metav1.ConditionStatus, reason, msg string) {
@@ -539,12 +550,12 @@ func (r *TicketKeyRingReconciler) writeStatus(ctx context.Context, ring *v1alpha
 }
 
 // fillStatus describes ring at now. It holds ids and times, never key bytes.
-func fillStatus(status *v1alpha1.TicketKeyRingStatus, ring keyring.Ring, now time.Time) {
+func fillStatus(status *v1alpha1.TicketKeyRingStatus, ring keyring.Ring, snapshot string, now time.Time) {
 	if ring.Epoch == 0 {
 		return
 	}
 	status.Epoch = ring.Epoch
-	status.Snapshot = distribute.SnapshotName(strings.SplitN(ring.Name, "/", 2)[1], ring.Epoch)
+	status.Snapshot = snapshot
 	status.Keys = make([]v1alpha1.KeyStatus, 0, len(ring.Keys))
 	status.ActiveKey, status.NextRotation = nil, nil
 	active, _ := ring.Active(now)

@@ -28,7 +28,7 @@ type Sources struct {
 	ServiceAccount types.NamespacedName
 
 	mu    sync.Mutex
-	vault map[types.UID]cachedVault
+	vault map[types.NamespacedName]cachedVault
 }
 
 type cachedVault struct {
@@ -50,11 +50,13 @@ func (s *Sources) For(ctx context.Context, ring *v1alpha1.TicketKeyRing) (Source
 	if err != nil {
 		return nil, err
 	}
-	key := string(spec) + "\x00" + string(ca)
+	// A ring deleted and created again under its name is a new ring (UID).
+	key := string(ring.UID) + "\x00" + string(spec) + "\x00" + string(ca)
+	name := types.NamespacedName{Namespace: ring.Namespace, Name: ring.Name}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if c, ok := s.vault[ring.UID]; ok && c.spec == key {
+	if c, ok := s.vault[name]; ok && c.spec == key {
 		return c.source, nil
 	}
 	src, err := NewVault(VaultOptions{
@@ -65,17 +67,17 @@ func (s *Sources) For(ctx context.Context, ring *v1alpha1.TicketKeyRing) (Source
 		return nil, err
 	}
 	if s.vault == nil {
-		s.vault = map[types.UID]cachedVault{}
+		s.vault = map[types.NamespacedName]cachedVault{}
 	}
-	s.vault[ring.UID] = cachedVault{spec: key, source: src}
+	s.vault[name] = cachedVault{spec: key, source: src}
 	return src, nil
 }
 
 // Forget drops a deleted ring's source and its token.
-func (s *Sources) Forget(uid types.UID) {
+func (s *Sources) Forget(ring types.NamespacedName) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.vault, uid)
+	delete(s.vault, ring)
 }
 
 func (s *Sources) login(ns string, auth v1alpha1.VaultAuth) Login {
