@@ -28,7 +28,7 @@ build() {
 	for cmd in kube-apiserver kubectl; do
 		if [[ ! -x "$ASSETS/$cmd" ]]; then
 			log "Building $cmd $KUBE_VERSION (kube-apiserver takes about 5 minutes cold)"
-			(cd "$ROOT/hack/tools/kube" && go build -trimpath -ldflags "$ldflags" -o "$ASSETS/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd")
+			(cd "$ROOT/hack/tools/kube" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$ASSETS/$cmd.tmp" "k8s.io/kubernetes/cmd/$cmd")
 			mv "$ASSETS/$cmd.tmp" "$ASSETS/$cmd"
 		fi
 	done
