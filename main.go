@@ -1,112 +1,60 @@
-// Command ringmaster is the operator: it rotates TicketKeyRings and delivers
-// their keys to the fleets that mount them, and judges the cluster's
-// certificates against CertificatePolicies.
+// Command ringmaster is the operator: it rotates TicketKeyRings and
+// ClusterTicketKeyRings and delivers their keys to the fleets that mount
+// them, checks ClusterKeySources, and judges the cluster's certificates
+// against CertificatePolicies.
 package main
 
 import (
+	"cmp"
 	"flag"
 	"fmt"
 	"os"
 
-	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/controllers"
-	"github.com/ringmaster-io/ringmaster/internal/mint"
+	"github.com/ringmaster-io/ringmaster/internal/operator"
 )
 
-// leaderElectionID is stable across releases, so that an upgrade never runs
-// two leaders.
-const leaderElectionID = "ringmaster.ringmaster.io"
-
 func main() {
-	var (
-		metricsAddr    string
-		probeAddr      string
-		leaderElection bool
-		leaderNS       string
-		sa             types.NamespacedName
-		maxRenewals    int
-	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the Prometheus metrics endpoint; 0 disables it.")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes.")
-	flag.BoolVar(&leaderElection, "leader-elect", true, "Elect a leader, so that only one replica rotates keys.")
-	flag.StringVar(&leaderNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
-	flag.StringVar(&sa.Namespace, "service-account-namespace", os.Getenv("POD_NAMESPACE"), "Namespace of the operator's service account, for Vault's Kubernetes auth (default $POD_NAMESPACE).")
-	flag.StringVar(&sa.Name, "service-account-name", "ringmaster", "Name of the operator's service account, for Vault's Kubernetes auth.")
-	flag.IntVar(&maxRenewals, "max-renewals-per-minute", controllers.DefaultMaxRenewalsPerMinute, "Most cert-manager Certificates that Enforce CertificatePolicies re-issue per minute, across the cluster (bursts of as many).")
-	opts := zap.Options{}
-	opts.BindFlags(flag.CommandLine)
+	var o operator.Options
+	podNamespace := os.Getenv("POD_NAMESPACE")
+	flag.StringVar(&o.MetricsAddr, "metrics-bind-address", ":8443", "Address of the Prometheus metrics endpoint, served over HTTPS to callers the API server authorizes; 0 disables it.")
+	flag.BoolVar(&o.MetricsInsecure, "metrics-insecure", false, "Serve metrics over plain HTTP to anyone, for local runs only.")
+	flag.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint (default: a self-signed certificate).")
+	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes; 0 disables them.")
+	flag.BoolVar(&o.LeaderElection, "leader-elect", true, "Elect a leader, so that only one replica rotates keys.")
+	flag.StringVar(&o.Namespace, "cluster-resource-namespace", podNamespace,
+		"The operator's namespace: its leader election Lease, ClusterTicketKeyRing snapshots, and the Secrets and ConfigMaps ClusterKeySources name (default $POD_NAMESPACE).")
+	flag.StringVar(&o.ServiceAccount, "service-account-name", "ringmaster", "The operator's service account, in its namespace, for Vault's Kubernetes auth.")
+	flag.IntVar(&o.RingWorkers, "ring-workers", controllers.DefaultRingWorkers, "Rings of each kind reconciled at once, so that a slow key source holds up only its own rings.")
+	flag.IntVar(&o.MaxRenewalsPerMinute, "max-renewals-per-minute", controllers.DefaultMaxRenewalsPerMinute, "Most cert-manager Certificates that Enforce CertificatePolicies re-issue per minute, across the cluster (bursts of as many).")
+	zo := zap.Options{}
+	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
-	log := ctrl.Log.WithName("setup")
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
 
-	if err := run(metricsAddr, probeAddr, leaderElection, leaderNS, sa, maxRenewals); err != nil {
-		log.Error(err, "Operator stopped")
+	if err := run(o); err != nil {
+		ctrl.Log.WithName("setup").Error(err, "Operator stopped")
 		os.Exit(1)
 	}
 }
 
-func run(metricsAddr, probeAddr string, leaderElection bool, leaderNS string, sa types.NamespacedName, maxRenewals int) error {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	if err := cmapi.AddToScheme(scheme); err != nil {
-		return err
+func run(o operator.Options) error {
+	if o.Namespace == "" {
+		return fmt.Errorf("the operator's namespace is unknown: set --cluster-resource-namespace or $POD_NAMESPACE")
 	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress:        probeAddr,
-		LeaderElection:                leaderElection,
-		LeaderElectionID:              leaderElectionID,
-		LeaderElectionNamespace:       leaderNS,
-		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controllers.CacheOptions(),
-	})
+	ctx := ctrl.SetupSignalHandler()
+	op, err := operator.New(ctx, cfg, o)
 	if err != nil {
-		return fmt.Errorf("create manager: %w", err)
-	}
-	sources := &mint.Sources{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), ServiceAccount: sa}
-	if err := (&controllers.TicketKeyRingReconciler{
-		Client:       mgr.GetClient(),
-		APIReader:    mgr.GetAPIReader(),
-		Recorder:     mgr.GetEventRecorder("ringmaster"),
-		Source:       sources.For,
-		ForgetSource: sources.Forget,
-	}).SetupWithManager(mgr, metrics.Registry); err != nil {
-		return fmt.Errorf("set up TicketKeyRing controller: %w", err)
-	}
-	if err := (&controllers.CertificatePolicyReconciler{
-		Client:               mgr.GetClient(),
-		APIReader:            mgr.GetAPIReader(),
-		Recorder:             mgr.GetEventRecorder("ringmaster"),
-		MaxRenewalsPerMinute: maxRenewals,
-	}).SetupWithManager(mgr, metrics.Registry); err != nil {
-		return fmt.Errorf("set up CertificatePolicy controller: %w", err)
-	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
-		return err
-	}
-	ctrl.Log.WithName("setup").Info("Starting operator", "leaderElection", leaderElection)
-	return mgr.Start(ctrl.SetupSignalHandler())
+	ctrl.Log.WithName("setup").Info("Starting operator", "namespace", o.Namespace, "leaderElection", o.LeaderElection,
+		"metrics", cmp.Or(o.MetricsAddr, "0"))
+	return op.Start(ctx)
 }

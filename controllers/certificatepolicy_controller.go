@@ -43,9 +43,9 @@ import (
 )
 
 // +kubebuilder:rbac:groups=ringmaster.io,resources=certificatepolicies,verbs=get;list;watch
-// +kubebuilder:rbac:groups=ringmaster.io,resources=certificatepolicies/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ringmaster.io,resources=certificatepolicies/status,verbs=patch
 // +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch
-// +kubebuilder:rbac:groups=cert-manager.io,resources=certificates/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=cert-manager.io,resources=certificates/status,verbs=update
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 const (
@@ -65,12 +65,6 @@ const (
 	aggregateDelay = time.Second
 
 	kindPolicy = "CertificatePolicy"
-
-	// cert-manager's annotations on the Secrets it writes.
-	cmCertificateName = "cert-manager.io/certificate-name"
-	cmIssuerName      = "cert-manager.io/issuer-name"
-	cmIssuerKind      = "cert-manager.io/issuer-kind"
-	cmIssuerGroup     = "cert-manager.io/issuer-group"
 )
 
 // cpolRequest is one unit of work of the CertificatePolicy controller: a
@@ -194,7 +188,7 @@ func (r *CertificatePolicyReconciler) SetupWithManager(mgr manager.Manager, regi
 		WatchesRawSource(source.TypedKind(r.SecretCache, &corev1.Secret{},
 			handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, s *corev1.Secret) []cpolRequest {
 				out := []cpolRequest{{Kind: string(v1alpha1.KindSecret), NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}}}
-				if crt := s.Annotations[cmCertificateName]; crt != "" && *r.WatchCertificates {
+				if crt := s.Annotations[cmapi.CertificateNameKey]; crt != "" && *r.WatchCertificates {
 					out = append(out, cpolRequest{Kind: string(v1alpha1.KindCertificate), NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: crt}})
 				}
 				return out
@@ -372,7 +366,7 @@ func (r *CertificatePolicyReconciler) observeSecret(ctx context.Context, key typ
 // spec.secretName; cert-manager annotates the Secrets it writes with the
 // Certificate's name.
 func (r *CertificatePolicyReconciler) managedByCertificate(ctx context.Context, s *corev1.Secret) (bool, error) {
-	name := s.Annotations[cmCertificateName]
+	name := s.Annotations[cmapi.CertificateNameKey]
 	if name == "" || !*r.WatchCertificates {
 		return false, nil
 	}
@@ -684,21 +678,17 @@ func (r *CertificatePolicyReconciler) writePolicyStatus(ctx context.Context, pol
 	if equality.Semantic.DeepEqual(policy.Status, status) {
 		return nil
 	}
-	// The whole status, replaced: a merge patch diffed from the old status
-	// would leave a count that is zero from the start unset. A conflict
-	// returns an error, so the policy is aggregated again from a fresh read.
-	policy.Status = status
-	if err := r.Status().Update(ctx, policy); err != nil {
-		return client.IgnoreNotFound(fmt.Errorf("write status: %w", err))
+	if err := applyStatus(ctx, r.Client, policy, policy.Status, status); err != nil {
+		return err
 	}
 	r.metrics.statusWrites.Inc()
 	return nil
 }
 
 func issuerOfSecret(s *corev1.Secret) issuerRef {
-	name := s.Annotations[cmIssuerName]
+	name := s.Annotations[cmapi.IssuerNameAnnotationKey]
 	if name == "" {
 		return issuerRef{}
 	}
-	return issuerRef{Name: name, Kind: cmp.Or(s.Annotations[cmIssuerKind], cmapi.IssuerKind), Group: cmp.Or(s.Annotations[cmIssuerGroup], "cert-manager.io")}
+	return issuerRef{Name: name, Kind: cmp.Or(s.Annotations[cmapi.IssuerKindAnnotationKey], cmapi.IssuerKind), Group: cmp.Or(s.Annotations[cmapi.IssuerGroupAnnotationKey], "cert-manager.io")}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -20,11 +21,6 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
-)
-
-const (
-	timeout = 20 * time.Second
-	poll    = 100 * time.Millisecond
 )
 
 var _ = Describe("TicketKeyRing", func() {
@@ -201,6 +197,8 @@ var _ = Describe("TicketKeyRing", func() {
 		Expect(got.Data).To(Equal(foreign.Data))
 		Expect(got.OwnerReferences).To(BeEmpty())
 		Expect(got.Labels).To(BeEmpty())
+		Expect(getRing(ctx, ring).Status.FailedTargets).To(ConsistOf(And(
+			HaveField("Namespace", ns), HaveField("Reason", v1alpha1.ReasonSecretConflict))))
 	})
 
 	It("rotates now on request, once, no sooner than the activation delay", func() {
@@ -245,35 +243,40 @@ var _ = Describe("TicketKeyRing", func() {
 	})
 
 	It("publishes nothing when the key source fails, and keeps serving", func() {
-		ring := createRing(ctx, ns, "web", nil)
+		vault := newStandinVault()
+		cks := createKeySource(ctx, vault.URL, vault.CA, standinToken, allNamespaces)
+		ring := createRing(ctx, ns, "web", func(r *v1alpha1.TicketKeyRing) { r.Spec.SourceRef = sourceRef(cks.Name) })
 		waitEpoch(ctx, ring, 1)
+		Expect(vault.mints.Load()).To(BeEquivalentTo(2), "both keys came from the key source")
 		before := getSecret(ctx, ns, "web-ticket-keys").Data
 
-		patchRing(ctx, ring, func(r *v1alpha1.TicketKeyRing) { r.Annotations[mintFailsAnnotation] = "true" })
+		vault.fail.Store(true)
 		fakeClock.Step(time.Hour)
 		poke(ctx, ring)
-		Eventually(func() string {
-			c := meta.FindStatusCondition(getRing(ctx, ring).Status.Conditions, v1alpha1.ConditionReady)
-			return c.Reason
-		}, timeout, poll).Should(Equal(v1alpha1.ReasonMintFailed))
+		Eventually(ringReason(ctx, ring), timeout, poll).Should(Equal(v1alpha1.ReasonVaultUnavailable))
 		Expect(getRing(ctx, ring).Status.Epoch).To(BeEquivalentTo(1))
 		Expect(getSecret(ctx, ns, "web-ticket-keys").Data).To(Equal(before))
 		Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-e2"}, &corev1.Secret{}))).To(BeTrue())
+		Eventually(warnings(ctx, ns, v1alpha1.ReasonVaultUnavailable), timeout, poll).Should(HaveLen(1), "one event per transition, not per retry")
 
 		By("recovering by itself once the source works again")
-		patchRing(ctx, ring, func(r *v1alpha1.TicketKeyRing) { delete(r.Annotations, mintFailsAnnotation) })
-		waitEpoch(ctx, ring, 2)
+		vault.fail.Store(false)
+		Eventually(func() int64 { return getRing(ctx, ring).Status.Epoch }, time.Minute, poll).Should(BeEquivalentTo(2))
+		Eventually(ringReason(ctx, ring), timeout, poll).Should(Equal(v1alpha1.ReasonPublished))
 	})
 
 	It("destroys expired keys on time while the key source is down, and catches up when it is back", func() {
+		vault := newStandinVault()
+		cks := createKeySource(ctx, vault.URL, vault.CA, standinToken, allNamespaces)
 		ring := createRing(ctx, ns, "outage", func(r *v1alpha1.TicketKeyRing) {
 			r.Spec.RotationInterval = metav1.Duration{Duration: 10 * time.Minute}
 			r.Spec.RetainedKeys = 1
 			r.Spec.ActivationDelay = metav1.Duration{Duration: time.Minute}
+			r.Spec.SourceRef = sourceRef(cks.Name)
 		})
 		waitEpoch(ctx, ring, 1)
 		first, second := decode(getSecret(ctx, ns, "outage-ticket-keys")).Keys[1], decode(getSecret(ctx, ns, "outage-ticket-keys")).Keys[0]
-		patchRing(ctx, ring, func(r *v1alpha1.TicketKeyRing) { r.Annotations[mintFailsAnnotation] = "true" })
+		vault.fail.Store(true)
 
 		By("a rotation falls due and cannot be minted")
 		fakeClock.Step(10 * time.Minute)
@@ -294,13 +297,13 @@ var _ = Describe("TicketKeyRing", func() {
 			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: "outage-e1"}, &corev1.Secret{}))
 		}, timeout, poll).Should(BeTrue(), "the snapshot holding %s is deleted", first.ID)
 		got := getRing(ctx, ring)
-		Expect(meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady).Reason).To(Equal(v1alpha1.ReasonMintFailed))
+		Expect(readyReason(got.Status.Conditions)).To(Equal(v1alpha1.ReasonVaultUnavailable))
 		Expect(meta.IsStatusConditionTrue(got.Status.Conditions, v1alpha1.ConditionRotationOverdue)).To(BeTrue())
 		Expect(gaugeValue("ringmaster_ticketkeyring_rotation_overdue_seconds", ns, "outage")).To(BeNumerically(">=", 600))
 
 		By("the source is back: one new key, on schedule again")
-		patchRing(ctx, ring, func(r *v1alpha1.TicketKeyRing) { delete(r.Annotations, mintFailsAnnotation) })
-		waitEpoch(ctx, ring, 3)
+		vault.fail.Store(false)
+		Eventually(func() int64 { return getRing(ctx, ring).Status.Epoch }, time.Minute, poll).Should(BeEquivalentTo(3))
 		r = decode(getSecret(ctx, ns, "outage-ticket-keys"))
 		Expect(r.Keys).To(HaveLen(2))
 		Expect(r.Keys[1].ID).To(Equal(second.ID))
@@ -308,45 +311,6 @@ var _ = Describe("TicketKeyRing", func() {
 		Eventually(func() bool {
 			return meta.IsStatusConditionFalse(getRing(ctx, ring).Status.Conditions, v1alpha1.ConditionRotationOverdue)
 		}, timeout, poll).Should(BeTrue())
-	})
-
-	It("copies the projection to other namespaces and removes the copies with the ring", func() {
-		other := newNamespace(ctx)
-		ring := createRing(ctx, ns, "web", func(r *v1alpha1.TicketKeyRing) {
-			r.Spec.Distribution.Namespaces = []string{other}
-			r.Spec.Distribution.SecretName = "tickets"
-			r.Spec.Distribution.Formats = []v1alpha1.KeyFormat{"go", "nginx", "haproxy"}
-		})
-		waitEpoch(ctx, ring, 1)
-		home := getSecret(ctx, ns, "tickets")
-		Expect(home.Data).To(HaveKey("nginx.0.key"))
-		Expect(home.Data["nginx.0.key"]).To(HaveLen(keyring.FormatKeySize))
-		Expect(home.Data).To(HaveKey("haproxy.keys"))
-		var copy *corev1.Secret
-		Eventually(func() map[string][]byte { copy = trySecret(ctx, other, "tickets"); return copy.Data }, timeout, poll).Should(Equal(home.Data))
-		Expect(copy.Labels).To(HaveKeyWithValue(v1alpha1.RingNamespaceLabel, ns))
-		Expect(getRing(ctx, ring).Finalizers).To(ContainElement(v1alpha1.CleanupFinalizer))
-
-		Expect(k8s.Delete(ctx, getRing(ctx, ring))).To(Succeed())
-		Eventually(func() bool {
-			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: other, Name: "tickets"}, &corev1.Secret{}))
-		}, timeout, poll).Should(BeTrue())
-		Eventually(func() bool {
-			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(ring), &v1alpha1.TicketKeyRing{}))
-		}, timeout, poll).Should(BeTrue(), "the finalizer is released")
-	})
-
-	It("removes a copy when its namespace is no longer targeted", func() {
-		other := newNamespace(ctx)
-		ring := createRing(ctx, ns, "web", func(r *v1alpha1.TicketKeyRing) { r.Spec.Distribution.Namespaces = []string{other} })
-		waitEpoch(ctx, ring, 1)
-		Eventually(func() map[string][]byte { return trySecret(ctx, other, "web-ticket-keys").Data }, timeout, poll).ShouldNot(BeEmpty())
-
-		patchRing(ctx, ring, func(r *v1alpha1.TicketKeyRing) { r.Spec.Distribution.Namespaces = nil })
-		Eventually(func() bool {
-			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: other, Name: "web-ticket-keys"}, &corev1.Secret{}))
-		}, timeout, poll).Should(BeTrue())
-		Eventually(func() []string { return getRing(ctx, ring).Finalizers }, timeout, poll).ShouldNot(ContainElement(v1alpha1.CleanupFinalizer))
 	})
 
 	DescribeTable("the API server rejects an invalid ring",
@@ -375,13 +339,14 @@ var _ = Describe("TicketKeyRing", func() {
 		}, "(retainedKeys + 1) x rotationInterval must not exceed 168h"),
 		Entry("secret name not DNS-1123", func(r *v1alpha1.TicketKeyRing) { r.Spec.Distribution.SecretName = "Web_Keys" },
 			"spec.distribution.secretName in body should match"),
-		Entry("duplicate namespaces", func(r *v1alpha1.TicketKeyRing) { r.Spec.Distribution.Namespaces = []string{"a", "a"} },
-			"Duplicate value"),
-		Entry("too many namespaces", func(r *v1alpha1.TicketKeyRing) {
-			for i := range 65 {
-				r.Spec.Distribution.Namespaces = append(r.Spec.Distribution.Namespaces, fmt.Sprintf("ns-%d", i))
-			}
-		}, "must have at most 64 items"),
+		Entry("a name too long for the label on its Secrets", func(r *v1alpha1.TicketKeyRing) { r.Name = strings.Repeat("w", 64) },
+			"metadata.name may be at most 63 characters"),
+		Entry("a secretName shaped like another ring's snapshot", func(r *v1alpha1.TicketKeyRing) { r.Spec.Distribution.SecretName = "b-e1" },
+			"secretName may not end in -e<number> or -ce<number>"),
+		Entry("a secretName shaped like a cluster ring's snapshot", func(r *v1alpha1.TicketKeyRing) { r.Spec.Distribution.SecretName = "edge-ce12" },
+			"secretName may not end in -e<number> or -ce<number>"),
+		Entry("a key source without a name", func(r *v1alpha1.TicketKeyRing) { r.Spec.SourceRef = &v1alpha1.KeySourceReference{} },
+			"spec.sourceRef.name"),
 		Entry("unknown format", func(r *v1alpha1.TicketKeyRing) { r.Spec.Distribution.Formats = []v1alpha1.KeyFormat{"iis"} },
 			`Unsupported value: "iis"`),
 	)
@@ -401,118 +366,3 @@ var _ = Describe("TicketKeyRing", func() {
 		Expect(got.Spec.Distribution.Formats).To(Equal([]v1alpha1.KeyFormat{"go"}))
 	})
 })
-
-func defaultSpec() v1alpha1.TicketKeyRingSpec {
-	return v1alpha1.TicketKeyRingSpec{
-		RotationInterval: metav1.Duration{Duration: time.Hour},
-		RetainedKeys:     3,
-		ActivationDelay:  metav1.Duration{Duration: 3 * time.Minute},
-		Distribution:     v1alpha1.Distribution{Formats: []v1alpha1.KeyFormat{"go"}},
-	}
-}
-
-func newNamespace(ctx context.Context) string {
-	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "tkr-"}}
-	Expect(k8s.Create(ctx, n)).To(Succeed())
-	return n.Name
-}
-
-func createRing(ctx context.Context, ns, name string, mutate func(*v1alpha1.TicketKeyRing)) *v1alpha1.TicketKeyRing {
-	ring := &v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Annotations: map[string]string{}}, Spec: defaultSpec()}
-	if mutate != nil {
-		mutate(ring)
-	}
-	Expect(k8s.Create(ctx, ring)).To(Succeed())
-	return ring
-}
-
-func getRing(ctx context.Context, ring *v1alpha1.TicketKeyRing) *v1alpha1.TicketKeyRing {
-	got := &v1alpha1.TicketKeyRing{}
-	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(ring), got)).To(Succeed())
-	return got
-}
-
-func patchRing(ctx context.Context, ring *v1alpha1.TicketKeyRing, mutate func(*v1alpha1.TicketKeyRing)) {
-	Eventually(func() error {
-		got := getRing(ctx, ring)
-		if got.Annotations == nil {
-			got.Annotations = map[string]string{}
-		}
-		mutate(got)
-		return k8s.Update(ctx, got)
-	}, timeout, poll).Should(Succeed())
-}
-
-// poke makes the controller reconcile now, as its own requeue would once
-// the fake clock's time arrives in real time.
-func poke(ctx context.Context, ring *v1alpha1.TicketKeyRing) {
-	patchRing(ctx, ring, func(r *v1alpha1.TicketKeyRing) {
-		r.Annotations["test.ringmaster.io/poke"] = fmt.Sprint(time.Now().UnixNano())
-	})
-}
-
-func requestRotation(ctx context.Context, ring *v1alpha1.TicketKeyRing, at string) {
-	patchRing(ctx, ring, func(r *v1alpha1.TicketKeyRing) { r.Annotations[v1alpha1.RotateRequestedAtAnnotation] = at })
-}
-
-func waitEpoch(ctx context.Context, ring *v1alpha1.TicketKeyRing, epoch int64) {
-	GinkgoHelper()
-	Eventually(func() int64 { return getRing(ctx, ring).Status.Epoch }, timeout, poll).Should(Equal(epoch))
-	Eventually(func() string {
-		return trySecret(ctx, ring.Namespace, getRing(ctx, ring).ProjectionSecretName()).Annotations[v1alpha1.EpochAnnotation]
-	}, timeout, poll).Should(Equal(fmt.Sprint(epoch)))
-}
-
-func getSecret(ctx context.Context, ns, name string) *corev1.Secret {
-	GinkgoHelper()
-	s := &corev1.Secret{}
-	Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s)).To(Succeed())
-	return s
-}
-
-func trySecret(ctx context.Context, ns, name string) *corev1.Secret {
-	s := &corev1.Secret{}
-	_ = k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s)
-	return s
-}
-
-func decode(s *corev1.Secret) keyring.Ring {
-	GinkgoHelper()
-	r, err := keyring.Decode(s.Data[keyring.FileName])
-	Expect(err).NotTo(HaveOccurred())
-	seenMu.Lock()
-	defer seenMu.Unlock()
-	for _, k := range r.Keys {
-		seen[k.Secret] = true
-	}
-	return r
-}
-
-func events(ctx context.Context, ns string) []eventsv1.Event {
-	list := &eventsv1.EventList{}
-	Expect(k8s.List(ctx, list, client.InNamespace(ns))).To(Succeed())
-	return list.Items
-}
-
-// gaugeValue reads one ring's series of a gauge from the suite's registry.
-func gaugeValue(name, ns, ring string) float64 {
-	GinkgoHelper()
-	families, err := registry.Gather()
-	Expect(err).NotTo(HaveOccurred())
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["namespace"] == ns && labels["name"] == ring {
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	Fail(fmt.Sprintf("no %s series for %s/%s", name, ns, ring))
-	return 0
-}

@@ -4,39 +4,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Condition types and reasons of a CertificatePolicy. It shares
-// ConditionReady and ReasonInvalidSpec with TicketKeyRing.
-const (
-	// ConditionCompliant is True when every certificate the policy selects
-	// obeys every rule.
-	ConditionCompliant = "Compliant"
-
-	// ReasonEvaluated: Ready. Every selected certificate the operator can
-	// see was judged against the current generation of the policy.
-	ReasonEvaluated = "Evaluated"
-	// ReasonNoViolations: Compliant. No selected certificate breaks a rule.
-	ReasonNoViolations = "NoViolations"
-	// ReasonViolationsFound: not Compliant. status.violations lists them.
-	ReasonViolationsFound = "ViolationsFound"
-)
-
-// Event reasons of a CertificatePolicy and of the certificates it enforces.
-const (
-	// ReasonRenewalTriggered: Enforce set a Certificate's Issuing condition,
-	// as `cmctl renew` does, so that cert-manager re-issues it.
-	ReasonRenewalTriggered = "RenewalTriggered"
-	// ReasonCannotEnforce: a certificate breaks a rule that re-issuing
-	// cannot mend (a Secret no Certificate manages, a key kept by
-	// rotationPolicy Never, a requested duration the rule forbids, a renewal
-	// that did not help). It is reported and left untouched.
-	ReasonCannotEnforce = "CannotEnforce"
-
-	// IssuingReason is the reason of the Issuing condition that Enforce sets
-	// on a cert-manager Certificate; the condition's message names the
-	// policy and the rule. cmctl renew uses "ManuallyTriggered".
-	IssuingReason = "CertificatePolicy"
-)
-
 // PolicyAction is what a CertificatePolicy does about a violation.
 // +kubebuilder:validation:Enum=Audit;Enforce
 type PolicyAction string

@@ -1,4 +1,6 @@
-// Package v1alpha1 holds the ringmaster.io/v1alpha1 API: TicketKeyRing.
+// Package v1alpha1 holds the ringmaster.io/v1alpha1 API: TicketKeyRing and
+// ClusterTicketKeyRing (rings of TLS session ticket keys), ClusterKeySource
+// (where keys are minted) and CertificatePolicy (rules for certificates).
 //
 // +kubebuilder:object:generate=true
 // +groupName=ringmaster.io
@@ -18,4 +20,12 @@ var (
 
 	// AddToScheme adds the types of this API to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+// Kinds of this API, for owner references, events and messages.
+const (
+	KindTicketKeyRing        = "TicketKeyRing"
+	KindClusterTicketKeyRing = "ClusterTicketKeyRing"
+	KindClusterKeySource     = "ClusterKeySource"
+	KindCertificatePolicy    = "CertificatePolicy"
 )

@@ -123,9 +123,9 @@ func createSecrets(ctx context.Context, ns string, n int) {
 	Expect(err).NotTo(HaveOccurred())
 	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "scale CA"}, IsCA: true, BasicConstraintsValid: true,
 		NotBefore: fakeClock.Now().Add(-day), NotAfter: fakeClock.Now().Add(3650 * day), KeyUsage: x509.KeyUsageCertSign}
-	fast := rest.CopyConfig(cfg)
+	fast := rest.CopyConfig(env.Config)
 	fast.QPS, fast.Burst = 2000, 4000
-	c, err := client.New(fast, client.Options{Scheme: scheme})
+	c, err := client.New(fast, client.Options{Scheme: k8s.Scheme()})
 	Expect(err).NotTo(HaveOccurred())
 
 	const workers = 8

@@ -1,50 +1,39 @@
 // Package certificatepolicy_test is the envtest suite of the
 // CertificatePolicy controller: a real kube-apiserver and etcd with
-// ringmaster's and cert-manager's CRDs installed, and the controller in a
-// manager built as main.go builds it, with a fake clock. No cert-manager
-// controller runs here: the specs play its part (writing Secrets, Certificate
-// statuses) where they need it; test/e2e runs the real one.
+// ringmaster's and cert-manager's CRDs installed, and the operator built as
+// main.go builds it, running as its own service account with the generated
+// RBAC and leader election on, with a fake clock. No cert-manager controller
+// runs here: the specs play its part (writing Secrets, Certificate statuses)
+// where they need it; test/certmanager runs the real one.
 package certificatepolicy_test
 
 import (
 	"context"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/controllers"
+	"github.com/ringmaster-io/ringmaster/internal/operator"
+	"github.com/ringmaster-io/ringmaster/internal/testenv"
 )
 
 // maxRenewals is the suite's renewal rate limit, small enough to see it bite.
 const maxRenewals = 2
 
 var (
-	cfg        *rest.Config
+	env        *testenv.Env
 	k8s        client.Client
-	testEnv    *envtest.Environment
-	scheme     = runtime.NewScheme()
 	fakeClock  *clocktesting.FakeClock
 	registry   *prometheus.Registry
 	reconciler *controllers.CertificatePolicyReconciler
-	stopMgr    context.CancelFunc
 )
 
 func TestCertificatePolicy(t *testing.T) {
@@ -52,68 +41,34 @@ func TestCertificatePolicy(t *testing.T) {
 	RunSpecs(t, "CertificatePolicy suite")
 }
 
-var _ = BeforeSuite(func() {
+var _ = BeforeSuite(func(ctx SpecContext) {
 	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	Expect(clientgoscheme.AddToScheme(scheme)).To(Succeed())
-	Expect(v1alpha1.AddToScheme(scheme)).To(Succeed())
-	Expect(cmapi.AddToScheme(scheme)).To(Succeed())
-
-	testEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases"), certManagerCRDs()},
-		ErrorIfCRDPathMissing: true,
-	}
 	var err error
-	cfg, err = testEnv.Start()
-	Expect(err).NotTo(HaveOccurred(), "start the control plane; run through make test, which builds it and sets KUBEBUILDER_ASSETS")
-	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	env, err = testenv.Start()
 	Expect(err).NotTo(HaveOccurred())
-
+	DeferCleanup(env.Stop)
+	k8s = env.Client
+	cfg, err := env.OperatorConfig(ctx)
+	Expect(err).NotTo(HaveOccurred())
 	fakeClock = clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
-	startManager()
-})
 
-var _ = AfterSuite(func() {
-	if stopMgr != nil {
-		stopMgr()
-	}
-	if testEnv != nil {
-		Expect(testEnv.Stop()).To(Succeed())
-	}
-})
-
-// certManagerCRDs is the deploy/crds directory of the cert-manager module
-// go.mod requires, from the module cache.
-func certManagerCRDs() string {
-	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager").Output()
-	Expect(err).NotTo(HaveOccurred(), "locate the cert-manager module")
-	return filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")
-}
-
-// startManager starts the operator's manager as main.go builds it, with the
-// suite's clock, rate limit and metrics registry.
-func startManager() {
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache:   controllers.CacheOptions(),
+	registry = prometheus.NewRegistry()
+	mctx, cancel := context.WithCancel(context.Background())
+	op, err := operator.New(mctx, cfg, operator.Options{
+		MetricsAddr: "0", ProbeAddr: "0", LeaderElection: true,
+		Options: controllers.Options{
+			Namespace: testenv.Namespace, ServiceAccount: testenv.ServiceAccount,
+			Clock: fakeClock, Registry: registry, MaxRenewalsPerMinute: maxRenewals,
+		},
 	})
 	Expect(err).NotTo(HaveOccurred())
-	registry = prometheus.NewRegistry()
-	reconciler = &controllers.CertificatePolicyReconciler{
-		Client:               mgr.GetClient(),
-		APIReader:            mgr.GetAPIReader(),
-		Recorder:             mgr.GetEventRecorder("ringmaster"),
-		Clock:                fakeClock,
-		MaxRenewalsPerMinute: maxRenewals,
-	}
-	Expect(reconciler.SetupWithManager(mgr, registry)).To(Succeed())
-
-	ctx, cancel := context.WithCancel(context.Background())
+	reconciler = op.CertificatePolicy
 	done := make(chan struct{})
 	go func() {
 		defer GinkgoRecover()
 		defer close(done)
-		Expect(mgr.Start(ctx)).To(Succeed())
+		Expect(op.Start(mctx)).To(Succeed())
 	}()
-	stopMgr = func() { cancel(); <-done }
-}
+	DeferCleanup(func() { cancel(); <-done })
+	Eventually(op.Elected(), 30*time.Second).Should(BeClosed(), "the operator leads, with its own RBAC")
+}, NodeTimeout(2*time.Minute))

@@ -1,6 +1,7 @@
 // Package distribute builds the Secrets that carry a ring to pods: one
 // immutable snapshot Secret per epoch, the record, and one mutable projection
 // Secret per target namespace, a copy of the newest snapshot that pods mount.
+// It also decides, from what exists, what to do with each of them.
 //
 // It builds and reads objects; it never talks to the API server.
 package distribute
@@ -8,10 +9,13 @@ package distribute
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
@@ -19,75 +23,187 @@ import (
 )
 
 // SecretType is the type of every Secret ringmaster writes, so that tools
-// (and people) can tell ticket key Secrets from others at a glance.
+// (and people) can tell ticket key Secrets from others at a glance, and the
+// operator's cache holds these Secrets and no others.
 const SecretType corev1.SecretType = "ringmaster.io/ticket-keys"
 
-// SnapshotName is the name of the snapshot Secret of a ring's epoch.
-func SnapshotName(ring string, epoch int64) string {
-	return fmt.Sprintf("%s-e%d", ring, epoch)
+// Owner is the ring a set of Secrets belongs to: a TicketKeyRing, whose
+// Secrets all live in its namespace, or a ClusterTicketKeyRing, whose
+// snapshots live in the operator's namespace and whose projections live in
+// every namespace it selects.
+type Owner struct {
+	// Kind is v1alpha1.KindTicketKeyRing or v1alpha1.KindClusterTicketKeyRing.
+	Kind string
+	Name string
+	UID  types.UID
+	// Namespace is a TicketKeyRing's namespace; empty for a cluster ring.
+	Namespace string
+	// Home is where the snapshots live.
+	Home string
+	// SecretName is the projection Secret's name.
+	SecretName string
+	// Formats are written beside ticketkeys.json.
+	Formats []v1alpha1.KeyFormat
 }
 
-// Snapshot builds the immutable snapshot Secret of r, owned by owner:
+// OwnerOf describes a TicketKeyRing.
+func OwnerOf(r *v1alpha1.TicketKeyRing) Owner {
+	return Owner{
+		Kind: v1alpha1.KindTicketKeyRing, Name: r.Name, UID: r.UID, Namespace: r.Namespace, Home: r.Namespace,
+		SecretName: r.ProjectionSecretName(), Formats: r.Spec.Distribution.Formats,
+	}
+}
+
+// ClusterOwnerOf describes a ClusterTicketKeyRing whose snapshots live in
+// the namespace home.
+func ClusterOwnerOf(r *v1alpha1.ClusterTicketKeyRing, home string) Owner {
+	return Owner{
+		Kind: v1alpha1.KindClusterTicketKeyRing, Name: r.Name, UID: r.UID, Home: home,
+		SecretName: r.ProjectionSecretName(), Formats: r.Spec.Distribution.Formats,
+	}
+}
+
+// RingName is the ring's name in ticketkeys.json: "<namespace>/<name>" for
+// a TicketKeyRing, "<name>" for a ClusterTicketKeyRing.
+func (o Owner) RingName() string {
+	if o.Namespace == "" {
+		return o.Name
+	}
+	return o.Namespace + "/" + o.Name
+}
+
+// ringLabel is the label naming the ring on its Secrets.
+func (o Owner) ringLabel() string {
+	if o.Kind == v1alpha1.KindClusterTicketKeyRing {
+		return v1alpha1.ClusterRingLabel
+	}
+	return v1alpha1.RingLabel
+}
+
+// SnapshotLabels select the ring's snapshots in its home namespace.
+func (o Owner) SnapshotLabels() map[string]string {
+	return map[string]string{o.ringLabel(): o.Name, v1alpha1.ComponentLabel: v1alpha1.ComponentSnapshot}
+}
+
+// ProjectionLabels are the labels of every projection Secret of the ring.
+func (o Owner) ProjectionLabels() map[string]string {
+	return map[string]string{o.ringLabel(): o.Name, v1alpha1.ComponentLabel: v1alpha1.ComponentProjection}
+}
+
+// SnapshotName is the name of the snapshot Secret of an epoch:
+// <ring>-e<epoch>, or <ring>-ce<epoch> for a cluster ring, so that a cluster
+// ring's snapshots never take the name of a namespaced ring's in the
+// operator's namespace. The API forbids projection names of either form.
+func (o Owner) SnapshotName(epoch int64) string {
+	if o.Kind == v1alpha1.KindClusterTicketKeyRing {
+		return fmt.Sprintf("%s-ce%d", o.Name, epoch)
+	}
+	return fmt.Sprintf("%s-e%d", o.Name, epoch)
+}
+
+// Owns reports whether s is controlled by the ring: owner references carry
+// the ring's UID, so a ring deleted and created again owns nothing of the
+// old one's, and nobody else's Secret is ever taken over.
+func (o Owner) Owns(s *corev1.Secret) bool {
+	ref := metav1.GetControllerOfNoCopy(s)
+	return ref != nil && ref.UID == o.UID && ref.Kind == o.Kind && ref.APIVersion == v1alpha1.GroupVersion.String()
+}
+
+func (o Owner) ownerRef() metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion: v1alpha1.GroupVersion.String(), Kind: o.Kind, Name: o.Name, UID: o.UID,
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+// Snapshot builds the immutable snapshot Secret of r, owned by o:
 // ticketkeys.json plus the files of every extra format, with the derived
-// keys ordered as of the epoch's IssuedAt.
-func Snapshot(owner *v1alpha1.TicketKeyRing, r keyring.Ring) (*corev1.Secret, error) {
+// keys ordered as of the epoch's IssuedAt. rotateRequest, if set, is the
+// rotate-now request the epoch carries out: the record of the request
+// travels with the epoch it caused, so that a reconcile reading a ring
+// whose status lags never carries it out twice.
+func Snapshot(o Owner, r keyring.Ring, rotateRequest string) (*corev1.Secret, error) {
 	ringFile, err := keyring.Encode(r)
 	if err != nil {
 		return nil, fmt.Errorf("encode epoch %d: %w", r.Epoch, err)
 	}
 	data := map[string][]byte{keyring.FileName: ringFile}
-	for _, f := range owner.Spec.Distribution.Formats {
+	for _, f := range o.Formats {
 		files, err := r.Files(keyring.Format(f), r.IssuedAt)
 		if err != nil {
 			return nil, fmt.Errorf("epoch %d: %w", r.Epoch, err)
 		}
 		maps.Copy(data, files)
 	}
-	return &corev1.Secret{
+	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      SnapshotName(owner.Name, r.Epoch),
-			Namespace: owner.Namespace,
-			Labels: map[string]string{
-				v1alpha1.RingLabel:      owner.Name,
-				v1alpha1.ComponentLabel: v1alpha1.ComponentSnapshot,
-				v1alpha1.EpochLabel:     strconv.FormatInt(r.Epoch, 10),
-			},
-			OwnerReferences: []metav1.OwnerReference{ownerRef(owner)},
+			Name:            o.SnapshotName(r.Epoch),
+			Namespace:       o.Home,
+			Labels:          o.SnapshotLabels(),
+			OwnerReferences: []metav1.OwnerReference{o.ownerRef()},
 		},
 		Immutable: ptr.To(true),
 		Type:      SecretType,
 		Data:      data,
-	}, nil
+	}
+	s.Labels[v1alpha1.EpochLabel] = strconv.FormatInt(r.Epoch, 10)
+	if rotateRequest != "" {
+		s.Annotations = map[string]string{v1alpha1.RotateRequestedAtAnnotation: rotateRequest}
+	}
+	return s, nil
 }
 
 // Projection builds the projection Secret for namespace ns: a copy of the
-// snapshot's data under the ring's projection name. In the ring's own
-// namespace it is owned by the ring; elsewhere it is found by its labels,
-// since owner references cannot cross namespaces.
-func Projection(owner *v1alpha1.TicketKeyRing, snapshot *corev1.Secret, ns string) *corev1.Secret {
-	s := &corev1.Secret{
+// snapshot's data under the ring's projection name, owned by the ring (a
+// namespaced Secret may have a cluster-scoped owner, so a cluster ring's
+// copies are garbage collected with it too).
+func Projection(o Owner, snapshot *corev1.Secret, ns string) *corev1.Secret {
+	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:        owner.ProjectionSecretName(),
-			Namespace:   ns,
-			Labels:      ProjectionLabels(owner),
-			Annotations: map[string]string{v1alpha1.EpochAnnotation: snapshot.Labels[v1alpha1.EpochLabel]},
+			Name:            o.SecretName,
+			Namespace:       ns,
+			Labels:          o.ProjectionLabels(),
+			Annotations:     map[string]string{v1alpha1.EpochAnnotation: snapshot.Labels[v1alpha1.EpochLabel]},
+			OwnerReferences: []metav1.OwnerReference{o.ownerRef()},
 		},
 		Type: SecretType,
 		Data: snapshot.DeepCopy().Data, // bytes and all: the two must never alias
 	}
-	if ns == owner.Namespace {
-		s.OwnerReferences = []metav1.OwnerReference{ownerRef(owner)}
-	}
-	return s
 }
 
-// ProjectionLabels are the labels of every projection Secret of owner.
-func ProjectionLabels(owner *v1alpha1.TicketKeyRing) map[string]string {
-	return map[string]string{
-		v1alpha1.RingLabel:          owner.Name,
-		v1alpha1.RingNamespaceLabel: owner.Namespace,
-		v1alpha1.ComponentLabel:     v1alpha1.ComponentProjection,
+// Action is what to do about one target's projection Secret.
+type Action int
+
+const (
+	// Keep: the projection carries the newest epoch already.
+	Keep Action = iota
+	// Create: there is no Secret of that name.
+	Create
+	// Update: ours, carrying an older epoch (routine) or edited by hand.
+	Update
+	// Recreate: ours, but of another type, which is immutable: delete it and
+	// create it again on the next pass.
+	Recreate
+	// Conflict: a Secret of that name exists and is not the ring's. It is
+	// left untouched.
+	Conflict
+)
+
+// Decide says what to do about the projection want, given the Secret of
+// its name that exists (nil for none). edited reports an Update of a Secret
+// that carried the right epoch with other content: someone edited it.
+func Decide(o Owner, have, want *corev1.Secret) (a Action, edited bool) {
+	switch {
+	case have == nil:
+		return Create, false
+	case !o.Owns(have):
+		return Conflict, false
+	case have.Type != want.Type:
+		return Recreate, false
+	case InSync(have, want):
+		return Keep, false
 	}
+	return Update, have.Annotations[v1alpha1.EpochAnnotation] == want.Annotations[v1alpha1.EpochAnnotation]
 }
 
 // InSync reports whether the projection Secret have carries what want does,
@@ -99,18 +215,31 @@ func InSync(have, want *corev1.Secret) bool {
 		have.Annotations[v1alpha1.EpochAnnotation] == want.Annotations[v1alpha1.EpochAnnotation]
 }
 
-// ReadSnapshot decodes the ring a snapshot Secret holds and checks it
-// against the Secret's name and labels, so that a Secret altered by hand is
-// refused with an error naming it rather than trusted.
-func ReadSnapshot(s *corev1.Secret) (keyring.Ring, error) {
+// Updated is have brought in line with want: want's data and labels, and
+// have's annotations with want's merged in.
+func Updated(have, want *corev1.Secret) *corev1.Secret {
+	out := have.DeepCopy()
+	out.Labels, out.Data = want.Labels, want.DeepCopy().Data
+	out.Annotations = labels.Merge(out.Annotations, want.Annotations)
+	return out
+}
+
+// Record reads a snapshot Secret back into the record of its epoch. The
+// ring it holds is checked against the Secret's epoch label, so that a
+// Secret altered by hand is refused with an error naming it rather than
+// trusted.
+func Record(s *corev1.Secret) keyring.Record {
+	rec := keyring.Record{Epoch: SnapshotEpoch(s), RotateRequest: s.Annotations[v1alpha1.RotateRequestedAtAnnotation]}
 	r, err := keyring.Decode(s.Data[keyring.FileName])
-	if err != nil {
-		return keyring.Ring{}, fmt.Errorf("snapshot %s/%s: %w", s.Namespace, s.Name, err)
+	switch {
+	case err != nil:
+		rec.Err = fmt.Errorf("snapshot %s/%s: %w", s.Namespace, s.Name, err)
+	case strconv.FormatInt(r.Epoch, 10) != s.Labels[v1alpha1.EpochLabel]:
+		rec.Err = fmt.Errorf("snapshot %s/%s: holds epoch %d but is labelled epoch %q", s.Namespace, s.Name, r.Epoch, s.Labels[v1alpha1.EpochLabel])
+	default:
+		rec.Ring = r
 	}
-	if got := strconv.FormatInt(r.Epoch, 10); got != s.Labels[v1alpha1.EpochLabel] {
-		return keyring.Ring{}, fmt.Errorf("snapshot %s/%s: holds epoch %s but is labelled epoch %q", s.Namespace, s.Name, got, s.Labels[v1alpha1.EpochLabel])
-	}
-	return r, nil
+	return rec
 }
 
 // SnapshotEpoch is the epoch label of a snapshot Secret, or 0 when missing
@@ -123,6 +252,31 @@ func SnapshotEpoch(s *corev1.Secret) int64 {
 	return e
 }
 
-func ownerRef(owner *v1alpha1.TicketKeyRing) metav1.OwnerReference {
-	return *metav1.NewControllerRef(owner, v1alpha1.GroupVersion.WithKind("TicketKeyRing"))
+// Targets are the namespaces a cluster ring delivers to, in name order: those
+// the selector matches, less those being deleted (a write there would only
+// fail, and their Secrets go with them).
+func Targets(selector labels.Selector, namespaces []corev1.Namespace) []string {
+	var out []string
+	for _, ns := range namespaces {
+		if ns.DeletionTimestamp.IsZero() && ns.Status.Phase != corev1.NamespaceTerminating && selector.Matches(labels.Set(ns.Labels)) {
+			out = append(out, ns.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// RingOf names the ring a Secret says it belongs to, by its labels: a
+// TicketKeyRing (namespaced key) or a ClusterTicketKeyRing (name only).
+// Labels are only a hint for what to reconcile; ownership is decided by
+// owner references (Owner.Owns).
+func RingOf(s metav1.Object) (kind string, key types.NamespacedName, ok bool) {
+	l := s.GetLabels()
+	if name := l[v1alpha1.ClusterRingLabel]; name != "" {
+		return v1alpha1.KindClusterTicketKeyRing, types.NamespacedName{Name: name}, true
+	}
+	if name := l[v1alpha1.RingLabel]; name != "" {
+		return v1alpha1.KindTicketKeyRing, types.NamespacedName{Namespace: s.GetNamespace(), Name: name}, true
+	}
+	return "", types.NamespacedName{}, false
 }

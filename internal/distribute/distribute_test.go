@@ -3,12 +3,15 @@ package distribute
 import (
 	"crypto/sha256"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
@@ -26,10 +29,47 @@ func testRing() keyring.Ring {
 	return r
 }
 
-func testOwner(formats ...v1alpha1.KeyFormat) *v1alpha1.TicketKeyRing {
-	return &v1alpha1.TicketKeyRing{
+func testOwner(formats ...v1alpha1.KeyFormat) Owner {
+	return OwnerOf(&v1alpha1.TicketKeyRing{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "uid-1"},
 		Spec:       v1alpha1.TicketKeyRingSpec{Distribution: v1alpha1.Distribution{Formats: formats}},
+	})
+}
+
+func clusterOwner() Owner {
+	return ClusterOwnerOf(&v1alpha1.ClusterTicketKeyRing{
+		ObjectMeta: metav1.ObjectMeta{Name: "edge", UID: "uid-2"},
+		Spec:       v1alpha1.ClusterTicketKeyRingSpec{TicketKeyRingSpec: v1alpha1.TicketKeyRingSpec{Distribution: v1alpha1.Distribution{SecretName: "edge-keys"}}},
+	}, "ringmaster-system")
+}
+
+func TestOwners(t *testing.T) {
+	tests := []struct {
+		name                                       string
+		owner                                      Owner
+		ringName, snapshot, snapshotNS, projection string
+		label                                      string
+	}{
+		{"a TicketKeyRing keeps everything in its namespace", testOwner(), "shop/web", "web-e7", "shop", "web-ticket-keys", v1alpha1.RingLabel},
+		{"a ClusterTicketKeyRing keeps its snapshots in the operator's namespace, under names no namespaced ring's snapshot can take",
+			clusterOwner(), "edge", "edge-ce7", "ringmaster-system", "edge-keys", v1alpha1.ClusterRingLabel},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o := tt.owner
+			if got := o.RingName(); got != tt.ringName {
+				t.Errorf("RingName = %q, want %q", got, tt.ringName)
+			}
+			if got := o.SnapshotName(7); got != tt.snapshot {
+				t.Errorf("SnapshotName(7) = %q, want %q", got, tt.snapshot)
+			}
+			if o.Home != tt.snapshotNS || o.SecretName != tt.projection {
+				t.Errorf("home %q, projection %q", o.Home, o.SecretName)
+			}
+			if o.SnapshotLabels()[tt.label] != o.Name || o.ProjectionLabels()[tt.label] != o.Name {
+				t.Errorf("labels %v, %v: want %s=%s", o.SnapshotLabels(), o.ProjectionLabels(), tt.label, o.Name)
+			}
+		})
 	}
 }
 
@@ -47,7 +87,7 @@ func TestSnapshot(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			owner := testOwner(tt.formats...)
-			s, err := Snapshot(owner, testRing())
+			s, err := Snapshot(owner, testRing(), "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,8 +97,11 @@ func TestSnapshot(t *testing.T) {
 			if s.Immutable == nil || !*s.Immutable {
 				t.Error("snapshot is not immutable")
 			}
-			if !metav1.IsControlledBy(s, owner) {
+			if !owner.Owns(s) {
 				t.Error("snapshot is not controlled by its ring")
+			}
+			if s.Type != SecretType {
+				t.Errorf("type %q, want %q", s.Type, SecretType)
 			}
 			if s.Labels[v1alpha1.RingLabel] != "web" || s.Labels[v1alpha1.EpochLabel] != "1" || s.Labels[v1alpha1.ComponentLabel] != "snapshot" {
 				t.Errorf("labels = %v", s.Labels)
@@ -71,50 +114,54 @@ func TestSnapshot(t *testing.T) {
 					t.Errorf("file %s missing", f)
 				}
 			}
-			got, err := ReadSnapshot(s)
-			if err != nil {
-				t.Fatal(err)
+			rec := Record(s)
+			if rec.Err != nil {
+				t.Fatal(rec.Err)
 			}
-			if got.Epoch != 1 || len(got.Keys) != 2 || got.Keys[0].ID != testRing().Keys[0].ID {
-				t.Errorf("ReadSnapshot = epoch %d, %d keys", got.Epoch, len(got.Keys))
+			if rec.Epoch != 1 || rec.Ring.Epoch != 1 || len(rec.Ring.Keys) != 2 || rec.Ring.Keys[0].ID != testRing().Keys[0].ID || rec.RotateRequest != "" {
+				t.Errorf("Record = %+v", rec)
 			}
 		})
+	}
+
+	s, err := Snapshot(testOwner(), testRing(), "2026-11-30T12:00:00Z")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Record(s).RotateRequest; got != "2026-11-30T12:00:00Z" {
+		t.Errorf("the rotate-now request does not travel with its epoch: %q", got)
 	}
 }
 
 func TestProjection(t *testing.T) {
-	owner := testOwner("go")
-	snap, err := Snapshot(owner, testRing())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		ns    string
-		owned bool
-	}{
-		{"shop", true},     // owner references work within a namespace
-		{"shop-eu", false}, // and nowhere else: found by labels instead
-	}
-	for _, tt := range tests {
-		t.Run(tt.ns, func(t *testing.T) {
-			p := Projection(owner, snap, tt.ns)
-			if p.Name != "web-ticket-keys" || p.Namespace != tt.ns {
-				t.Errorf("projection %s/%s", p.Namespace, p.Name)
+	for _, owner := range []Owner{testOwner("go"), clusterOwner()} {
+		snap, err := Snapshot(owner, testRing(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ns := range []string{"shop", "shop-eu"} {
+			p := Projection(owner, snap, ns)
+			if p.Name != owner.SecretName || p.Namespace != ns {
+				t.Errorf("%s: projection %s/%s", owner.Kind, p.Namespace, p.Name)
 			}
-			if metav1.IsControlledBy(p, owner) != tt.owned {
-				t.Errorf("controlled by ring = %v, want %v", !tt.owned, tt.owned)
+			// A namespaced Secret may have a cluster-scoped owner: every
+			// copy is owned, and garbage collected with its ring.
+			if !owner.Owns(p) {
+				t.Errorf("%s: projection in %s is not owned by its ring", owner.Kind, ns)
 			}
 			if p.Immutable != nil {
 				t.Error("a projection must stay mutable: pods follow it")
 			}
-			if p.Labels[v1alpha1.RingNamespaceLabel] != "shop" || p.Annotations[v1alpha1.EpochAnnotation] != "1" {
+			if p.Annotations[v1alpha1.EpochAnnotation] != "1" || !labels.Equals(p.Labels, owner.ProjectionLabels()) {
 				t.Errorf("labels %v annotations %v", p.Labels, p.Annotations)
 			}
-			if !InSync(p, Projection(owner, snap, tt.ns)) {
+			if !InSync(p, Projection(owner, snap, ns)) {
 				t.Error("a projection is not in sync with itself")
 			}
-		})
+		}
 	}
+	owner := testOwner()
+	snap, _ := Snapshot(owner, testRing(), "")
 	p := Projection(owner, snap, "shop")
 	p.Data[keyring.FileName][0] ^= 1
 	if InSync(p, Projection(owner, snap, "shop")) {
@@ -125,8 +172,56 @@ func TestProjection(t *testing.T) {
 	}
 }
 
-func TestReadSnapshotRefusesTampering(t *testing.T) {
-	snap, err := Snapshot(testOwner("go"), testRing())
+func TestDecide(t *testing.T) {
+	owner := testOwner()
+	e1, _ := Snapshot(owner, testRing(), "")
+	r2 := testRing()
+	r2.Epoch = 2
+	e2, _ := Snapshot(owner, r2, "")
+	want := Projection(owner, e2, "shop")
+
+	other := OwnerOf(&v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "uid-recreated"}})
+	edited := want.DeepCopy()
+	edited.Data[keyring.FileName] = []byte(`{"version":1}`)
+	retyped := want.DeepCopy()
+	retyped.Type = corev1.SecretTypeOpaque
+	foreign := want.DeepCopy()
+	foreign.OwnerReferences = nil
+	relabelled := want.DeepCopy()
+	relabelled.Labels = map[string]string{"app": "mine"}
+
+	tests := []struct {
+		name       string
+		have       *corev1.Secret
+		want       Action
+		wantEdited bool
+	}{
+		{"no Secret yet", nil, Create, false},
+		{"in sync", want.DeepCopy(), Keep, false},
+		{"an older epoch: routine", Projection(owner, e1, "shop"), Update, false},
+		{"the same epoch with other content: edited by hand", edited, Update, true},
+		{"labels edited away: still ours by owner reference", relabelled, Update, true},
+		{"ours but of another type", retyped, Recreate, false},
+		{"a Secret nobody owns", foreign, Conflict, false},
+		{"a Secret of a deleted ring of the same name (another UID)", Projection(other, e1, "shop"), Conflict, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ed := Decide(owner, tt.have, want)
+			if got != tt.want || ed != tt.wantEdited {
+				t.Errorf("Decide = %v (edited %v), want %v (edited %v)", got, ed, tt.want, tt.wantEdited)
+			}
+		})
+	}
+
+	up := Updated(edited, want)
+	if !InSync(up, want) || up.UID != edited.UID {
+		t.Error("Updated does not bring the Secret in line, or loses its identity")
+	}
+}
+
+func TestRecordRefusesTampering(t *testing.T) {
+	snap, err := Snapshot(testOwner("go"), testRing(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,16 +238,62 @@ func TestReadSnapshotRefusesTampering(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := snap.DeepCopy()
 			tt.mutate(s)
-			_, err := ReadSnapshot(s)
+			rec := Record(s)
+			err := rec.Err
 			if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "shop/web-e1") {
-				t.Fatalf("ReadSnapshot error = %v, want one naming shop/web-e1 and %q", err, tt.want)
+				t.Fatalf("Record error = %v, want one naming shop/web-e1 and %q", err, tt.want)
 			}
 			if tt.name != "relabelled epoch" && !errors.Is(err, keyring.ErrInvalidRing) {
 				t.Errorf("error does not wrap ErrInvalidRing: %v", err)
+			}
+			if len(rec.Ring.Keys) != 0 {
+				t.Error("a refused snapshot still yields keys")
 			}
 		})
 	}
 	if got := SnapshotEpoch(&corev1.Secret{}); got != 0 {
 		t.Errorf("SnapshotEpoch of an unlabelled Secret = %d, want 0", got)
+	}
+}
+
+func TestTargets(t *testing.T) {
+	ns := func(name string, l map[string]string, terminating bool) corev1.Namespace {
+		n := corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}}
+		if terminating {
+			n.Status.Phase = corev1.NamespaceTerminating
+		}
+		return n
+	}
+	all := []corev1.Namespace{
+		ns("shop-us", map[string]string{"tier": "edge"}, false),
+		ns("kube-system", nil, false),
+		ns("shop-eu", map[string]string{"tier": "edge"}, false),
+		ns("shop-old", map[string]string{"tier": "edge"}, true),
+	}
+	edge := labels.SelectorFromSet(labels.Set{"tier": "edge"})
+	if got := Targets(edge, all); !slices.Equal(got, []string{"shop-eu", "shop-us"}) {
+		t.Errorf("Targets(tier=edge) = %v: want the matching namespaces in order, not the terminating one", got)
+	}
+	if got := Targets(labels.Everything(), all); !slices.Equal(got, []string{"kube-system", "shop-eu", "shop-us"}) {
+		t.Errorf("Targets({}) = %v", got)
+	}
+}
+
+func TestRingOf(t *testing.T) {
+	tests := []struct {
+		labels   map[string]string
+		wantKind string
+		wantKey  types.NamespacedName
+	}{
+		{map[string]string{v1alpha1.RingLabel: "web"}, v1alpha1.KindTicketKeyRing, types.NamespacedName{Namespace: "shop", Name: "web"}},
+		{map[string]string{v1alpha1.ClusterRingLabel: "edge"}, v1alpha1.KindClusterTicketKeyRing, types.NamespacedName{Name: "edge"}},
+		{map[string]string{"app": "web"}, "", types.NamespacedName{}},
+	}
+	for _, tt := range tests {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "x", Labels: tt.labels}}
+		kind, key, ok := RingOf(s)
+		if kind != tt.wantKind || key != tt.wantKey || ok != (tt.wantKind != "") {
+			t.Errorf("RingOf(%v) = %s %v %v", tt.labels, kind, key, ok)
+		}
 	}
 }

@@ -76,6 +76,9 @@ type Plan struct {
 //     key, not one per missed interval.
 //  4. each key's RetireAt becomes the next key's ActiveFrom, and ExpiresAt
 //     RetireAt + RetainedKeys × RotationInterval.
+//  5. keys past ExpiresAt are dropped again (the new times may expire
+//     some), and so are the oldest retired keys beyond RetainedKeys, which
+//     rotate-now requests can pile up.
 //
 // stagedSince reports when a key id was first published; it returns false
 // when unknown, and the key is then taken to have been published at
@@ -160,6 +163,25 @@ func Next(now time.Time, p Policy, current Ring, rotateNow bool, stagedSince fun
 	// once under RetainedKeys 0, or any older key when RetainedKeys went
 	// down. Only the oldest keys can go, so the others' times stand.
 	keys = slices.DeleteFunc(keys, expired)
+	// RetainedKeys also bounds how many retired keys the ring holds:
+	// rotate-now retires a key before its interval is out, and a burst of
+	// requests would otherwise pile up keys that each stay retainedKeys
+	// intervals. So a ring never holds more than RetainedKeys+2 keys (the
+	// staged, the active and the retired ones), a bound readers can check.
+	// Keys are newest first: the oldest retired keys go.
+	retired := 0
+	for i, k := range keys {
+		if now.Before(k.RetireAt) {
+			continue
+		}
+		if retired++; retired > p.RetainedKeys {
+			for _, gone := range keys[i:] {
+				plan.Expired = append(plan.Expired, gone.ID)
+			}
+			keys = keys[:i]
+			break
+		}
+	}
 
 	plan.Ring = Ring{Name: current.Name, Epoch: current.Epoch, IssuedAt: current.IssuedAt, Keys: keys}
 	plan.Changed = plan.Mint > 0 || !sameKeys(current.Keys, keys)

@@ -2,31 +2,64 @@ package mint
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
 )
 
-// A ring's Vault source, and so its token, lives as long as the ring and its
-// settings: reused across reconciles, replaced when either changes, dropped
-// when the ring is deleted.
-func TestSourcesKeepOneVaultSourcePerRing(t *testing.T) {
+func TestAllowed(t *testing.T) {
+	source := func(sel *metav1.LabelSelector) *v1alpha1.ClusterKeySource {
+		return &v1alpha1.ClusterKeySource{ObjectMeta: metav1.ObjectMeta{Name: "vault-prod"}, Spec: v1alpha1.ClusterKeySourceSpec{NamespaceSelector: sel}}
+	}
+	shop := labels.Set{"kubernetes.io/metadata.name": "shop", "team": "shop"}
+	tests := []struct {
+		name   string
+		source *v1alpha1.ClusterKeySource
+		ns     string
+		labels labels.Set
+		want   string // reason, "" when allowed
+	}{
+		{"a cluster ring may use any source", source(nil), "", nil, ""},
+		{"no selector: no namespaced ring", source(nil), "shop", shop, v1alpha1.ReasonKeySourceNotAllowed},
+		{"{} allows every namespace", source(&metav1.LabelSelector{}), "shop", shop, ""},
+		{"a matching selector", source(&metav1.LabelSelector{MatchLabels: map[string]string{"team": "shop"}}), "shop", shop, ""},
+		{"a selector that does not match", source(&metav1.LabelSelector{MatchLabels: map[string]string{"team": "payments"}}), "shop", shop, v1alpha1.ReasonKeySourceNotAllowed},
+		{"an invalid selector allows nothing", source(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "team", Operator: "Sometimes"}}}), "shop", shop, v1alpha1.ReasonKeySourceNotAllowed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Allowed(tt.source, tt.ns, tt.labels)
+			if got := Reason(err); got != tt.want {
+				t.Fatalf("Allowed = %v (reason %q), want reason %q", err, got, tt.want)
+			}
+		})
+	}
+}
+
+// A key source's Vault client, and so its token, lives as long as the key
+// source and its settings: shared by its rings, reused across reconciles,
+// replaced when the key source changes, dropped when it is deleted.
+func TestSourcesKeepOneVaultClientPerKeySource(t *testing.T) {
 	ctx := context.Background()
-	ring := func(uid, addr string) *v1alpha1.TicketKeyRing {
-		return &v1alpha1.TicketKeyRing{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: types.UID(uid)},
-			Spec: v1alpha1.TicketKeyRingSpec{Source: v1alpha1.KeySource{Vault: &v1alpha1.VaultSource{
-				Address: addr, Auth: v1alpha1.VaultAuth{TokenSecretRef: &v1alpha1.KeyRef{Name: "t", Key: "token"}},
-			}}},
+	cks := func(uid string, generation int64) *v1alpha1.ClusterKeySource {
+		return &v1alpha1.ClusterKeySource{
+			ObjectMeta: metav1.ObjectMeta{Name: "vault-prod", UID: types.UID(uid), Generation: generation},
+			Spec: v1alpha1.ClusterKeySourceSpec{Vault: &v1alpha1.VaultSource{
+				Address: "https://127.0.0.1:8200", Auth: v1alpha1.VaultAuth{TokenSecretRef: &v1alpha1.KeyRef{Name: "t", Key: "token"}},
+			}},
 		}
 	}
 	var s Sources
-	get := func(r *v1alpha1.TicketKeyRing) Source {
+	get := func(c *v1alpha1.ClusterKeySource) Source {
 		t.Helper()
-		src, err := s.For(ctx, r)
+		src, err := s.For(ctx, c)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -36,23 +69,48 @@ func TestSourcesKeepOneVaultSourcePerRing(t *testing.T) {
 		return src
 	}
 
-	first := get(ring("1", "http://127.0.0.1:8200"))
-	if get(ring("1", "http://127.0.0.1:8200")) != first {
-		t.Error("a second reconcile of the same ring got a new source (and would log in again)")
+	first := get(cks("1", 1))
+	if get(cks("1", 1)) != first {
+		t.Error("a second ring of the same key source got a new client (and would log in again)")
 	}
-	moved := get(ring("1", "http://127.0.0.1:8201"))
-	if moved == first {
-		t.Error("a changed address kept the old source")
+	changed := get(cks("1", 2))
+	if changed == first {
+		t.Error("a changed key source kept the old client")
 	}
-	if get(ring("2", "http://127.0.0.1:8201")) == moved {
-		t.Error("a ring created again under the same name kept the deleted ring's source")
+	if get(cks("2", 1)) == changed {
+		t.Error("a key source created again under the same name kept the deleted one's client")
 	}
-	s.Forget(types.NamespacedName{Namespace: "shop", Name: "web"})
+	s.Forget("vault-prod")
 	if len(s.vault) != 0 {
-		t.Errorf("Forget left %d sources", len(s.vault))
+		t.Errorf("Forget left %d clients", len(s.vault))
 	}
+	if src, err := s.For(ctx, nil); err != nil || src != (Random{}) {
+		t.Errorf("no key source gave %T, %v; want Random", src, err)
+	}
+}
 
-	if src, err := s.For(ctx, &v1alpha1.TicketKeyRing{}); err != nil || src != (Random{}) {
-		t.Errorf("a ring without a source got %T, %v; want Random", src, err)
+type repeating struct{}
+
+func (repeating) Mint(_ context.Context, n int) ([]keyring.Secret, error) {
+	out := make([]keyring.Secret, n)
+	for i := range out {
+		out[i][0] = 7
+	}
+	return out, nil
+}
+
+func TestSourcesFillIsAllOrNothing(t *testing.T) {
+	var s Sources
+	plan := keyring.Next(time.Now(), keyring.Policy{RotationInterval: time.Hour, RetainedKeys: 1, ActivationDelay: time.Minute}, keyring.Ring{}, false, nil)
+	r, err := s.Fill(context.Background(), repeating{}, plan)
+	if !errors.Is(err, keyring.ErrBadSecret) || len(r.Keys) != 0 {
+		t.Fatalf("Fill with a source repeating its key = %d keys, %v; want none and ErrBadSecret", len(r.Keys), err)
+	}
+	if got := ReasonOf(err); got != v1alpha1.ReasonMintFailed {
+		t.Errorf("reason %q, want %s", got, v1alpha1.ReasonMintFailed)
+	}
+	r, err = s.Fill(context.Background(), Random{}, plan)
+	if err != nil || len(r.Keys) != 2 || r.Keys[0].ID == "" {
+		t.Fatalf("Fill from crypto/rand = %+v, %v", r.Keys, err)
 	}
 }

@@ -1,15 +1,20 @@
 package mint
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/hashicorp/go-cleanhttp"
 	vault "github.com/hashicorp/vault/api"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
@@ -33,6 +38,15 @@ func Reason(err error) string {
 		return e.Reason
 	}
 	return ""
+}
+
+// ReasonOf is the reason to report for a failed mint: its own, or MintFailed
+// for an error without one. It is "" for no error.
+func ReasonOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	return cmp.Or(Reason(err), v1alpha1.ReasonMintFailed)
 }
 
 func fail(reason, format string, args ...any) error {
@@ -72,28 +86,44 @@ type Vault struct {
 	renew  bool
 }
 
-// NewVault returns a Vault source. It does not contact Vault.
+// NewVault returns a Vault source. It does not contact Vault. Its client
+// reads nothing from the operator's environment (no VAULT_ADDR, VAULT_TOKEN,
+// VAULT_SKIP_VERIFY or VAULT_CACERT): the key source alone says where keys
+// come from and whom to trust. It speaks https only, verifies the server
+// against the CA bundle (or the system roots), and follows no redirect, so
+// that neither a token nor a credential can be sent anywhere else.
 func NewVault(o VaultOptions) (*Vault, error) {
-	cfg := vault.DefaultConfig()
-	if cfg.Error != nil {
-		return nil, fail(v1alpha1.ReasonVaultConfig, "vault client: %v", cfg.Error)
+	u, err := url.Parse(o.Address)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fail(v1alpha1.ReasonVaultConfig, "vault address %q is not an https:// URL", o.Address)
 	}
-	cfg.Address = o.Address
-	cfg.MaxRetries = 0 // the controller's backoff retries; a mint fails fast
-	cfg.Timeout = 15 * time.Second
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12}
 	if len(o.CABundle) > 0 {
-		if err := cfg.ConfigureTLS(&vault.TLSConfig{CACertBytes: o.CABundle}); err != nil {
-			return nil, fail(v1alpha1.ReasonVaultConfig, "vault CA bundle: %v", err)
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(o.CABundle) {
+			return nil, fail(v1alpha1.ReasonVaultConfig, "the vault CA bundle holds no PEM certificate")
 		}
+		tlsConfig.RootCAs = pool
 	}
-	c, err := vault.NewClient(cfg)
+	transport := cleanhttp.DefaultPooledTransport()
+	transport.TLSClientConfig = tlsConfig
+	transport.TLSHandshakeTimeout = 10 * time.Second
+	c, err := vault.NewClient(&vault.Config{
+		Address: o.Address,
+		HttpClient: &http.Client{
+			Transport:     transport,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		// The caller's deadline bounds a mint; this bounds one request.
+		Timeout:          15 * time.Second,
+		MaxRetries:       0, // the controller's backoff retries; a mint fails fast
+		DisableRedirects: true,
+	})
 	if err != nil {
 		return nil, fail(v1alpha1.ReasonVaultConfig, "vault client for %s: %v", o.Address, err)
 	}
-	c.ClearToken() // never a token from the operator's environment
-	if o.Namespace != "" {
-		c.SetNamespace(o.Namespace)
-	}
+	c.ClearToken()              // never a token from the operator's environment
+	c.SetNamespace(o.Namespace) // nor a namespace: "" clears it
 	now := o.Now
 	if now == nil {
 		now = time.Now
@@ -103,6 +133,27 @@ func NewVault(o VaultOptions) (*Vault, error) {
 		path = "sys/tools/random"
 	}
 	return &Vault{client: c, path: path, login: o.Login, now: now}, nil
+}
+
+// Check makes sure the source can mint: it logs in (or reuses its token)
+// and has Vault look its token up, a round trip that proves the address,
+// the TLS trust and the credentials.
+func (v *Vault) Check(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		if err := v.authenticate(ctx); err != nil {
+			return err
+		}
+		_, err := v.client.Auth().Token().LookupSelfWithContext(ctx)
+		if err == nil {
+			return nil
+		}
+		err = classify("look up the operator's vault token", err)
+		if Reason(err) == v1alpha1.ReasonVaultPermissionDenied && attempt == 0 {
+			v.forget() // a revoked or expired token: log in again, once
+			continue
+		}
+		return err
+	}
 }
 
 // Mint asks Vault for n 32-byte keys. Each answer must be valid base64 of
@@ -242,6 +293,9 @@ func classify(what string, err error) error {
 	}
 	if errors.Is(err, context.Canceled) {
 		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fail(v1alpha1.ReasonVaultUnavailable, "%s: vault did not answer in time", what)
 	}
 	if strings.Contains(err.Error(), "invalid character") || strings.Contains(err.Error(), "unexpected end of JSON") {
 		return fail(v1alpha1.ReasonVaultBadResponse, "%s: vault's answer is not JSON", what)

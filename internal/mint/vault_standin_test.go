@@ -2,6 +2,7 @@ package mint
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"fmt"
 	"net"
@@ -10,9 +11,11 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/testpki"
 )
 
 // A loopback stand-in for Vault answers what a broken or hostile Vault might;
@@ -21,10 +24,12 @@ import (
 
 const standinToken = "s.standin-token-never-shown"
 
-func standin(t *testing.T, random func(n int) (int, string)) string {
+// standin serves on loopback over TLS; it returns its address and the PEM
+// of the CA its certificate chains to.
+func standin(t *testing.T, random func(n int) (int, string)) (string, []byte) {
 	t.Helper()
 	var calls atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return serveTLS(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == "/v1/auth/token/lookup-self":
 			fmt.Fprint(w, `{"data":{"ttl":3600,"renewable":false}}`)
@@ -41,8 +46,29 @@ func standin(t *testing.T, random func(n int) (int, string)) string {
 			http.NotFound(w, r)
 		}
 	}))
+}
+
+// serveTLS serves h on loopback over TLS, with a certificate from a CA of
+// its own, and returns its URL and that CA's PEM.
+func serveTLS(t *testing.T, h http.Handler) (string, []byte) {
+	t.Helper()
+	ca, err := testpki.NewCA("stand-in Vault CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := ca.Localhost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(h)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf.TLS}}
+	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	return srv.URL
+	return srv.URL, ca.PEM
+}
+
+func tokenLogin(token string) Login {
+	return TokenLogin{Token: func(context.Context) (string, error) { return token, nil }}
 }
 
 func randomBody(b []byte) string {
@@ -77,8 +103,8 @@ func TestVaultStandIn(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			addr := standin(t, tt.random)
-			v, err := NewVault(VaultOptions{Address: addr, Login: TokenLogin{Token: func(context.Context) (string, error) { return tt.token, nil }}})
+			addr, ca := standin(t, tt.random)
+			v, err := NewVault(VaultOptions{Address: addr, CABundle: ca, Login: tokenLogin(tt.token)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,13 +133,98 @@ func TestVaultUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := "http://" + l.Addr().String()
+	addr := "https://" + l.Addr().String()
 	l.Close() // nothing listens there now
-	v, err := NewVault(VaultOptions{Address: addr, Login: TokenLogin{Token: func(context.Context) (string, error) { return standinToken, nil }}})
+	v, err := NewVault(VaultOptions{Address: addr, Login: tokenLogin(standinToken)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := v.Mint(context.Background(), 1); Reason(err) != v1alpha1.ReasonVaultUnavailable {
 		t.Fatalf("Mint against a closed port: reason %q (%v), want %s", Reason(err), err, v1alpha1.ReasonVaultUnavailable)
+	}
+}
+
+// Only https, only to a server the CA bundle vouches for, never redirected
+// elsewhere, and never swayed by the operator's environment: the token goes
+// where the key source says, or nowhere.
+func TestVaultSendsCredentialsOnlyWhereTheKeySourceSays(t *testing.T) {
+	good := func(int) (int, string) { return 200, randomBody(fixed('a')) }
+
+	if _, err := NewVault(VaultOptions{Address: "http://127.0.0.1:8200", Login: tokenLogin(standinToken)}); Reason(err) != v1alpha1.ReasonVaultConfig {
+		t.Errorf("an http:// address: reason %q (%v), want %s", Reason(err), err, v1alpha1.ReasonVaultConfig)
+	}
+
+	t.Run("a server the CA bundle does not vouch for", func(t *testing.T) {
+		addr, _ := standin(t, good)
+		_, otherCA := standin(t, good)
+		t.Setenv("VAULT_SKIP_VERIFY", "true") // ignored
+		v, err := NewVault(VaultOptions{Address: addr, CABundle: otherCA, Login: tokenLogin(standinToken)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = v.Mint(context.Background(), 1)
+		if Reason(err) != v1alpha1.ReasonVaultUnavailable || !strings.Contains(err.Error(), "certificate") {
+			t.Errorf("Mint: reason %q (%v), want %s naming the certificate", Reason(err), err, v1alpha1.ReasonVaultUnavailable)
+		}
+	})
+
+	t.Run("a redirect", func(t *testing.T) {
+		var elsewhere atomic.Int64
+		thief, thiefCA := serveTLS(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			elsewhere.Add(1)
+			fmt.Fprint(w, randomBody(fixed('t')))
+		}))
+		redirector, ca := serveTLS(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, thief+r.URL.Path, http.StatusTemporaryRedirect)
+		}))
+		// Trust both, so that only the refusal to follow can stop it.
+		v, err := NewVault(VaultOptions{Address: redirector, CABundle: append(ca, thiefCA...), Login: tokenLogin(standinToken)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Mint(context.Background(), 1); err == nil {
+			t.Error("a mint through a redirect succeeded")
+		}
+		if n := elsewhere.Load(); n != 0 {
+			t.Errorf("the redirect was followed %d time(s): the token went elsewhere", n)
+		}
+	})
+
+	t.Run("a token in the environment", func(t *testing.T) {
+		addr, ca := standin(t, good)
+		t.Setenv("VAULT_TOKEN", standinToken) // would pass the stand-in's check
+		v, err := NewVault(VaultOptions{Address: addr, CABundle: ca, Login: tokenLogin("s.wrong")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Mint(context.Background(), 1); Reason(err) != v1alpha1.ReasonVaultPermissionDenied {
+			t.Errorf("Mint: reason %q (%v): the environment's token was used", Reason(err), err)
+		}
+	})
+}
+
+// A Vault that never answers holds a mint only until the deadline.
+func TestSourcesFillHasADeadline(t *testing.T) {
+	release := make(chan struct{})
+	hang, ca := serveTLS(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/auth/token/lookup-self" {
+			fmt.Fprint(w, `{"data":{"ttl":3600}}`)
+			return
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(release) }) // before the server closes: cleanups run last first
+	v, err := NewVault(VaultOptions{Address: hang, CABundle: ca, Login: tokenLogin(standinToken)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Sources{Timeout: 200 * time.Millisecond}
+	plan := keyring.Next(time.Now(), keyring.Policy{RotationInterval: time.Hour, RetainedKeys: 1, ActivationDelay: time.Minute}, keyring.Ring{}, false, nil)
+	_, err = s.Fill(context.Background(), v, plan)
+	if Reason(err) != v1alpha1.ReasonVaultUnavailable || !strings.Contains(err.Error(), "in time") {
+		t.Fatalf("Fill against a Vault that never answers: reason %q (%v), want %s saying it did not answer in time", Reason(err), err, v1alpha1.ReasonVaultUnavailable)
 	}
 }

@@ -59,7 +59,7 @@ func TestVaultTokenLifecycle(t *testing.T) {
 	srv, approle := startVault(t)
 	login := &countingLogin{inner: approle}
 	now := time.Now()
-	v, err := NewVault(VaultOptions{Address: srv.Addr, Login: login, Now: func() time.Time { return now }})
+	v, err := NewVault(VaultOptions{Address: srv.Addr, CABundle: srv.CA, Login: login, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestVaultTokenLifecycle(t *testing.T) {
 func TestVaultAppRoleWrongSecretID(t *testing.T) {
 	srv, approle := startVault(t)
 	approle.SecretID = func(context.Context) (string, error) { return "not-the-secret-id", nil }
-	v, err := NewVault(VaultOptions{Address: srv.Addr, Login: approle})
+	v, err := NewVault(VaultOptions{Address: srv.Addr, CABundle: srv.CA, Login: approle})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,11 @@
 // Package vaulttest runs a real Vault dev server on loopback for tests: the
 // binary hack/vault.sh builds, found through $RINGMASTER_VAULT (make test sets
-// it). It is test support, imported only by tests.
+// it). It serves TLS with a CA of its own (vault server -dev-tls), as a key
+// source must. It is test support, imported only by tests.
 package vaulttest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,8 +25,11 @@ const RootToken = "ringmaster-test-root"
 // Server is one Vault dev server process. Its storage is in memory, so a
 // restart forgets every mount, policy and token: Restart runs Setup again.
 type Server struct {
-	// Addr is http://127.0.0.1:PORT.
+	// Addr is https://127.0.0.1:PORT.
 	Addr string
+	// CA is the PEM of the CA the server's certificate chains to. A restart
+	// makes a new one.
+	CA []byte
 	// Root is a client holding the root token.
 	Root *vault.Client
 	// Setup configures a fresh server; Start and Restart call it.
@@ -60,7 +65,7 @@ func Start(dir string, setup func(*vault.Client) error) (*Server, error) {
 	}
 	listen := l.Addr().String()
 	l.Close()
-	s := &Server{Addr: "http://" + listen, Setup: setup, bin: bin, dir: dir, listen: listen}
+	s := &Server{Addr: "https://" + listen, Setup: setup, bin: bin, dir: dir, listen: listen}
 	return s, s.start()
 }
 
@@ -70,7 +75,14 @@ func (s *Server) start() error {
 		return err
 	}
 	defer logf.Close()
-	s.cmd = exec.Command(s.bin, "server", "-dev", "-dev-root-token-id="+RootToken,
+	certDir := filepath.Join(s.dir, "tls")
+	if err := os.RemoveAll(certDir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(certDir, 0o700); err != nil {
+		return err
+	}
+	s.cmd = exec.Command(s.bin, "server", "-dev", "-dev-tls", "-dev-tls-cert-dir="+certDir, "-dev-root-token-id="+RootToken,
 		"-dev-listen-address="+s.listen, "-dev-no-store-token")
 	s.cmd.Env = append(os.Environ(), "HOME="+s.dir, "VAULT_ADDR=", "VAULT_TOKEN=")
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
@@ -80,14 +92,20 @@ func (s *Server) start() error {
 	s.exited = make(chan struct{})
 	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(s.cmd, s.exited)
 
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := s.waitCA(ctx, filepath.Join(certDir, "vault-ca.pem")); err != nil {
+		return err
+	}
 	cfg := vault.DefaultConfig()
 	cfg.Address = s.Addr
+	if err := cfg.ConfigureTLS(&vault.TLSConfig{CACertBytes: s.CA}); err != nil {
+		return err
+	}
 	if s.Root, err = vault.NewClient(cfg); err != nil {
 		return err
 	}
 	s.Root.SetToken(RootToken)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
 	for {
 		h, err := s.Root.Sys().HealthWithContext(ctx)
 		if err == nil && h.Initialized && !h.Sealed {
@@ -107,6 +125,24 @@ func (s *Server) start() error {
 		}
 	}
 	return nil
+}
+
+// waitCA waits for the server to write its CA, and reads it.
+func (s *Server) waitCA(ctx context.Context, path string) error {
+	for {
+		ca, err := os.ReadFile(path)
+		if err == nil && bytes.Contains(ca, []byte("-----END CERTIFICATE-----")) {
+			s.CA = ca
+			return nil
+		}
+		select {
+		case <-s.exited:
+			return fmt.Errorf("vault exited at start; see %s", filepath.Join(s.dir, "vault.log"))
+		case <-ctx.Done():
+			return fmt.Errorf("vault wrote no CA at %s: %v", path, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // Stop ends the server by its process id and waits for it to exit.

@@ -98,15 +98,21 @@ func StartCluster(ctx context.Context, sup *Supervisor, bins Binaries, work stri
 	}, nil
 }
 
-// StartOperator runs the operator binary against the cluster. It elects a
-// leader in the default namespace when leaderElect is set, as a deployed
-// operator does.
-func (c *Cluster) StartOperator(sup *Supervisor, bins Binaries, leaderElect bool) (*Proc, error) {
+// OperatorNamespace is the operator's own namespace in the harness.
+const OperatorNamespace = "ringmaster-system"
+
+// StartOperator runs the operator binary against the cluster, with its
+// namespace OperatorNamespace. It elects a leader there when leaderElect is
+// set, as a deployed operator does.
+func (c *Cluster) StartOperator(ctx context.Context, sup *Supervisor, bins Binaries, leaderElect bool) (*Proc, error) {
+	if err := c.CreateNamespace(ctx, OperatorNamespace); err != nil {
+		return nil, err
+	}
 	args := []string{
 		"--metrics-bind-address", "0",
 		"--health-probe-bind-address", "127.0.0.1:0",
 		fmt.Sprintf("--leader-elect=%t", leaderElect),
-		"--leader-election-namespace", "default",
+		"--cluster-resource-namespace", OperatorNamespace,
 	}
 	return sup.Start("operator", bins.Operator, args, "KUBECONFIG="+c.Kubeconfig)
 }

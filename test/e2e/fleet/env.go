@@ -84,7 +84,7 @@ func Setup(ctx context.Context, opts Options) (env *Env, err error) {
 		return nil, err
 	}
 	say("Installed the CRDs of config/crd/bases")
-	if e.Operator, err = e.Cluster.StartOperator(e.Sup, e.Bins, opts.LeaderElect); err != nil {
+	if e.Operator, err = e.Cluster.StartOperator(ctx, e.Sup, e.Bins, opts.LeaderElect); err != nil {
 		return nil, err
 	}
 	say("Started the operator (pid %d, log %s)", e.Operator.PID, e.Operator.Log)

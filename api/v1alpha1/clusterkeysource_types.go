@@ -1,0 +1,195 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ClusterKeySourceSpec says how the operator mints keys, and which rings may
+// have it do so.
+type ClusterKeySourceSpec struct {
+	// vault mints keys with HashiCorp Vault's random endpoint.
+	// +required
+	Vault *VaultSource `json:"vault"`
+
+	// namespaceSelector chooses the namespaces whose TicketKeyRings may mint
+	// from this source. When omitted, no TicketKeyRing may: only
+	// ClusterTicketKeyRings, which cluster administrators write. {} allows
+	// every namespace.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+}
+
+// VaultSource mints keys from Vault. Every Secret and ConfigMap it names is
+// read from the operator's own namespace (the operator's
+// --cluster-resource-namespace), never a ring's.
+type VaultSource struct {
+	// address is Vault's URL, e.g. https://vault.vault.svc:8200. Only https
+	// is accepted; the server's certificate is verified against caBundle (or
+	// the operator's system roots) and redirects are not followed.
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:Pattern=`^https://[^\s/?#]+(/[^\s?#]*)?$`
+	// +required
+	Address string `json:"address"`
+
+	// namespace is the Vault Enterprise namespace to use, if any.
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+
+	// caBundle names the PEM bundle that Vault's TLS certificate chains to,
+	// in a Secret or ConfigMap of the operator's namespace. When omitted,
+	// the operator's system roots are used.
+	// +optional
+	CABundle *CABundleSource `json:"caBundle,omitempty"`
+
+	// randomPath is the Vault endpoint that returns random bytes:
+	// sys/tools/random (the default) or a transit mount's random endpoint,
+	// such as transit/random. The operator asks it for 32 bytes per key.
+	// +kubebuilder:default="sys/tools/random"
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^(sys/tools/random|[a-zA-Z0-9_.-]+(/[a-zA-Z0-9_.-]+)*/random)$`
+	// +optional
+	RandomPath string `json:"randomPath,omitempty"`
+
+	// auth is how the operator logs in to Vault: exactly one method.
+	// +required
+	Auth VaultAuth `json:"auth"`
+}
+
+// CABundleSource names a PEM bundle in a Secret or a ConfigMap of the
+// operator's namespace.
+// +kubebuilder:validation:XValidation:rule="has(self.secretKeyRef) != has(self.configMapKeyRef)",message="caBundle takes exactly one of secretKeyRef and configMapKeyRef"
+type CABundleSource struct {
+	// secretKeyRef is a key of a Secret in the operator's namespace.
+	// +optional
+	SecretKeyRef *KeyRef `json:"secretKeyRef,omitempty"`
+	// configMapKeyRef is a key of a ConfigMap in the operator's namespace.
+	// +optional
+	ConfigMapKeyRef *KeyRef `json:"configMapKeyRef,omitempty"`
+}
+
+// KeyRef names one key of a Secret or ConfigMap in the operator's namespace.
+type KeyRef struct {
+	// name of the Secret or ConfigMap.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Name string `json:"name"`
+	// key within it.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Key string `json:"key"`
+}
+
+// VaultAuth is how the operator logs in to Vault.
+// +kubebuilder:validation:XValidation:rule="[has(self.kubernetes), has(self.tokenSecretRef), has(self.appRole)].filter(x, x).size() == 1",message="auth takes exactly one of kubernetes, tokenSecretRef and appRole"
+type VaultAuth struct {
+	// kubernetes logs in with a short-lived token of the operator's own
+	// service account, through Vault's Kubernetes auth method.
+	// +optional
+	Kubernetes *VaultKubernetesAuth `json:"kubernetes,omitempty"`
+	// tokenSecretRef names a Secret key holding a Vault token. The operator
+	// reads it at each login; renewing it is the token owner's job.
+	// +optional
+	TokenSecretRef *KeyRef `json:"tokenSecretRef,omitempty"`
+	// appRole logs in with Vault's AppRole auth method.
+	// +optional
+	AppRole *VaultAppRoleAuth `json:"appRole,omitempty"`
+}
+
+// VaultKubernetesAuth logs in with a service account token.
+type VaultKubernetesAuth struct {
+	// role is the Vault role bound to the operator's service account.
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Role string `json:"role"`
+	// mountPath is where the Kubernetes auth method is mounted.
+	// +kubebuilder:default="kubernetes"
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	MountPath string `json:"mountPath,omitempty"`
+	// audience of the token the operator requests for itself, which the
+	// Vault role must expect (its audience setting), e.g. "vault". Required:
+	// a token without an audience of its own would be accepted by the
+	// Kubernetes API server too. The operator refuses to send a token that
+	// the API server accepts.
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Audience string `json:"audience"`
+}
+
+// VaultAppRoleAuth logs in with an AppRole.
+type VaultAppRoleAuth struct {
+	// roleID is the AppRole's role id.
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	RoleID string `json:"roleID"`
+	// secretIDSecretRef names the Secret key holding the secret id.
+	// +required
+	SecretIDSecretRef KeyRef `json:"secretIDSecretRef"`
+	// mountPath is where the AppRole auth method is mounted.
+	// +kubebuilder:default="approle"
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	MountPath string `json:"mountPath,omitempty"`
+}
+
+// ClusterKeySourceStatus is what the operator last saw of the key source.
+type ClusterKeySourceStatus struct {
+	// conditions: Ready is True when the operator logged in with the source
+	// and its token answered; False with a reason (VaultUnavailable,
+	// VaultPermissionDenied, VaultBadResponse, VaultConfigInvalid) and a
+	// message saying what to fix otherwise.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// lastCheckTime is when the operator last checked the source.
+	// +optional
+	LastCheckTime *metav1.Time `json:"lastCheckTime,omitempty"`
+}
+
+// ClusterKeySource is a key minter that rings name in spec.sourceRef: a
+// Vault server, with how to reach it and log in. It holds the operator's
+// credentials (or points at them, in the operator's namespace), so it is
+// cluster-scoped: cluster administrators write it and say, with its
+// namespaceSelector, which namespaces' rings may use it. A ring never
+// chooses where the operator's credentials go.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=cks,categories=ringmaster
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.spec.vault.address`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type ClusterKeySource struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec says how keys are minted and which rings may use the source.
+	// +required
+	Spec ClusterKeySourceSpec `json:"spec"`
+
+	// status is what the operator last saw of the source.
+	// +optional
+	Status ClusterKeySourceStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// ClusterKeySourceList is a list of ClusterKeySources.
+type ClusterKeySourceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ClusterKeySource `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&ClusterKeySource{}, &ClusterKeySourceList{})
+}

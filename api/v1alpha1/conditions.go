@@ -1,0 +1,94 @@
+package v1alpha1
+
+// Condition types of every kind, in one place.
+const (
+	// ConditionReady summarises an object. A ring: its newest epoch is
+	// published to every target namespace. A key source: the operator
+	// logged in with it. A policy: every selected certificate was judged.
+	ConditionReady = "Ready"
+	// ConditionRotationOverdue (rings) is True while a rotation is due but
+	// its key cannot be minted. Keys still expire on time meanwhile: forward
+	// secrecy comes before resumption.
+	ConditionRotationOverdue = "RotationOverdue"
+	// ConditionCompliant (policies) is True when every certificate the
+	// policy selects obeys every rule.
+	ConditionCompliant = "Compliant"
+)
+
+// Reasons of a ring's conditions.
+const (
+	// ReasonPublished: the newest epoch is in its snapshot and every
+	// projection.
+	ReasonPublished = "Published"
+	// ReasonSecretConflict: a Secret ringmaster must write exists and is not
+	// the ring's. It is left untouched.
+	ReasonSecretConflict = "SecretConflict"
+	// ReasonDistributionFailed: the newest epoch could not be written into
+	// some target namespaces (status.failedTargets names them); the others
+	// have it, and expired keys were destroyed all the same.
+	ReasonDistributionFailed = "DistributionFailed"
+	// ReasonMintFailed: the key source did not produce a key; nothing new
+	// was published and the current keys keep serving.
+	ReasonMintFailed = "MintFailed"
+	// ReasonKeySourceNotFound: spec.sourceRef names no ClusterKeySource.
+	ReasonKeySourceNotFound = "KeySourceNotFound"
+	// ReasonKeySourceNotAllowed: the ClusterKeySource does not allow rings
+	// of this namespace (its spec.namespaceSelector).
+	ReasonKeySourceNotAllowed = "KeySourceNotAllowed"
+	// ReasonInvalidSnapshot: the newest snapshot Secret cannot be read.
+	ReasonInvalidSnapshot = "InvalidSnapshot"
+	// ReasonInvalidSpec: the spec breaks a rule the API server should have
+	// enforced (its CRD is out of date).
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonPublishFailed: the API server refused a write; retried.
+	ReasonPublishFailed = "PublishFailed"
+	// ReasonOnSchedule: RotationOverdue is False; no rotation is overdue.
+	ReasonOnSchedule = "OnSchedule"
+)
+
+// Reasons of a key source's failures, on the key source's Ready condition
+// and on the rings that mint from it.
+const (
+	// ReasonLoggedIn: the key source's Ready is True; the operator logged in
+	// and its token answers.
+	ReasonLoggedIn = "LoggedIn"
+	// ReasonVaultUnavailable: Vault could not be reached, answered 5xx, or
+	// did not answer within the operator's deadline.
+	ReasonVaultUnavailable = "VaultUnavailable"
+	// ReasonVaultPermissionDenied: Vault refused the login or the request.
+	ReasonVaultPermissionDenied = "VaultPermissionDenied"
+	// ReasonVaultBadResponse: Vault answered something that is not a fresh
+	// 32-byte key.
+	ReasonVaultBadResponse = "VaultBadResponse"
+	// ReasonVaultConfig: the Vault settings or a Secret they reference are
+	// missing or invalid.
+	ReasonVaultConfig = "VaultConfigInvalid"
+)
+
+// Reasons of a CertificatePolicy's conditions. It also uses ReasonInvalidSpec.
+const (
+	// ReasonEvaluated: Ready. Every selected certificate the operator can
+	// see was judged against the current generation of the policy.
+	ReasonEvaluated = "Evaluated"
+	// ReasonNoViolations: Compliant. No selected certificate breaks a rule.
+	ReasonNoViolations = "NoViolations"
+	// ReasonViolationsFound: not Compliant. status.violations lists them.
+	ReasonViolationsFound = "ViolationsFound"
+)
+
+// Event reasons of a CertificatePolicy and of the certificates it enforces.
+const (
+	// ReasonRenewalTriggered: Enforce set a Certificate's Issuing condition,
+	// as `cmctl renew` does, so that cert-manager re-issues it.
+	ReasonRenewalTriggered = "RenewalTriggered"
+	// ReasonCannotEnforce: a certificate breaks a rule that re-issuing
+	// cannot mend (a Secret no Certificate manages, a key kept by
+	// rotationPolicy Never, a requested duration the rule forbids, a renewal
+	// that did not help). It is reported and left untouched.
+	ReasonCannotEnforce = "CannotEnforce"
+
+	// IssuingReason is the reason of the Issuing condition that Enforce sets
+	// on a cert-manager Certificate; the condition's message names the
+	// policy and the rule. cmctl renew uses "ManuallyTriggered".
+	IssuingReason = "CertificatePolicy"
+)

@@ -1,0 +1,37 @@
+package v1alpha1
+
+// Labels and annotations ringmaster sets or reads.
+const (
+	// RingLabel names the TicketKeyRing a snapshot or projection Secret
+	// belongs to; the Secret is in the ring's namespace.
+	RingLabel = "ringmaster.io/ring"
+	// ClusterRingLabel names the ClusterTicketKeyRing a snapshot or
+	// projection Secret belongs to.
+	ClusterRingLabel = "ringmaster.io/cluster-ring"
+	// EpochLabel is the epoch of a snapshot Secret.
+	EpochLabel = "ringmaster.io/epoch"
+	// ComponentLabel tells a snapshot Secret from a projection Secret.
+	ComponentLabel = "ringmaster.io/component"
+	// EpochAnnotation on a projection Secret names the epoch it carries.
+	EpochAnnotation = "ringmaster.io/epoch"
+
+	// RotateRequestedAtAnnotation asks for a rotation now. Set it to the
+	// current time (RFC 3339); each new value is handled once and echoed in
+	// status.lastRotateRequestedAt, as `cmctl renew` and Flux's
+	// reconcile.fluxcd.io/requestedAt do.
+	RotateRequestedAtAnnotation = "ringmaster.io/rotate-requested-at"
+)
+
+// Values of ComponentLabel.
+const (
+	ComponentSnapshot   = "snapshot"
+	ComponentProjection = "projection"
+)
+
+// Limits that the API's validation enforces and the operator relies on.
+const (
+	// MaxRingNameLength bounds the name of a TicketKeyRing or
+	// ClusterTicketKeyRing: the name is the value of a label on every
+	// Secret of the ring, and label values hold at most 63 characters.
+	MaxRingNameLength = 63
+)

@@ -1,0 +1,402 @@
+package controllers
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/distribute"
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/mint"
+	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+)
+
+// Rings share one reconcile, whatever their kind: they differ only in where
+// their snapshots live and which namespaces they deliver to.
+//
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=ringmaster.io,resources=clusterkeysources,verbs=get;list;watch
+
+// conflictRetry is how often a ring blocked by a foreign Secret looks again:
+// the cache holds only ringmaster's Secrets, so the foreign one's removal
+// raises no event.
+const conflictRetry = time.Minute
+
+// rings reconciles TicketKeyRings and ClusterTicketKeyRings.
+type rings struct {
+	client.Client
+	// APIReader reads around the cache: the snapshots, which must be
+	// current, and a foreign Secret in the way.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	Clock     clock.PassiveClock
+	Sources   *mint.Sources
+	gauges    *ringGauges
+}
+
+// ring is one ring of either kind, as the shared reconcile sees it.
+type ring struct {
+	obj    client.Object
+	owner  distribute.Owner
+	spec   v1alpha1.TicketKeyRingSpec
+	status v1alpha1.TicketKeyRingStatus
+	// namespace is a TicketKeyRing's, whose labels a key source's
+	// namespaceSelector must match; empty for a cluster ring.
+	namespace string
+	// targets are the namespaces the ring delivers to.
+	targets []string
+}
+
+// reconcile does one pass over a ring: plan, mint, publish, deliver to each
+// target, destroy what expired, and return the status to write. Problems the
+// user must fix set Ready False and return no error; problems a retry fixes
+// return the error so that backoff applies. Expired keys are destroyed
+// whatever else failed.
+func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingStatus, reconcile.Result, error) {
+	now := r.Clock.Now()
+	out := ringstatus.Outcome{Now: now, Generation: in.obj.GetGeneration(), Targets: len(in.targets)}
+
+	snaps, err := r.snapshots(ctx, in.owner)
+	if err != nil {
+		return in.status, reconcile.Result{}, err
+	}
+	history, err := keyring.NewHistory(records(snaps))
+	if err != nil {
+		out.Halted = &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSnapshot, Message: fmt.Sprintf("%v; delete that Secret to fall back to the previous epoch", err)}
+		return r.finish(ctx, in, out), reconcile.Result{}, nil
+	}
+	policy := keyring.Policy{RotationInterval: in.spec.RotationInterval.Duration, RetainedKeys: int(in.spec.RetainedKeys), ActivationDelay: in.spec.ActivationDelay.Duration}
+	if err := policy.Validate(); err != nil {
+		out.Halted = &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: fmt.Sprintf("Invalid spec: %v", err)}
+		return r.finish(ctx, in, out), reconcile.Result{}, nil
+	}
+
+	current := history.Current()
+	current.Name = in.owner.RingName()
+	out.Current = current
+	request := in.obj.GetAnnotations()[v1alpha1.RotateRequestedAtAnnotation]
+	rotateNow := request != "" && request != in.status.LastRotateRequestedAt && !history.Handled(request)
+	plan := keyring.Next(now, policy, current, rotateNow, history.StagedSince)
+
+	// Mint first: when it fails, fall back on a plan that only destroys what
+	// has expired, so that forward secrecy never waits for the source.
+	next, mintErr := r.mint(ctx, in, plan)
+	if mintErr != nil {
+		rotationsTotal.WithLabelValues("failure").Inc()
+		out.Source = &ringstatus.Problem{Reason: mint.ReasonOf(mintErr),
+			Message: fmt.Sprintf("Minting %d key(s) failed: %v. Nothing new was published and the current keys keep serving", plan.Mint, mintErr)}
+		plan = plan.WithoutMint(now, current)
+		next = plan.Ring
+	}
+	// The request is echoed once carried out, now or by an epoch on record:
+	// the status read may lag the record, and must not bring back an older
+	// request.
+	if (rotateNow && mintErr == nil) || history.Handled(request) {
+		out.RotateRequest = request
+	}
+
+	newest := newestSnapshot(snaps)
+	if plan.Changed {
+		next.Epoch = keyring.NextEpoch(current, in.status.Epoch)
+		var rotation string
+		if rotateNow && mintErr == nil {
+			rotation = request
+		}
+		snap, problem, err := r.publish(ctx, in, next, plan, rotation)
+		if problem != nil {
+			// Nothing new is published, but older snapshots holding keys
+			// the current ring already dropped still go.
+			rotationsTotal.WithLabelValues("failure").Inc()
+			out.Publish, out.Ring, out.Snapshot, out.RotateRequest = problem, current, in.status.Snapshot, ""
+			destroyErr := r.destroy(ctx, history.Stale(current), snaps)
+			return r.finish(ctx, in, out), reconcile.Result{RequeueAfter: conflictRetry}, errors.Join(mintError(mintErr), err, destroyErr)
+		}
+		if mintErr == nil {
+			rotationsTotal.WithLabelValues("success").Inc()
+		}
+		newest = snap
+	}
+	out.Ring, out.Snapshot = next, in.owner.SnapshotName(next.Epoch)
+
+	var targetErr error
+	out.Failed, targetErr = r.distribute(ctx, in, newest)
+	destroyErr := r.destroy(ctx, history.Stale(next), snaps)
+	status := r.finish(ctx, in, out)
+
+	res := reconcile.Result{RequeueAfter: requeueAfter(now, plan.RequeueAt)}
+	if len(out.Failed) > 0 {
+		res.RequeueAfter = min(conflictRetry, res.RequeueAfter)
+	}
+	return status, res, errors.Join(mintError(mintErr), targetErr, destroyErr)
+}
+
+// finish builds the status, emits the Warning event a transition calls for,
+// and exports the ring's gauges.
+func (r *rings) finish(ctx context.Context, in ring, out ringstatus.Outcome) v1alpha1.TicketKeyRingStatus {
+	status := ringstatus.Build(in.status, out)
+	if reason, msg, ok := ringstatus.Warning(in.status.Conditions, status.Conditions); ok {
+		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
+		log.FromContext(ctx).Info("Ring not ready", "reason", reason, "message", msg)
+	}
+	if active, ok := out.Ring.Active(out.Now); ok && out.Halted == nil {
+		since, _ := ringstatus.OverdueSince(out)
+		r.gauges.set(ringKey(in), out.Ring.Epoch, active.ActiveFrom, since)
+	}
+	return status
+}
+
+// mintError is the error a failed mint returns to the work queue, so that
+// backoff applies: none when the user must act (a key source that does not
+// exist or does not allow the ring), which a watch on key sources and
+// namespaces retries.
+func mintError(err error) error {
+	switch mint.ReasonOf(err) {
+	case "", v1alpha1.ReasonKeySourceNotFound, v1alpha1.ReasonKeySourceNotAllowed:
+		return nil
+	}
+	return fmt.Errorf("mint keys: %w", err)
+}
+
+// mint gives the plan's new keys their secrets, all or none, from the
+// ring's key source.
+func (r *rings) mint(ctx context.Context, in ring, plan keyring.Plan) (keyring.Ring, error) {
+	if plan.Mint == 0 {
+		return plan.Ring, nil
+	}
+	var cks *v1alpha1.ClusterKeySource
+	if ref := in.spec.SourceRef; ref != nil {
+		cks = &v1alpha1.ClusterKeySource{}
+		if err := r.Get(ctx, types.NamespacedName{Name: ref.Name}, cks); err != nil {
+			if apierrors.IsNotFound(err) {
+				return keyring.Ring{}, mint.NotFound(ref.Name)
+			}
+			return keyring.Ring{}, err
+		}
+		var nsLabels labels.Set
+		if in.namespace != "" {
+			ns := &corev1.Namespace{}
+			if err := r.Get(ctx, types.NamespacedName{Name: in.namespace}, ns); err != nil {
+				return keyring.Ring{}, err
+			}
+			nsLabels = ns.Labels
+		}
+		if err := mint.Allowed(cks, in.namespace, nsLabels); err != nil {
+			return keyring.Ring{}, err
+		}
+	}
+	src, err := r.Sources.For(ctx, cks)
+	if err != nil {
+		return keyring.Ring{}, err
+	}
+	return r.Sources.Fill(ctx, src, plan)
+}
+
+// publish creates the epoch's immutable snapshot Secret. It returns a
+// problem to report, and no snapshot, when the snapshot cannot be written.
+func (r *rings) publish(ctx context.Context, in ring, next keyring.Ring, plan keyring.Plan, rotation string) (*corev1.Secret, *ringstatus.Problem, error) {
+	snap, err := distribute.Snapshot(in.owner, next, rotation)
+	if err != nil {
+		return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: err.Error()}, err
+	}
+	if err := r.Create(ctx, snap); err != nil {
+		key := snap.Namespace + "/" + snap.Name
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Writing snapshot %s failed: %v", key, err)},
+				fmt.Errorf("write snapshot %s: %w", key, err)
+		}
+		have := &corev1.Secret{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(snap), have); err != nil {
+			return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Reading snapshot %s failed: %v", key, err)}, err
+		}
+		if in.owner.Owns(have) {
+			// Ours, written since the snapshots were listed: plan again.
+			return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Snapshot %s exists already; retrying", key)},
+				fmt.Errorf("snapshot %s exists already", key)
+		}
+		return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonSecretConflict,
+			Message: fmt.Sprintf("Secret %s exists and is not this ring's; it was left untouched: remove it", key)}, nil
+	}
+	desc := ringstatus.Describe(next, plan, r.Clock.Now())
+	log.FromContext(ctx).Info("Published ticket key epoch", "epoch", next.Epoch, "snapshot", snap.Name, "keys", desc)
+	r.Recorder.Eventf(in.obj, snap, corev1.EventTypeNormal, "Rotated", "Publish", "Published epoch %d (%s): %s", next.Epoch, snap.Name, desc)
+	return snap, nil, nil
+}
+
+// distribute writes the newest snapshot's data into every target's
+// projection Secret, each target on its own: one that fails is reported and
+// the others still receive it. Then it removes the ring's projections that
+// no target wants any more. It returns the targets that failed, and an
+// error when a retry may help.
+func (r *rings) distribute(ctx context.Context, in ring, snap *corev1.Secret) ([]v1alpha1.TargetFailure, error) {
+	var (
+		failed []v1alpha1.TargetFailure
+		errs   []error
+	)
+	for _, ns := range in.targets {
+		if snap == nil {
+			break
+		}
+		want := distribute.Projection(in.owner, snap, ns)
+		conflict, err := r.project(ctx, in.owner, want)
+		switch {
+		case err != nil:
+			failed = append(failed, v1alpha1.TargetFailure{Namespace: ns, Reason: v1alpha1.ReasonPublishFailed,
+				Message: fmt.Sprintf("Writing Secret %s/%s failed: %v", ns, want.Name, err)})
+			errs = append(errs, fmt.Errorf("write projection %s/%s: %w", ns, want.Name, err))
+		case conflict:
+			failed = append(failed, v1alpha1.TargetFailure{Namespace: ns, Reason: v1alpha1.ReasonSecretConflict,
+				Message: fmt.Sprintf("Secret %s/%s exists and is not this ring's; it was left untouched: rename spec.distribution.secretName or remove it", ns, want.Name)})
+		}
+	}
+
+	copies := &corev1.SecretList{}
+	if err := r.List(ctx, copies, client.MatchingLabels(in.owner.ProjectionLabels())); err != nil {
+		return failed, errors.Join(append(errs, fmt.Errorf("list projections: %w", err))...)
+	}
+	for i := range copies.Items {
+		c := &copies.Items[i]
+		if !in.owner.Owns(c) || (slices.Contains(in.targets, c.Namespace) && c.Name == in.owner.SecretName) {
+			continue
+		}
+		if err := r.Delete(ctx, c, client.Preconditions{UID: &c.UID}); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("delete projection %s/%s: %w", c.Namespace, c.Name, err))
+			continue
+		}
+		log.FromContext(ctx).Info("Deleted projection no longer targeted", "secret", klog.KObj(c))
+	}
+	return failed, errors.Join(errs...)
+}
+
+// project brings one projection Secret in line with want. It reports a
+// conflict, and writes nothing, when the Secret exists and is not the
+// ring's.
+func (r *rings) project(ctx context.Context, owner distribute.Owner, want *corev1.Secret) (conflict bool, err error) {
+	have, err := r.existing(ctx, r.Client, want)
+	if err != nil {
+		return false, err
+	}
+	action, edited := distribute.Decide(owner, have, want)
+	if action == distribute.Create {
+		if err = r.Create(ctx, want); !apierrors.IsAlreadyExists(err) {
+			return false, err
+		}
+		// Absent from the cache yet there: a Secret of another type, which
+		// the cache does not hold, or one the cache has not seen yet.
+		if have, err = r.existing(ctx, r.APIReader, want); err != nil {
+			return false, err
+		}
+		action, edited = distribute.Decide(owner, have, want)
+	}
+	switch action {
+	case distribute.Conflict:
+		return true, nil
+	case distribute.Recreate:
+		// The type is immutable: delete it; the next pass creates it.
+		return false, r.Delete(ctx, have, client.Preconditions{UID: &have.UID})
+	case distribute.Update:
+		if err := r.Update(ctx, distribute.Updated(have, want)); err != nil {
+			return false, err
+		}
+		if edited {
+			log.FromContext(ctx).Info("Restored projection edited by hand", "secret", klog.KObj(want), "epoch", want.Annotations[v1alpha1.EpochAnnotation])
+		}
+	}
+	return false, nil
+}
+
+// existing reads the Secret named like want, or nil when there is none.
+func (r *rings) existing(ctx context.Context, reader client.Reader, want *corev1.Secret) (*corev1.Secret, error) {
+	have := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(want), have); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return have, nil
+}
+
+// destroy deletes the snapshots of the given epochs: they hold a key that
+// expired. Forward secrecy needs the bytes gone, not only unused.
+func (r *rings) destroy(ctx context.Context, epochs []int64, snaps []*corev1.Secret) error {
+	var errs []error
+	for _, s := range snaps {
+		if !slices.Contains(epochs, distribute.SnapshotEpoch(s)) {
+			continue
+		}
+		if err := r.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("delete snapshot %s: %w", s.Name, err))
+			continue
+		}
+		log.FromContext(ctx).Info("Deleted snapshot holding expired keys", "snapshot", s.Name)
+	}
+	return errors.Join(errs...)
+}
+
+// snapshots lists the ring's snapshot Secrets, newest epoch first. It reads
+// around the cache: the record must be current, or a reconcile that follows
+// a publish too closely would plan from the epoch before it.
+func (r *rings) snapshots(ctx context.Context, owner distribute.Owner) ([]*corev1.Secret, error) {
+	list := &corev1.SecretList{}
+	if err := r.APIReader.List(ctx, list, client.InNamespace(owner.Home), client.MatchingLabels(owner.SnapshotLabels())); err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	var out []*corev1.Secret
+	for i := range list.Items {
+		if s := &list.Items[i]; owner.Owns(s) && s.DeletionTimestamp.IsZero() {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b *corev1.Secret) int {
+		return cmp.Compare(distribute.SnapshotEpoch(b), distribute.SnapshotEpoch(a))
+	})
+	return out, nil
+}
+
+// records decodes each snapshot once per reconcile.
+func records(snaps []*corev1.Secret) []keyring.Record {
+	out := make([]keyring.Record, len(snaps))
+	for i, s := range snaps {
+		out[i] = distribute.Record(s)
+	}
+	return out
+}
+
+func newestSnapshot(snaps []*corev1.Secret) *corev1.Secret {
+	if len(snaps) == 0 {
+		return nil
+	}
+	return snaps[0]
+}
+
+func ringKey(in ring) types.NamespacedName {
+	return types.NamespacedName{Namespace: in.owner.Namespace, Name: in.owner.Name}
+}
+
+// requeueAfter waits until at, plus a second so that the whole-second times
+// of the plan have surely passed, plus up to 1% jitter so that many rings
+// created together do not rotate in one burst.
+func requeueAfter(now, at time.Time) time.Duration {
+	if at.IsZero() {
+		return 0
+	}
+	d := max(at.Sub(now), 0) + time.Second
+	return d + time.Duration(rand.Int64N(int64(d)/100+1))
+}

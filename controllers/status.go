@@ -1,0 +1,54 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// FieldOwner is the field manager of everything ringmaster writes by
+// server-side apply: the status of every kind it reconciles.
+const FieldOwner = "ringmaster"
+
+// applyStatus writes obj's status as next by server-side apply, owning the
+// whole status, and only when next differs from old: one write per
+// reconcile at most, none when nothing changed. Fields ringmaster no longer
+// sets are removed, as an apply of the whole status removes them.
+func applyStatus[S any](ctx context.Context, c client.Client, obj client.Object, old, next S) error {
+	if equality.Semantic.DeepEqual(old, next) {
+		return nil
+	}
+	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&next)
+	if err != nil {
+		return fmt.Errorf("write status: %w", err)
+	}
+	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
+	if err != nil {
+		return fmt.Errorf("write status: %w", err)
+	}
+	meta := map[string]any{"name": obj.GetName()}
+	if ns := obj.GetNamespace(); ns != "" {
+		meta["namespace"] = ns
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{"metadata": meta, "status": status}}
+	u.SetGroupVersionKind(gvk)
+	if err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return client.IgnoreNotFound(fmt.Errorf("write status: %w", err))
+	}
+	return nil
+}
+
+// result is what a Reconcile returns: the error alone when there is one, for
+// the work queue then retries with backoff and ignores any requeue time.
+func result(res reconcile.Result, err error) (reconcile.Result, error) {
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	return res, nil
+}

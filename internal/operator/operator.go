@@ -1,0 +1,136 @@
+// Package operator builds ringmaster's manager: the scheme, the narrow
+// caches, leader election, the metrics and probe endpoints, and every
+// controller. main.go and every test suite build it here, so that the tests
+// run the controllers exactly as shipped.
+package operator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/controllers"
+)
+
+// Leader election uses a Lease in the operator's namespace, and nothing
+// else, and records its transitions as (core) events there. The metrics endpoint authenticates and authorizes its callers with
+// the API server.
+//
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ringmaster-system,resources=leases,verbs=create
+// +kubebuilder:rbac:groups="",namespace=ringmaster-system,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ringmaster-system,resources=leases,verbs=get;update,resourceNames=ringmaster.ringmaster.io
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// LeaderElectionID is the name of the leader election Lease. It is stable
+// across releases, so that an upgrade never runs two leaders.
+const LeaderElectionID = "ringmaster.ringmaster.io"
+
+// Options configure the operator. The zero value of each field is the
+// default of the flag that sets it in main.go.
+type Options struct {
+	// MetricsAddr serves /metrics; "0" disables it.
+	MetricsAddr string
+	// MetricsInsecure serves metrics over plain HTTP without authentication,
+	// for local runs only. By default metrics are served over HTTPS to
+	// callers the API server authenticates and authorizes (RBAC
+	// nonResourceURLs /metrics, verb get).
+	MetricsInsecure bool
+	// MetricsCertDir holds tls.crt and tls.key for the metrics endpoint;
+	// empty means a self-signed certificate made at start.
+	MetricsCertDir string
+	// ProbeAddr serves /healthz and /readyz; "0" disables it.
+	ProbeAddr string
+	// LeaderElection elects one replica to reconcile, with a Lease named
+	// LeaderElectionID in the operator's namespace.
+	LeaderElection bool
+
+	controllers.Options
+
+	// SkipNameValidation allows a test to build the operator more than once
+	// in one process, as an operator restart.
+	SkipNameValidation bool
+	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election;
+	// zero means controller-runtime's defaults.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// Operator is a built manager and the controllers it runs.
+type Operator struct {
+	manager.Manager
+	*controllers.Controllers
+}
+
+// Scheme is every API the operator reads or writes.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme, cmapi.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// New builds the operator against cfg. Run it with Start.
+func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Registry == nil {
+		o.Registry = metrics.Registry
+	}
+	metricsOpts := metricsserver.Options{BindAddress: o.MetricsAddr}
+	if !o.MetricsInsecure {
+		metricsOpts.SecureServing = true
+		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+		metricsOpts.CertDir = o.MetricsCertDir
+	}
+	mo := ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsOpts,
+		HealthProbeBindAddress:        o.ProbeAddr,
+		LeaderElection:                o.LeaderElection,
+		LeaderElectionID:              LeaderElectionID,
+		LeaderElectionNamespace:       o.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         controllers.CacheOptions(),
+		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.SkipNameValidation)},
+	}
+	if o.LeaseDuration > 0 {
+		mo.LeaseDuration, mo.RenewDeadline, mo.RetryPeriod = &o.LeaseDuration, &o.RenewDeadline, &o.RetryPeriod
+	}
+	mgr, err := ctrl.NewManager(cfg, mo)
+	if err != nil {
+		return nil, fmt.Errorf("create manager: %w", err)
+	}
+	c, err := controllers.Setup(ctx, mgr, o.Options)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, err
+	}
+	return &Operator{Manager: mgr, Controllers: c}, nil
+}

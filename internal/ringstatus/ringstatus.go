@@ -1,0 +1,197 @@
+// Package ringstatus turns what one reconcile of a ring found and did into
+// the ring's status: its keys, its conditions and their reasons, and the
+// Warning event a transition deserves. TicketKeyRing and
+// ClusterTicketKeyRing share it. It is pure: values in, values out.
+package ringstatus
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+)
+
+// MaxFailedTargets bounds status.failedTargets; the Ready message counts
+// them all.
+const MaxFailedTargets = 20
+
+// Problem is what kept a reconcile from publishing, with the reason to
+// report and a message saying what to do.
+type Problem struct {
+	Reason  string
+	Message string
+}
+
+// Outcome is what one reconcile of a ring found and did.
+type Outcome struct {
+	Now        time.Time
+	Generation int64
+
+	// Halted, when set, stopped the reconcile before it planned (an
+	// unreadable newest snapshot, an invalid spec): Ready turns False and
+	// the rest of the status stands.
+	Halted *Problem
+
+	// Ring is the newest ring: the one just published, or the current one.
+	// Snapshot is the name of its snapshot Secret.
+	Ring     keyring.Ring
+	Snapshot string
+
+	// Source, when set, says why no key could be minted: nothing new was
+	// published but expired keys were still destroyed. Current is the ring
+	// before this reconcile, to tell whether a rotation is overdue.
+	Source  *Problem
+	Current keyring.Ring
+
+	// Publish, when set, says why the new snapshot could not be written.
+	Publish *Problem
+
+	// Targets counts the namespaces delivered to; Failed are those that did
+	// not receive the newest epoch.
+	Targets int
+	Failed  []v1alpha1.TargetFailure
+
+	// RotateRequest is the rotate-now request this reconcile carried out.
+	RotateRequest string
+}
+
+// Build is the ring's status after a reconcile with outcome o, from its
+// status before.
+func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) v1alpha1.TicketKeyRingStatus {
+	s := *prev.DeepCopy()
+	ready := func(st metav1.ConditionStatus, reason, msg string) {
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{
+			Type: v1alpha1.ConditionReady, Status: st, Reason: reason, Message: msg, ObservedGeneration: o.Generation,
+		})
+	}
+	if o.Halted != nil {
+		ready(metav1.ConditionFalse, o.Halted.Reason, o.Halted.Message)
+		return s
+	}
+
+	fillKeys(&s, o.Ring, o.Snapshot, o.Now)
+	if o.RotateRequest != "" {
+		s.LastRotateRequestedAt = o.RotateRequest
+	}
+	s.Targets = int32(o.Targets)
+	failed := slices.Clone(o.Failed)
+	slices.SortFunc(failed, func(a, b v1alpha1.TargetFailure) int { return strings.Compare(a.Namespace, b.Namespace) })
+	s.FailedTargets = nil
+	if len(failed) > 0 {
+		s.FailedTargets = failed[:min(len(failed), MaxFailedTargets)]
+	}
+
+	overdue := metav1.Condition{Type: v1alpha1.ConditionRotationOverdue, Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ReasonOnSchedule, Message: "No rotation is overdue", ObservedGeneration: o.Generation}
+	if since, ok := OverdueSince(o); ok {
+		k := o.Current.Keys[0]
+		overdue.Status, overdue.Reason = metav1.ConditionTrue, o.Source.Reason
+		overdue.Message = fmt.Sprintf("A new key has been due since %s; key %s keeps encrypting meanwhile and expired keys are still destroyed on time",
+			since.UTC().Format(time.RFC3339), k.ID)
+	}
+	meta.SetStatusCondition(&s.Conditions, overdue)
+
+	switch {
+	case o.Source != nil:
+		ready(metav1.ConditionFalse, o.Source.Reason, o.Source.Message)
+	case o.Publish != nil:
+		ready(metav1.ConditionFalse, o.Publish.Reason, o.Publish.Message)
+	case len(failed) > 0:
+		reason := v1alpha1.ReasonSecretConflict
+		var parts []string
+		for _, f := range failed {
+			if f.Reason != v1alpha1.ReasonSecretConflict {
+				reason = v1alpha1.ReasonDistributionFailed
+			}
+			parts = append(parts, f.Namespace)
+		}
+		msg := fmt.Sprintf("Epoch %d reached %d of %d namespace(s); not %s: see status.failedTargets",
+			o.Ring.Epoch, o.Targets-len(failed), o.Targets, strings.Join(parts[:min(len(parts), 5)], ", "))
+		if len(parts) > 5 {
+			msg = fmt.Sprintf("Epoch %d reached %d of %d namespace(s); not %s and %d more: see status.failedTargets",
+				o.Ring.Epoch, o.Targets-len(failed), o.Targets, strings.Join(parts[:5], ", "), len(parts)-5)
+		}
+		if len(failed) == 1 && failed[0].Reason == v1alpha1.ReasonSecretConflict {
+			msg = failed[0].Message
+		}
+		ready(metav1.ConditionFalse, reason, msg)
+	default:
+		ready(metav1.ConditionTrue, v1alpha1.ReasonPublished, fmt.Sprintf("Epoch %d is published to %d namespace(s)", o.Ring.Epoch, o.Targets))
+	}
+	return s
+}
+
+// OverdueSince reports since when a rotation has been due while its key
+// could not be minted.
+func OverdueSince(o Outcome) (time.Time, bool) {
+	if o.Source == nil {
+		return time.Time{}, false
+	}
+	return keyring.Overdue(o.Current, o.Now)
+}
+
+// fillKeys describes ring at now. It holds ids and times, never key bytes.
+func fillKeys(s *v1alpha1.TicketKeyRingStatus, ring keyring.Ring, snapshot string, now time.Time) {
+	if ring.Epoch == 0 {
+		return
+	}
+	s.Epoch = ring.Epoch
+	s.Snapshot = snapshot
+	s.Keys = make([]v1alpha1.KeyStatus, 0, len(ring.Keys))
+	s.ActiveKey, s.NextRotation = nil, nil
+	for _, k := range ring.Keys {
+		state := ring.StateOf(k, now)
+		if state == keyring.Expired {
+			continue
+		}
+		s.Keys = append(s.Keys, v1alpha1.KeyStatus{
+			ID: k.ID, State: v1alpha1.KeyState(state),
+			ActiveFrom: metav1.NewTime(k.ActiveFrom), RetireAt: metav1.NewTime(k.RetireAt), ExpiresAt: metav1.NewTime(k.ExpiresAt),
+		})
+		if state == keyring.Staged && (s.NextRotation == nil || k.ActiveFrom.Before(s.NextRotation.Time)) {
+			s.NextRotation = &metav1.Time{Time: k.ActiveFrom}
+		}
+	}
+	if active, ok := ring.Active(now); ok {
+		s.ActiveKey = &v1alpha1.ActiveKey{ID: active.ID, ActiveFrom: metav1.NewTime(active.ActiveFrom)}
+	}
+}
+
+// Warning returns the Warning event a change of the Ready condition calls
+// for: one when Ready turns False, or stays False for a new reason. Events
+// mark transitions, not every retry.
+func Warning(prev, next []metav1.Condition) (reason, message string, ok bool) {
+	n := meta.FindStatusCondition(next, v1alpha1.ConditionReady)
+	if n == nil || n.Status != metav1.ConditionFalse {
+		return "", "", false
+	}
+	p := meta.FindStatusCondition(prev, v1alpha1.ConditionReady)
+	if p != nil && p.Status == n.Status && p.Reason == n.Reason {
+		return "", "", false
+	}
+	return n.Reason, n.Message, true
+}
+
+// Describe summarises an epoch for logs and events: key ids and states,
+// the key a rotate-now activates, and the keys destroyed. Never key bytes.
+func Describe(ring keyring.Ring, plan keyring.Plan, now time.Time) string {
+	var parts []string
+	for _, k := range ring.TicketKeys(now) {
+		parts = append(parts, fmt.Sprintf("%s %s", k.ID, ring.StateOf(k, now)))
+	}
+	for _, k := range ring.Keys {
+		if !plan.RotateAt.IsZero() && k.ActiveFrom.Equal(plan.RotateAt) {
+			parts = append(parts, fmt.Sprintf("rotate-now: %s activates %s", k.ID, plan.RotateAt.UTC().Format(time.RFC3339)))
+		}
+	}
+	if len(plan.Expired) > 0 {
+		parts = append(parts, "destroyed "+strings.Join(plan.Expired, " "))
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,206 @@
+package ringstatus
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+)
+
+var (
+	t0  = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	std = keyring.Policy{RotationInterval: time.Hour, RetainedKeys: 3, ActivationDelay: 3 * time.Minute}
+)
+
+// published is a new ring published at t0: A active, S staged for t0+1h.
+func published() keyring.Ring {
+	plan := keyring.Next(t0, std, keyring.Ring{Name: "shop/web"}, false, nil)
+	r, err := plan.Fill([]keyring.Secret{sha256.Sum256([]byte("S")), sha256.Sum256([]byte("A"))})
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+func TestBuild(t *testing.T) {
+	ring := published()
+	S, A := ring.Keys[0], ring.Keys[1]
+	conflict := func(ns string) v1alpha1.TargetFailure {
+		return v1alpha1.TargetFailure{Namespace: ns, Reason: v1alpha1.ReasonSecretConflict, Message: "Secret " + ns + "/web-ticket-keys exists and is not this ring's"}
+	}
+	refused := func(ns string) v1alpha1.TargetFailure {
+		return v1alpha1.TargetFailure{Namespace: ns, Reason: v1alpha1.ReasonPublishFailed, Message: "forbidden"}
+	}
+	var many []v1alpha1.TargetFailure
+	for i := range 25 {
+		many = append(many, refused(fmt.Sprintf("ns-%02d", 24-i)))
+	}
+	vault := &Problem{Reason: v1alpha1.ReasonVaultUnavailable, Message: "Minting 1 key(s) failed: vault down"}
+
+	tests := []struct {
+		name    string
+		prev    v1alpha1.TicketKeyRingStatus
+		out     Outcome
+		ready   metav1.ConditionStatus
+		reason  string
+		message string // a substring
+		overdue metav1.ConditionStatus
+		failed  int
+		check   func(t *testing.T, s v1alpha1.TicketKeyRingStatus)
+	}{
+		{
+			name: "published to every target", out: Outcome{Now: t0, Ring: ring, Snapshot: "web-e1", Targets: 1},
+			ready: metav1.ConditionTrue, reason: v1alpha1.ReasonPublished, message: "Epoch 1 is published to 1 namespace(s)", overdue: metav1.ConditionFalse,
+			check: func(t *testing.T, s v1alpha1.TicketKeyRingStatus) {
+				if s.Epoch != 1 || s.Snapshot != "web-e1" || s.Targets != 1 || s.ActiveKey.ID != A.ID || !s.NextRotation.Time.Equal(S.ActiveFrom) {
+					t.Errorf("status %+v", s)
+				}
+				if len(s.Keys) != 2 || s.Keys[0].State != "staged" || s.Keys[1].State != "active" {
+					t.Errorf("keys %+v", s.Keys)
+				}
+			},
+		},
+		{
+			name:  "the rotate-now request carried out is echoed",
+			out:   Outcome{Now: t0, Ring: ring, Snapshot: "web-e1", Targets: 1, RotateRequest: "r1"},
+			ready: metav1.ConditionTrue, reason: v1alpha1.ReasonPublished, overdue: metav1.ConditionFalse,
+			check: func(t *testing.T, s v1alpha1.TicketKeyRingStatus) {
+				if s.LastRotateRequestedAt != "r1" {
+					t.Errorf("lastRotateRequestedAt = %q", s.LastRotateRequestedAt)
+				}
+			},
+		},
+		{
+			name:  "the only target's projection name is taken",
+			out:   Outcome{Now: t0, Ring: ring, Snapshot: "web-e1", Targets: 1, Failed: []v1alpha1.TargetFailure{conflict("shop")}},
+			ready: metav1.ConditionFalse, reason: v1alpha1.ReasonSecretConflict, message: "Secret shop/web-ticket-keys exists", overdue: metav1.ConditionFalse, failed: 1,
+		},
+		{
+			name:  "one target of three refused: the others have it, and they are named",
+			out:   Outcome{Now: t0, Ring: ring, Snapshot: "edge-ce1", Targets: 3, Failed: []v1alpha1.TargetFailure{refused("kube-system")}},
+			ready: metav1.ConditionFalse, reason: v1alpha1.ReasonDistributionFailed, message: "Epoch 1 reached 2 of 3 namespace(s); not kube-system", overdue: metav1.ConditionFalse, failed: 1,
+			check: func(t *testing.T, s v1alpha1.TicketKeyRingStatus) {
+				if s.Epoch != 1 || s.Snapshot != "edge-ce1" {
+					t.Errorf("the published epoch is reported whatever failed: %+v", s)
+				}
+			},
+		},
+		{
+			name:  "25 targets refused: status lists 20, in namespace order, the message counts them all",
+			out:   Outcome{Now: t0, Ring: ring, Snapshot: "edge-ce1", Targets: 30, Failed: many},
+			ready: metav1.ConditionFalse, reason: v1alpha1.ReasonDistributionFailed, message: "reached 5 of 30 namespace(s); not ns-00, ns-01, ns-02, ns-03, ns-04 and 20 more", overdue: metav1.ConditionFalse, failed: MaxFailedTargets,
+			check: func(t *testing.T, s v1alpha1.TicketKeyRingStatus) {
+				if s.FailedTargets[0].Namespace != "ns-00" || s.FailedTargets[19].Namespace != "ns-19" {
+					t.Errorf("failedTargets not in order: %s .. %s", s.FailedTargets[0].Namespace, s.FailedTargets[19].Namespace)
+				}
+			},
+		},
+		{
+			name:  "the source failed before a rotation was due: not ready, not overdue",
+			out:   Outcome{Now: t0.Add(time.Minute), Ring: ring, Current: ring, Snapshot: "web-e1", Targets: 1, Source: vault},
+			ready: metav1.ConditionFalse, reason: v1alpha1.ReasonVaultUnavailable, message: "vault down", overdue: metav1.ConditionFalse,
+		},
+		{
+			name:  "the source failed once the staged key activated: the rotation is overdue since then",
+			out:   Outcome{Now: t0.Add(90 * time.Minute), Ring: withoutStaged(ring), Current: withoutStaged(ring), Snapshot: "web-e1", Targets: 1, Source: vault},
+			ready: metav1.ConditionFalse, reason: v1alpha1.ReasonVaultUnavailable, overdue: metav1.ConditionTrue,
+			check: func(t *testing.T, s v1alpha1.TicketKeyRingStatus) {
+				c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionRotationOverdue)
+				if c.Reason != v1alpha1.ReasonVaultUnavailable || !strings.Contains(c.Message, "since 2026-11-30T12:00:00Z") {
+					t.Errorf("overdue %+v", c)
+				}
+			},
+		},
+		{
+			name:  "halted by an unreadable snapshot: only Ready changes",
+			prev:  v1alpha1.TicketKeyRingStatus{Epoch: 4, Snapshot: "web-e4"},
+			out:   Outcome{Now: t0, Halted: &Problem{Reason: v1alpha1.ReasonInvalidSnapshot, Message: "snapshot shop/web-e4: not JSON"}},
+			ready: metav1.ConditionFalse, reason: v1alpha1.ReasonInvalidSnapshot, message: "not JSON",
+			check: func(t *testing.T, s v1alpha1.TicketKeyRingStatus) {
+				if s.Epoch != 4 || s.Snapshot != "web-e4" {
+					t.Errorf("the record of the last epoch was lost: %+v", s)
+				}
+			},
+		},
+		{
+			name:  "the snapshot could not be written",
+			prev:  v1alpha1.TicketKeyRingStatus{FailedTargets: []v1alpha1.TargetFailure{refused("old")}},
+			out:   Outcome{Now: t0, Ring: ring, Snapshot: "web-e1", Targets: 1, Publish: &Problem{Reason: v1alpha1.ReasonPublishFailed, Message: "Writing snapshot shop/web-e2 failed"}},
+			ready: metav1.ConditionFalse, reason: v1alpha1.ReasonPublishFailed, message: "shop/web-e2", overdue: metav1.ConditionFalse,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.out.Generation = 3
+			s := Build(tt.prev, tt.out)
+			r := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionReady)
+			if r == nil || r.Status != tt.ready || r.Reason != tt.reason || !strings.Contains(r.Message, tt.message) || r.ObservedGeneration != 3 {
+				t.Errorf("Ready = %+v, want %s %s %q (generation 3)", r, tt.ready, tt.reason, tt.message)
+			}
+			o := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionRotationOverdue)
+			switch {
+			case tt.overdue == "" && o != nil:
+				t.Errorf("RotationOverdue set by a halted reconcile: %+v", o)
+			case tt.overdue != "" && (o == nil || o.Status != tt.overdue):
+				t.Errorf("RotationOverdue = %+v, want %s", o, tt.overdue)
+			}
+			if len(s.FailedTargets) != tt.failed {
+				t.Errorf("failedTargets = %d, want %d", len(s.FailedTargets), tt.failed)
+			}
+			if tt.check != nil {
+				tt.check(t, s)
+			}
+		})
+	}
+}
+
+func withoutStaged(r keyring.Ring) keyring.Ring {
+	r.Keys = r.Keys[1:]
+	return r
+}
+
+func TestWarning(t *testing.T) {
+	cond := func(s metav1.ConditionStatus, reason string) []metav1.Condition {
+		return []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: s, Reason: reason, Message: "m"}}
+	}
+	tests := []struct {
+		name       string
+		prev, next []metav1.Condition
+		want       bool
+	}{
+		{"first status, ready", nil, cond(metav1.ConditionTrue, v1alpha1.ReasonPublished), false},
+		{"first status, not ready", nil, cond(metav1.ConditionFalse, v1alpha1.ReasonMintFailed), true},
+		{"turns not ready", cond(metav1.ConditionTrue, v1alpha1.ReasonPublished), cond(metav1.ConditionFalse, v1alpha1.ReasonVaultUnavailable), true},
+		{"stays not ready for the same reason: a retry, no event", cond(metav1.ConditionFalse, v1alpha1.ReasonVaultUnavailable), cond(metav1.ConditionFalse, v1alpha1.ReasonVaultUnavailable), false},
+		{"not ready for a new reason", cond(metav1.ConditionFalse, v1alpha1.ReasonVaultUnavailable), cond(metav1.ConditionFalse, v1alpha1.ReasonVaultPermissionDenied), true},
+		{"recovers", cond(metav1.ConditionFalse, v1alpha1.ReasonVaultUnavailable), cond(metav1.ConditionTrue, v1alpha1.ReasonPublished), false},
+	}
+	for _, tt := range tests {
+		if _, _, got := Warning(tt.prev, tt.next); got != tt.want {
+			t.Errorf("%s: Warning = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestDescribeNamesKeysNeverBytes(t *testing.T) {
+	ring := published()
+	plan := keyring.Plan{RotateAt: ring.Keys[0].ActiveFrom, Expired: []string{"0badc0de"}}
+	got := Describe(ring, plan, t0)
+	for _, want := range []string{ring.Keys[1].ID + " active", ring.Keys[0].ID + " staged", "rotate-now: " + ring.Keys[0].ID + " activates", "destroyed 0badc0de"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Describe = %q, missing %q", got, want)
+		}
+	}
+	for _, k := range ring.Keys {
+		if strings.Contains(got, fmt.Sprintf("%x", k.Secret[:4])) {
+			t.Errorf("Describe shows key bytes: %q", got)
+		}
+	}
+}

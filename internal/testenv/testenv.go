@@ -1,0 +1,183 @@
+// Package testenv starts the control plane every envtest suite runs
+// against: a real kube-apiserver and etcd (built by hack/envtest.sh, found
+// through KUBEBUILDER_ASSETS) with ringmaster's CRDs and cert-manager's
+// installed, and, for suites that run the operator as deployed, its service
+// account bound to exactly the RBAC that config/rbac generates from the
+// code's markers. It is test support, imported only by tests.
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/ringmaster-io/ringmaster/internal/operator"
+)
+
+// The operator's namespace and service account in every suite: those the
+// RBAC markers and config/rbac name.
+const (
+	Namespace      = "ringmaster-system"
+	ServiceAccount = "ringmaster"
+)
+
+// Env is a running control plane.
+type Env struct {
+	env *envtest.Environment
+	// Config and Client act as a cluster admin.
+	Config *rest.Config
+	Client client.Client
+}
+
+// Start runs kube-apiserver and etcd with every CRD installed. The API
+// server enforces owner reference permissions, as hardened clusters do, so
+// that the suites prove the operator's RBAC covers them.
+func Start() (*Env, error) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return nil, errors.New("KUBEBUILDER_ASSETS is unset: run the tests through make (make test, make test-integration), which builds kube-apiserver, etcd and kubectl and sets it")
+	}
+	cm, err := CertManagerCRDs()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(Root(), "config", "crd", "bases"), cm},
+		ErrorIfCRDPathMissing: true,
+	}
+	env.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("start the control plane: %w", err)
+	}
+	scheme, err := operator.Scheme()
+	if err != nil {
+		return nil, errors.Join(err, env.Stop())
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, errors.Join(err, env.Stop())
+	}
+	return &Env{env: env, Config: cfg, Client: c}, nil
+}
+
+// Stop ends kube-apiserver and etcd.
+func (e *Env) Stop() error { return e.env.Stop() }
+
+// AddAdmin adds a user in system:masters and returns its kubeconfig, for a
+// process such as cert-manager's controllers.
+func (e *Env) AddAdmin(name string) ([]byte, error) {
+	u, err := e.env.AddUser(envtest.User{Name: name, Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return u.KubeConfig()
+}
+
+// OperatorConfig creates the operator's namespace and service account,
+// applies config/rbac (the generated roles and their bindings), and returns
+// a config that authenticates as that service account: an operator built
+// with it can do what a deployed one can, and nothing more.
+func (e *Env) OperatorConfig(ctx context.Context) (*rest.Config, error) {
+	for _, obj := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: ServiceAccount}},
+	} {
+		if err := e.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, err
+		}
+	}
+	for _, f := range []string{"role.yaml", "role_binding.yaml"} {
+		if err := e.apply(ctx, filepath.Join(Root(), "config", "rbac", f)); err != nil {
+			return nil, err
+		}
+	}
+	token, err := e.Token(ctx, ServiceAccount, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &rest.Config{
+		Host:            e.Config.Host,
+		TLSClientConfig: rest.TLSClientConfig{CAData: e.Config.CAData},
+		BearerToken:     token,
+		QPS:             e.Config.QPS,
+		Burst:           e.Config.Burst,
+	}, nil
+}
+
+// Token requests a day-long token of a service account of the operator's
+// namespace, for the given audiences (nil: the API server's own).
+func (e *Env) Token(ctx context.Context, serviceAccount string, audiences []string) (string, error) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: Namespace, Name: serviceAccount}}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
+		Audiences: audiences, ExpirationSeconds: ptr.To(int64((24 * time.Hour).Seconds())),
+	}}
+	if err := e.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
+		return "", fmt.Errorf("request a token for %s/%s: %w", Namespace, serviceAccount, err)
+	}
+	return tr.Status.Token, nil
+}
+
+// apply creates every object of a YAML file; those that exist are left.
+func (e *Env) apply(ctx context.Context, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := e.Client.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("%s: create %s %s: %w", path, u.GetKind(), u.GetName(), err)
+		}
+	}
+}
+
+// Root is the repository's root directory.
+func Root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// CertManagerCRDs is the deploy/crds directory of the cert-manager module
+// go.mod requires, from the module cache.
+func CertManagerCRDs() (string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/cert-manager/cert-manager")
+	cmd.Dir = Root()
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("locate the cert-manager module: %w", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "deploy", "crds")
+	if _, err := os.Stat(dir); err != nil {
+		return "", fmt.Errorf("cert-manager's CRDs: %w", err)
+	}
+	return dir, nil
+}
