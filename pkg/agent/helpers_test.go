@@ -160,11 +160,12 @@ func (p *pki) issue(notBefore, notAfter time.Time) leaf {
 	}
 }
 
-// valid issues a certificate valid for about a day. Each one expires a
+// valid issues a certificate valid from a day ago (so that fake clocks set
+// hours back still find it valid) for about a day. Each one expires a
 // minute after the previous one, so that NotAfter, which Status reports,
 // tells them apart.
 func (p *pki) valid() leaf {
-	return p.issue(time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour+time.Duration(p.serial)*time.Minute))
+	return p.issue(time.Now().Add(-24*time.Hour), time.Now().Add(24*time.Hour+time.Duration(p.serial)*time.Minute))
 }
 
 func (l leaf) tlsCertificate(t testing.TB) tls.Certificate {
