@@ -1,12 +1,17 @@
 package v1alpha1_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
 )
 
 // Every field of every CRD is documented, so that kubectl explain answers
@@ -48,6 +53,37 @@ func checkDocumented(t *testing.T, path string, p apiextensionsv1.JSONSchemaProp
 	if p.Items != nil && p.Items.Schema != nil && len(p.Items.Schema.Properties) > 0 {
 		for name, child := range p.Items.Schema.Properties {
 			checkDocumented(t, path+"[]."+name, child)
+		}
+	}
+}
+
+// The API's limits are those the domain and the agents enforce: a ring the
+// API accepts is never one an agent refuses.
+func TestLimitsAgreeWithTheDomain(t *testing.T) {
+	data, err := os.ReadFile("../../config/crd/bases/ringmaster.io_ticketkeyrings.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(data, &crd); err != nil {
+		t.Fatal(err)
+	}
+	schema := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+	retained := schema.Properties["spec"].Properties["retainedKeys"]
+	if retained.Maximum == nil || int(*retained.Maximum) != keyring.MaxRetainedKeys {
+		t.Errorf("spec.retainedKeys maximum = %v, want keyring.MaxRetainedKeys = %d", retained.Maximum, keyring.MaxRetainedKeys)
+	}
+	var nameRule bool
+	for _, v := range schema.XValidations {
+		nameRule = nameRule || strings.Contains(v.Rule, fmt.Sprintf("self.metadata.name.size() <= %d", v1alpha1.MaxRingNameLength))
+	}
+	if !nameRule {
+		t.Errorf("no rule bounds metadata.name at %d characters", v1alpha1.MaxRingNameLength)
+	}
+	long := strings.Repeat("n", v1alpha1.MaxRingNameLength)
+	for _, name := range []string{long, "shop/" + long} {
+		if !keyring.ValidRingName(name) {
+			t.Errorf("the agents refuse ring name %q, which the API accepts", name)
 		}
 	}
 }

@@ -2,7 +2,7 @@
 // session ticket keys with pkg/agent: the program the fleet end-to-end test
 // runs replicas of, and an example of embedding the agent.
 //
-//	server -dir /var/run/ringmaster -listen 127.0.0.1:8443 -metrics-listen 127.0.0.1:9090
+//	server -dir /var/run/ringmaster -ring shop/web -listen 127.0.0.1:8443 -metrics-listen 127.0.0.1:9090
 //
 // It serves:
 //
@@ -60,6 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	listen := fs.String("listen", "127.0.0.1:8443", "HTTPS address; port 0 picks a free port, printed on start")
 	metricsListen := fs.String("metrics-listen", "127.0.0.1:9090", "plain-HTTP address for /metrics; empty serves /metrics on the HTTPS listener")
 	require := fs.String("require", "keys,cert", "material read from -dir: keys, cert, or keys,cert")
+	ring := fs.String("ring", "", "the ring served, <namespace>/<name> (or <name> for a ClusterTicketKeyRing); empty: the first ring read")
 	resync := fs.Duration("resync", 0, "period of the fallback re-read of -dir (0: the agent's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -70,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	a, err := agent.New(agent.Options{Dir: *dir, Require: files, Logger: logger, ResyncPeriod: *resync})
+	a, err := agent.New(agent.Options{Dir: *dir, Require: files, Ring: *ring, Logger: logger, ResyncPeriod: *resync})
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"io"
 	"math/big"
 	"net"
@@ -54,7 +55,7 @@ func TestServer(t *testing.T) {
 	out, stdout := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-dir", dir, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}, stdout, io.Discard)
+		done <- run(ctx, []string{"-dir", dir, "-ring", "shop/web", "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}, stdout, io.Discard)
 		stdout.Close()
 	}()
 	addrs := map[string]string{}
@@ -134,6 +135,29 @@ func TestServer(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("run did not return after cancel")
+	}
+}
+
+// TestServerRefusesAnotherRing: -ring pins the ring; a server pointed at a
+// volume holding another one does not start.
+func TestServerRefusesAnotherRing(t *testing.T) {
+	dir := t.TempDir()
+	w, err := atomicdir.NewWriter(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	k := newKey("k", now.Add(-time.Hour), now.Add(time.Hour), now.Add(2*time.Hour))
+	ring, err := keyring.Encode(keyring.Ring{Name: "shop/web", Epoch: 1, IssuedAt: now, Keys: []keyring.Key{k}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(map[string]atomicdir.File{keyring.FileName: {Data: ring}}); err != nil {
+		t.Fatal(err)
+	}
+	err = run(context.Background(), []string{"-dir", dir, "-require", "keys", "-ring", "shop/api", "-listen", "127.0.0.1:0", "-metrics-listen", ""}, io.Discard, io.Discard)
+	if !errors.Is(err, agent.ErrForeignRing) {
+		t.Fatalf("run = %v, want ErrForeignRing", err)
 	}
 }
 

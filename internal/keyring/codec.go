@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // FileName is the name of the file that carries a ring to pods.
@@ -42,6 +45,11 @@ func Encode(r Ring) ([]byte, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
+	// Readers refuse a larger ring (the agent as ring_too_large): the
+	// operator must never publish one.
+	if len(r.Keys) > MaxKeys {
+		return nil, invalid("ring has %d keys, more than the %d any ring holds", len(r.Keys), MaxKeys)
+	}
 	f := fileRing{Version: Version, Ring: r.Name, Epoch: r.Epoch, IssuedAt: r.IssuedAt.UTC(), Keys: make([]fileKey, len(r.Keys))}
 	for i, k := range r.Keys {
 		f.Keys[i] = fileKey{
@@ -55,39 +63,73 @@ func Encode(r Ring) ([]byte, error) {
 	return json.MarshalIndent(f, "", "  ")
 }
 
-// Decode reads ticketkeys.json. It is strict: an unknown version or field,
-// bad base64, a secret that is not 32 bytes, an id that does not match its
-// secret, duplicate ids, keys out of order or with times out of order, and a
-// ring without keys are all refused with an error naming the problem (and
-// the key id, never its bytes).
+// Decode reads ticketkeys.json. It is strict: invalid UTF-8, a field name
+// in another case than the one Encode writes, a field given twice, an
+// unknown version or field, a ring name the API cannot produce, base64
+// other than Encode's, a secret that is not 32 bytes, an id that does not
+// match its secret, duplicate ids, keys out of order or with times out of
+// order, and a ring without keys are all refused with an error naming the
+// problem (and the key id, never its bytes; text from the file is quoted
+// cut short). What Decode accepts, Encode writes back with the same meaning.
 func Decode(data []byte) (Ring, error) {
+	// encoding/json would replace invalid UTF-8, match field names
+	// regardless of case and keep the last of duplicate fields: checkStrict
+	// refuses all three before the decoder sees the input.
+	if !utf8.Valid(data) {
+		return Ring{}, invalid("parse %s: not valid UTF-8", FileName)
+	}
+	strictErr := checkStrict(data)
+	if strictErr != nil && !errors.Is(strictErr, errMalformed) {
+		return Ring{}, strictErr
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var f fileRing
 	if err := dec.Decode(&f); err != nil {
-		return Ring{}, invalid("parse %s: %v", FileName, err)
+		// A bad time quotes the text it could not parse, at any length.
+		return Ring{}, invalid("parse %s: %s", FileName, clipMessage(err.Error()))
 	}
 	// Token, not More: More reports a trailing "}" or "]" as no more data.
 	if _, err := dec.Token(); err != io.EOF {
 		return Ring{}, invalid("parse %s: trailing data after the ring", FileName)
+	}
+	if strictErr != nil { // unreachable: what checkStrict cannot walk, the decoder refuses
+		return Ring{}, invalid("parse %s: malformed", FileName)
 	}
 	if f.Version != Version {
 		return Ring{}, invalid("unsupported version %d (this reader knows version %d)", f.Version, Version)
 	}
 	r := Ring{Name: f.Ring, Epoch: f.Epoch, IssuedAt: f.IssuedAt, Keys: make([]Key, len(f.Keys))}
 	for i, fk := range f.Keys {
+		if !validKeyID(fk.ID) {
+			return Ring{}, invalid("key %d: id %s is not %d lowercase hex digits", i, clip(fk.ID), keyIDLength)
+		}
 		raw, err := base64.StdEncoding.DecodeString(fk.Secret)
 		if err != nil {
 			return Ring{}, invalid("key %d (id %q): secret is not valid base64", i, fk.ID)
 		}
-		if len(raw) != SecretSize {
-			return Ring{}, invalid("key %d (id %q): secret is %d bytes, want %d", i, fk.ID, len(raw), SecretSize)
+		// DecodeString skips newlines and ignores the padding bits, so
+		// several texts give one secret: only the one Encode writes reads.
+		canonical := base64.StdEncoding.EncodeToString(raw) == fk.Secret
+		n := len(raw)
+		var k Key
+		if n == SecretSize {
+			copy(k.Secret[:], raw)
 		}
-		k := Key{ID: fk.ID, ActiveFrom: fk.ActiveFrom, RetireAt: fk.RetireAt, ExpiresAt: fk.ExpiresAt}
-		copy(k.Secret[:], raw)
+		clear(raw)
+		if !canonical {
+			return Ring{}, invalid("key %d (id %q): secret is not in standard padded base64", i, fk.ID)
+		}
+		if n != SecretSize {
+			return Ring{}, invalid("key %d (id %q): secret is %d bytes, want %d", i, fk.ID, n, SecretSize)
+		}
+		k.ID, k.ActiveFrom, k.RetireAt, k.ExpiresAt = fk.ID, fk.ActiveFrom, fk.RetireAt, fk.ExpiresAt
 		r.Keys[i] = k
 	}
 	if err := r.Validate(); err != nil {
+		for i := range r.Keys {
+			clear(r.Keys[i].Secret[:])
+		}
 		return Ring{}, err
 	}
 	return r, nil
@@ -97,6 +139,9 @@ func Decode(data []byte) (Ring, error) {
 func (r Ring) Validate() error {
 	if r.Name == "" {
 		return invalid("ring name is empty")
+	}
+	if !ValidRingName(r.Name) {
+		return invalid("ring name %s is not \"<namespace>/<name>\" or \"<name>\" as the API names rings", clip(r.Name))
 	}
 	if r.Epoch < 1 {
 		return invalid("epoch %d is not positive", r.Epoch)
@@ -145,4 +190,51 @@ func writable(t time.Time) bool {
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidRing, fmt.Sprintf(format, args...))
+}
+
+// keyIDLength is the length of KeyID's hex text.
+const keyIDLength = 8
+
+func validKeyID(id string) bool {
+	if len(id) != keyIDLength {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// clip quotes s for an error message, in ASCII and cut to a few dozen bytes:
+// the text comes from the file, and a message ends up in logs and Status,
+// where a look-alike character ("\u212aeys" for "keys") must show.
+func clip(s string) string {
+	const most = 40
+	if len(s) <= most {
+		return strconv.QuoteToASCII(s)
+	}
+	return strconv.QuoteToASCII(s[:most]) + "..."
+}
+
+// clipMessage cuts an error message of the JSON decoder, which may quote
+// the file, to a couple hundred bytes of printable ASCII, with '?' for
+// anything else.
+func clipMessage(msg string) string {
+	const most = 200
+	cut := len(msg) > most
+	if cut {
+		msg = msg[:most]
+	}
+	msg = strings.Map(func(r rune) rune {
+		if r < ' ' || r > '~' {
+			return '?'
+		}
+		return r
+	}, msg)
+	if cut {
+		msg += "..."
+	}
+	return msg
 }

@@ -7,12 +7,17 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 )
@@ -79,6 +84,7 @@ func badInputs() []badInput {
 		{"truncated by one byte", valid[:len(valid)-1], "parse ticketkeys.json: unexpected EOF"},
 		{"epoch not a number", mutate(func(m map[string]any) { m["epoch"] = "42" }), "parse ticketkeys.json"},
 		{"time not RFC 3339", mutate(func(m map[string]any) { key(m, 1)["activeFrom"] = "yesterday" }), "parse ticketkeys.json"},
+		{"huge time with control characters", mutate(func(m map[string]any) { key(m, 1)["activeFrom"] = "\x1b[2J" + strings.Repeat("9", 100000) }), `parsing time "`},
 		{"bad base64", mutate(func(m map[string]any) { key(m, 0)["secret"] = "not*base64!" }), "key 0 (id \"" + idAt(time.Hour) + "\"): secret is not valid base64"},
 		{"31-byte secret", mutate(func(m map[string]any) { key(m, 1)["secret"] = b64(31, 7) }), "secret is 31 bytes, want 32"},
 		{"33-byte secret", mutate(func(m map[string]any) { key(m, 1)["secret"] = b64(33, 7) }), "secret is 33 bytes, want 32"},
@@ -108,11 +114,57 @@ func badInputs() []badInput {
 		{"all-zero secret", mutate(func(m map[string]any) {
 			key(m, 4)["secret"], key(m, 4)["id"] = b64(32, 0), keyring.KeyID(zero)
 		}), "key 4 (id \"" + keyring.KeyID(zero) + "\"): secret is all zero"},
+		// What encoding/json alone lets through.
+		{"field name in another case", replace(valid, `"epoch"`, `"Epoch"`), `field "Epoch": field names are case-sensitive, want "epoch"`},
+		{"both cases of a field", replace(valid, `"epoch": 10,`, `"epoch": 10, "EPOCH": 11,`), `field "EPOCH": field names are case-sensitive`},
+		{"key field in another case", replace(valid, `"secret"`, `"Secret"`), `field "Secret": field names are case-sensitive, want "secret"`},
+		{"field name folding to keys (Kelvin sign)", replace(valid, `"keys"`, "\"\u212aeys\""), `field "\u212aeys": field names are case-sensitive, want "keys"`},
+		{"field name folding to secret (long s)", replace(valid, `"secret"`, "\"\u017fecret\""), "field names are case-sensitive"},
+		{"duplicate field", replace(valid, `"epoch": 10,`, `"epoch": 10, "epoch": 11,`), `field "epoch" given twice`},
+		{"duplicate field, same value", replace(valid, `"epoch": 10,`, `"epoch": 10, "epoch": 10,`), `field "epoch" given twice`},
+		{"duplicate key field", replace(valid, `"secret"`, `"id": "00000000", "secret"`), `field "id" given twice`},
+		{"unknown field given twice", replace(valid, `"epoch": 10,`, `"x": 1, "x": 2, "epoch": 10,`), `unknown field "x"`},
+		{"unknown field, long name cut short", replace(valid, `"epoch": 10,`, `"`+strings.Repeat("x", 1000)+`": 1, "epoch": 10,`), `unknown field "xxxxxxxx`},
+		{"invalid UTF-8 in the name", replace(valid, `"shop/web"`, "\"shop/w\xffb\""), "not valid UTF-8"},
+		{"invalid UTF-8 in an unknown field", replace(valid, `"epoch": 10,`, "\"\xc3\": 1, \"epoch\": 10,"), "not valid UTF-8"},
+		{"secret with a newline", mutate(func(m map[string]any) {
+			s := key(m, 0)["secret"].(string)
+			key(m, 0)["secret"] = s[:20] + "\n" + s[20:]
+		}), "secret is not in standard padded base64"},
+		{"secret without padding", mutate(func(m map[string]any) { key(m, 0)["secret"] = strings.TrimRight(key(m, 0)["secret"].(string), "=") }), "secret is not valid base64"},
+		{"secret with stray padding bits", mutate(func(m map[string]any) {
+			s := key(m, 0)["secret"].(string) // 32 bytes: 43 characters and "="; the last one carries 2 unused bits
+			last := strings.IndexByte(b64alphabet, s[42])
+			key(m, 0)["secret"] = s[:42] + string(b64alphabet[last|1]) + "="
+		}), "secret is not in standard padded base64"},
+		{"id not hex", mutate(func(m map[string]any) { key(m, 1)["id"] = "ID-1" }), `key 1: id "ID-1" is not 8 lowercase hex digits`},
+		{"id in upper case", mutate(func(m map[string]any) { key(m, 1)["id"] = strings.ToUpper(idAt(0)) }), "is not 8 lowercase hex digits"},
+		{"id huge, cut short", mutate(func(m map[string]any) { key(m, 1)["id"] = strings.Repeat("f", 5000) }), `key 1: id "ffffffff`},
+		// Ring names the API cannot produce.
+		{"name in upper case", mutate(func(m map[string]any) { m["ring"] = "Shop/web" }), `ring name "Shop/web" is not`},
+		{"name with control characters", mutate(func(m map[string]any) { m["ring"] = "shop/web\n\x1b[31m" }), `ring name "shop/web\n\x1b[31m" is not`},
+		{"name with two slashes", mutate(func(m map[string]any) { m["ring"] = "a/b/c" }), "ring name"},
+		{"name without a namespace", mutate(func(m map[string]any) { m["ring"] = "/web" }), "ring name"},
+		{"name with only a namespace", mutate(func(m map[string]any) { m["ring"] = "shop/" }), "ring name"},
+		{"namespace with a dot", mutate(func(m map[string]any) { m["ring"] = "sh.op/web" }), "ring name"},
+		{"name of 64 characters", mutate(func(m map[string]any) { m["ring"] = "shop/" + strings.Repeat("w", 64) }), "ring name"},
+		{"name huge, cut short", mutate(func(m map[string]any) { m["ring"] = strings.Repeat("w", 100000) }), `ring name "wwwwwwww`},
 		// Times Encode cannot write back (JSON times are years 0-9999 in UTC).
 		{"expiresAt past year 9999 in UTC", mutate(func(m map[string]any) { key(m, 0)["expiresAt"] = "9999-12-31T23:30:00-01:00" }), "key 0 (id \"" + idAt(time.Hour) + "\"): times outside years 0-9999"},
 		{"issuedAt before year 0 in UTC", mutate(func(m map[string]any) { m["issuedAt"] = "0000-01-01T00:30:00+01:00" }), "issuedAt is outside years 0-9999"},
 	}
 }
+
+// replace returns data with the first old replaced by new, failing loudly
+// when old is absent so that a change of the encoding cannot void a test.
+func replace(data []byte, old, new string) []byte {
+	if !bytes.Contains(data, []byte(old)) {
+		panic("replace: " + old + " not found")
+	}
+	return bytes.Replace(data, []byte(old), []byte(new), 1)
+}
+
+const b64alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 
 func TestDecodeRejects(t *testing.T) {
 	for _, tc := range badInputs() {
@@ -129,6 +181,10 @@ func TestDecodeRejects(t *testing.T) {
 			}
 			if len(r.Keys) != 0 || r.Epoch != 0 || r.Name != "" {
 				t.Errorf("Decode returned a ring with its error")
+			}
+			// The message lands in logs and Status: bounded, and printable.
+			if msg := err.Error(); len(msg) > 400 || strings.ContainsFunc(msg, func(c rune) bool { return c < ' ' || c == 0x7f }) {
+				t.Errorf("error is %d bytes or holds control characters: %q", len(msg), msg)
 			}
 			assertNoSecretIn(t, err, tc.data)
 		})
@@ -160,11 +216,12 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	nanos := ringOf(std, 7, at(123456789).In(east), at(time.Hour+987654321).In(east), at(1).In(east))
 	retained0 := ringOf(keyring.Policy{RotationInterval: time.Hour}, 1, t0, at(time.Hour), t0) // retireAt = expiresAt
 	for name, r := range map[string]keyring.Ring{
-		"steady ring":                         steadyRing(),
-		"times with nanoseconds, not in UTC":  nanos,
-		"retainedKeys 0: retireAt=expiresAt":  retained0,
-		"one key":                             {Name: "a/b", Epoch: 1 << 62, IssuedAt: t0, Keys: steadyRing().Keys[:1]},
-		"name with quotes, unicode, newlines": {Name: "ns/\"ring\"\n\u2028é", Epoch: 1, IssuedAt: t0, Keys: steadyRing().Keys[1:]},
+		"steady ring":                        steadyRing(),
+		"times with nanoseconds, not in UTC": nanos,
+		"retainedKeys 0: retireAt=expiresAt": retained0,
+		"one key":                            {Name: "a/b", Epoch: 1 << 62, IssuedAt: t0, Keys: steadyRing().Keys[:1]},
+		"cluster-scoped ring":                {Name: "edge.v2", Epoch: 1, IssuedAt: t0, Keys: steadyRing().Keys[1:]},
+		"longest names":                      {Name: strings.Repeat("n", 63) + "/" + strings.Repeat("a.", 31) + "b", Epoch: 1, IssuedAt: t0, Keys: steadyRing().Keys[1:]},
 	} {
 		t.Run(name, func(t *testing.T) {
 			data, err := keyring.Encode(r)
@@ -188,6 +245,77 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 				t.Errorf("Encode(Decode(x)) != x (%v)", err)
 			}
 		})
+	}
+}
+
+// TestDecodeAcceptsSameMeaning: inputs Encode would not write byte for
+// byte, but whose every field is exactly what Encode writes, read as the
+// same ring.
+func TestDecodeAcceptsSameMeaning(t *testing.T) {
+	valid := encoded()
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, valid); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{
+		"compact":                 compact.Bytes(),
+		"escaped field name":      replace(valid, `"epoch"`, `"ep\u006fch"`),
+		"escaped name characters": replace(valid, `"shop/web"`, `"shop\/w\u0065b"`),
+		"fields in another order": mutate(func(map[string]any) {}), // json.Marshal sorts keys
+		"times with offsets":      mutate(func(m map[string]any) { m["issuedAt"] = "2026-03-01T15:00:00+03:00" }),
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, err := keyring.Decode(data)
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if d := ringDiff(r, steadyRing()); d != "" {
+				t.Errorf("Decode: %s", d)
+			}
+		})
+	}
+}
+
+func TestValidRingName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"shop/web":                               true,
+		"web":                                    true, // a ClusterTicketKeyRing
+		"shop/web.v2":                            true,
+		"kube-system/a-b.c-d":                    true,
+		"0/0":                                    true,
+		strings.Repeat("n", 63) + "/web":         true,
+		"shop/" + strings.Repeat("w", 63):        true,
+		strings.Repeat("w", 63):                  true,
+		"":                                       false,
+		"/":                                      false,
+		"shop/":                                  false,
+		"/web":                                   false,
+		"a/b/c":                                  false,
+		strings.Repeat("n", 64) + "/web":         false,
+		"shop/" + strings.Repeat("w", 64):        false,
+		strings.Repeat("w", 64):                  false,
+		"Shop/web":                               false,
+		"shop/Web":                               false,
+		"sh.op/web":                              false, // a namespace is a label
+		"shop/web.":                              false,
+		"shop/.web":                              false,
+		"shop/we..b":                             false,
+		"shop/-web":                              false,
+		"shop/web-":                              false,
+		"-shop/web":                              false,
+		"shop/we_b":                              false,
+		"shop/we b":                              false,
+		"shop/wéb":                               false,
+		"shop/web\n":                             false,
+		"shop/web\x00":                           false,
+		"shop\\web":                              false,
+		strings.Repeat("a.", 31) + "bc":          false, // 64 characters of labels
+		strings.Repeat("a.", 31) + "b":           true,  // 63
+		"shop/" + strings.Repeat("a.", 31) + "b": true,
+	} {
+		if got := keyring.ValidRingName(name); got != want {
+			t.Errorf("ValidRingName(%q) = %v, want %v", name, got, want)
+		}
 	}
 }
 
@@ -231,13 +359,20 @@ func TestEncodeRefusesInvalidRing(t *testing.T) {
 	swapped.Keys[0], swapped.Keys[1] = swapped.Keys[1], swapped.Keys[0]
 	wrongID := steadyRing()
 	wrongID.Keys[2].ID = "deadbeef"
+	var afs []time.Time
+	for i := range keyring.MaxKeys + 1 {
+		afs = append(afs, at(time.Duration(1-i)*time.Hour))
+	}
+	tooMany := ringOf(keyring.Policy{RotationInterval: time.Hour, RetainedKeys: keyring.MaxKeys - 1, ActivationDelay: time.Minute}, 3, t0, afs...)
 	for name, r := range map[string]keyring.Ring{
-		"zero ring":         {},
-		"no name":           {Epoch: good.Epoch, IssuedAt: good.IssuedAt, Keys: good.Keys},
-		"no keys":           {Name: good.Name, Epoch: good.Epoch, IssuedAt: good.IssuedAt},
-		"keys oldest first": swapped,
-		"wrong id":          wrongID,
-		"unminted key":      {Name: good.Name, Epoch: 1, IssuedAt: t0, Keys: []keyring.Key{{ActiveFrom: t0, RetireAt: at(time.Hour), ExpiresAt: at(time.Hour)}}},
+		"more keys than agents accept": tooMany,
+		"zero ring":                   {},
+		"no name":                     {Epoch: good.Epoch, IssuedAt: good.IssuedAt, Keys: good.Keys},
+		"no keys":                     {Name: good.Name, Epoch: good.Epoch, IssuedAt: good.IssuedAt},
+		"keys oldest first":           swapped,
+		"wrong id":                    wrongID,
+		"unminted key":                {Name: good.Name, Epoch: 1, IssuedAt: t0, Keys: []keyring.Key{{ActiveFrom: t0, RetireAt: at(time.Hour), ExpiresAt: at(time.Hour)}}},
+		"name the API cannot produce": {Name: "shop/web\n", Epoch: good.Epoch, IssuedAt: good.IssuedAt, Keys: good.Keys},
 	} {
 		t.Run(name, func(t *testing.T) {
 			data, err := keyring.Encode(r)
@@ -249,8 +384,12 @@ func TestEncodeRefusesInvalidRing(t *testing.T) {
 }
 
 // FuzzDecode: Decode never panics, refuses with ErrInvalidRing and without
-// key bytes in the message, and whatever it accepts is a valid ring that
-// Encode writes back and Decode reads to the same ring.
+// key bytes in the message, and whatever it accepts means what Encode then
+// writes: the same fields under the same exact names, each once, with the
+// same values (times as instants, secrets as bytes), and valid UTF-8.
+// Decode(Encode(r)) is r again, and Encode is stable.
+//
+//	go test ./internal/keyring/ -run '^$' -fuzz FuzzDecode -fuzztime 1m
 func FuzzDecode(f *testing.F) {
 	valid := encoded()
 	f.Add(valid)
@@ -261,6 +400,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(compact.Bytes())
 	f.Add(mutate(func(m map[string]any) { m["keys"] = m["keys"].([]any)[:1] }))
 	f.Add(mutate(func(m map[string]any) { m["issuedAt"] = "2026-03-01T15:00:00.123456789+03:00" }))
+	f.Add(mutate(func(m map[string]any) { m["ring"] = "edge" }))
+	f.Add(replace(valid, `"epoch"`, `"ep\u006fch"`))
 	for _, b := range badInputs() {
 		f.Add(b.data)
 	}
@@ -282,12 +423,26 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
+		if !utf8.Valid(data) {
+			t.Fatal("Decode accepted invalid UTF-8")
+		}
 		if err := r.Validate(); err != nil {
 			t.Fatalf("Decode accepted an invalid ring: %v", err)
 		}
 		out, err := keyring.Encode(r)
 		if err != nil {
 			t.Fatalf("Decode accepted a ring Encode refuses: %v", err)
+		}
+		in, err := meaning(data)
+		if err != nil {
+			t.Fatalf("Decode accepted input whose meaning is ambiguous: %v", err)
+		}
+		written, err := meaning(out)
+		if err != nil {
+			t.Fatalf("Encode wrote ambiguous output: %v", err)
+		}
+		if d := meaningDiff(in, written); d != "" {
+			t.Fatalf("Encode(Decode(x)) means something else than x: %s", d)
 		}
 		back, err := keyring.Decode(out)
 		if err != nil {
@@ -300,4 +455,103 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("Encode is not stable: %v", err)
 		}
 	})
+}
+
+// meaning flattens a JSON document into its values by path ("keys.0.id"),
+// with field names exactly as written (escapes resolved). It fails on a
+// path given twice and on trailing data: what a reader that took the JSON
+// literally, case and all, would have to refuse. Times become instants in
+// UTC and secrets their bytes in hex, the only liberties Encode takes.
+func meaning(data []byte) (map[string]string, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	out := map[string]string{}
+	set := func(path, v string) error {
+		if _, dup := out[path]; dup {
+			return fmt.Errorf("%s given twice", path)
+		}
+		out[path] = v
+		return nil
+	}
+	var walk func(path string) error
+	walk = func(path string) error {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		d, ok := tok.(json.Delim)
+		if !ok {
+			return set(path, normalize(path, tok))
+		}
+		if err := set(path, d.String()); err != nil {
+			return err
+		}
+		for i := 0; dec.More(); i++ {
+			sub := path + "." + strconv.Itoa(i)
+			if d == '{' {
+				name, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				sub = path + "." + name.(string)
+			}
+			if err := walk(sub); err != nil {
+				return err
+			}
+		}
+		_, err = dec.Token()
+		return err
+	}
+	if err := walk(""); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("trailing data")
+	}
+	return out, nil
+}
+
+func normalize(path string, v any) string {
+	field := path[strings.LastIndexByte(path, '.')+1:]
+	switch v := v.(type) {
+	case string:
+		switch field {
+		case "issuedAt", "activeFrom", "retireAt", "expiresAt":
+			if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+				return "time " + t.UTC().Format(time.RFC3339Nano)
+			}
+		case "secret":
+			if b, err := base64.StdEncoding.DecodeString(v); err == nil {
+				return "bytes " + hex.EncodeToString(b)
+			}
+		}
+		return "string " + strconv.Quote(v)
+	case json.Number:
+		if n, err := strconv.ParseInt(string(v), 10, 64); err == nil {
+			return "int " + strconv.FormatInt(n, 10)
+		}
+		return "number " + string(v)
+	default:
+		return fmt.Sprintf("%T %v", v, v)
+	}
+}
+
+// meaningDiff names the paths whose values differ, without the values:
+// they include secrets.
+func meaningDiff(a, b map[string]string) string {
+	var d []string
+	for p, v := range a {
+		if w, ok := b[p]; !ok {
+			d = append(d, "only in the input: "+p)
+		} else if v != w {
+			d = append(d, "differs: "+p)
+		}
+	}
+	for p := range b {
+		if _, ok := a[p]; !ok {
+			d = append(d, "only in the output: "+p)
+		}
+	}
+	slices.Sort(d)
+	return strings.Join(d, "; ")
 }

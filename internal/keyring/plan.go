@@ -31,8 +31,8 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("rotationInterval %s is under 1m", p.RotationInterval)
 	case p.ActivationDelay < 0 || p.ActivationDelay >= p.RotationInterval:
 		return fmt.Errorf("activationDelay %s must be at least 0 and under rotationInterval %s", p.ActivationDelay, p.RotationInterval)
-	case p.RetainedKeys < 0 || p.RetainedKeys > 16:
-		return fmt.Errorf("retainedKeys %d is outside 0-16", p.RetainedKeys)
+	case p.RetainedKeys < 0 || p.RetainedKeys > MaxRetainedKeys:
+		return fmt.Errorf("retainedKeys %d is outside 0-%d", p.RetainedKeys, MaxRetainedKeys)
 	case time.Duration(p.RetainedKeys+1)*p.RotationInterval > MaxTicketLifetime:
 		return fmt.Errorf("(retainedKeys+1) x rotationInterval exceeds %s", MaxTicketLifetime)
 	}

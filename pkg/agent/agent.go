@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -39,8 +40,32 @@ var (
 	// unexpired key.
 	ErrTicketKeys = errors.New("agent: ticket key ring missing or unusable")
 	// ErrCertificate means tls.crt or tls.key is missing or invalid, they do
-	// not match, or the certificate has expired.
+	// not match, or the certificate has expired or is not valid yet.
 	ErrCertificate = errors.New("agent: certificate missing or invalid")
+
+	// The errors below say more precisely why a ring or a certificate was
+	// refused. Each is wrapped beside ErrTicketKeys or ErrCertificate, and
+	// each has its own reason label in ringmaster_agent_reload_errors_total.
+
+	// ErrForeignRing means ticketkeys.json holds another ring than the one
+	// the agent serves: Options.Ring, or else the first ring it took.
+	ErrForeignRing = errors.New("agent: ticket key ring of another name")
+	// ErrRollback means ticketkeys.json holds an epoch lower than the last
+	// one the agent took: an older snapshot, which may bring back keys that
+	// were dropped on purpose.
+	ErrRollback = errors.New("agent: ticket key ring epoch went back")
+	// ErrEpochConflict means ticketkeys.json holds the epoch the agent
+	// serves with other content. The operator never publishes one epoch
+	// twice.
+	ErrEpochConflict = errors.New("agent: ticket key ring epoch reused with other content")
+	// ErrTooManyKeys means the ring holds more than keyring.MaxKeys keys,
+	// which no TicketKeyRing produces, and which would make every resumption
+	// attempt with an unknown ticket try that many keys.
+	ErrTooManyKeys = errors.New("agent: ticket key ring has too many keys")
+	// ErrNotYetValid means the certificate's NotBefore is more than
+	// CertificateSkew ahead of the agent's clock: served, it would fail
+	// every new full handshake.
+	ErrNotYetValid = errors.New("agent: certificate not valid yet")
 )
 
 // DefaultResyncPeriod is how often the directory is re-read when
@@ -48,8 +73,29 @@ var (
 // to re-arm the watch after the directory itself was replaced.
 const DefaultResyncPeriod = 10 * time.Second
 
-// Clock is the agent's source of time, for key activation and expiry and for
-// the periodic re-read. Tests inject a fake; the default is the real clock.
+// DefaultDebounce is how long the agent waits, when Options.Debounce is
+// zero, between the first change it sees in the directory and the read
+// that follows: every change within that window costs the one read. The
+// kubelet's update of a volume raises several events in a few
+// microseconds; a plain directory written file by file, a few more.
+const DefaultDebounce = 100 * time.Millisecond
+
+// CertificateSkew is how long before its NotBefore a certificate is taken:
+// the clock skew tolerated between the issuer and this host. An issuer
+// commonly dates a certificate from the instant it signs it, so a host
+// whose clock lags a little would otherwise refuse a fresh certificate.
+const CertificateSkew = 5 * time.Minute
+
+// flapWindow is how long a cause of rejection stays quiet in the log once
+// logged, when it goes away and comes back: a flapping input is logged once
+// per window, not once per flip. A cause that persists is logged once
+// however long it lasts.
+const flapWindow = time.Minute
+
+// Clock is the agent's source of time, for key activation and expiry,
+// certificate validity, and the periodic re-read. (The debounce window is
+// real time, whatever the Clock: it coalesces file-system activity.) Tests
+// inject a fake; the default is the real clock.
 type Clock interface {
 	// Now returns the current time.
 	Now() time.Time
@@ -65,6 +111,11 @@ type Options struct {
 	// Require names the material read from Dir, all of which New demands.
 	// Zero means TicketKeys.
 	Require Files
+	// Ring is the ring the agent serves: "<namespace>/<name>" of a
+	// TicketKeyRing, or "<name>" of a ClusterTicketKeyRing. A
+	// ticketkeys.json holding another ring is refused, New included. Empty
+	// means that the first ring taken pins its name.
+	Ring string
 	// Clock defaults to the real clock.
 	Clock Clock
 	// Logger defaults to slog.Default().
@@ -72,6 +123,10 @@ type Options struct {
 	// ResyncPeriod is the period of the fallback re-read; zero or negative
 	// means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
+	// Debounce is how long the agent waits after a change in Dir before it
+	// reads Dir, so that a burst of writes costs one read; zero means
+	// DefaultDebounce, negative reads at every change.
+	Debounce time.Duration
 	// OnSwap, if set, is called after each new config is published by Start,
 	// with the status it now serves. It runs on the goroutine of Start, so it
 	// must not block for long.
@@ -80,31 +135,63 @@ type Options struct {
 
 // Agent keeps the tls.Configs returned by TLSConfig serving the newest good
 // material from its directory. Its methods are safe for concurrent use.
+//
+// Besides refusing bad input, it holds on to what it served: it refuses a
+// ring of another name (see Options.Ring), an epoch lower than the one it
+// serves, and the same epoch with other content. A ring deleted and created
+// again starts over at epoch 1, so running agents refuse it as a rollback
+// (reason ring_rollback) and go on serving the old ring's keys until they
+// expire; restarting the pods, or calling Reset, makes them take it.
+//
+// It destroys keys: at a key's expiresAt it overwrites the agent's copies of
+// the key's bytes and drops them, and from then on it never takes a key of
+// that id again, whatever the clock or the file says later. The same holds
+// for a key that a newer epoch dropped (an early removal). What Go does not
+// let it overwrite (the keys crypto/tls derives inside a published config,
+// the decoder's transient strings) becomes unreachable once no handshake
+// holds the config, and is left to the garbage collector.
 type Agent struct {
-	dir     string
-	require Files
-	clock   Clock
-	log     *slog.Logger
-	resync  time.Duration
-	onSwap  func(Status)
+	dir      string
+	require  Files
+	expected string
+	clock    Clock
+	log      *slog.Logger
+	resync   time.Duration
+	debounce time.Duration
+	onSwap   func(Status)
 
-	// mu serialises writers of fronts and snap; readers of snap do not take
-	// it, and neither does any handshake.
+	// mu serialises writers of fronts and snap, and every use of a
+	// snapshot's secrets; readers of snap's other fields do not take it,
+	// and neither does any handshake.
 	mu     sync.Mutex
 	fronts []*front
 	snap   atomic.Pointer[snapshot]
 
-	// ring, cert and causes are the last good material and the causes of
-	// the last failed read. Only New and then Start's goroutine touch them.
-	ring   *keyring.Ring
-	cert   *certificate
+	// The fields below are the agent's memory of what it read and served.
+	// Only New and then Start's goroutine touch them.
+	//
+	// ring holds the unexpired keys of the last good ring, in a copy of the
+	// agent's own whose bytes are overwritten when it is dropped.
+	ring *keyring.Ring
+	cert *certificate
+	pin  pin
+	// destroyed holds the ids of the keys that expired or that a newer
+	// epoch dropped: never taken again.
+	destroyed map[string]bool
+	// causes are the causes of the last failed read; logged, when each was
+	// last logged (see flapWindow); kept, the ids of destroyed keys last
+	// seen back in the file.
 	causes map[string]bool
+	logged map[string]time.Time
+	kept   string
 	// evaluated is the instant the latest reload judged key times at. The
 	// next timer is computed from it, not from the time the timer is armed,
 	// so an activation or expiry falling between the two is never skipped.
 	evaluated time.Time
 
 	started     atomic.Bool
+	reset       atomic.Bool
+	kick        chan struct{}
 	swaps       atomic.Uint64
 	lastErr     atomic.Pointer[failure]
 	full        atomic.Uint64
@@ -112,8 +199,19 @@ type Agent struct {
 	errorCounts [numReasons]atomic.Uint64
 
 	// readHook runs between resolving ..data and reading the files; tests
-	// use it to race a swap against a read.
+	// use it to race a swap against a read, or to hold a read.
 	readHook func(attempt int)
+	// window opens the debounce window; tests replace it to close the
+	// window when they choose.
+	window func(time.Duration) <-chan time.Time
+}
+
+// pin is what the agent holds the rings it reads to: the ring's name, and
+// the epoch and content of the last ring it took.
+type pin struct {
+	name   string
+	epoch  int64
+	digest [sha256.Size]byte
 }
 
 type failure struct {
@@ -123,7 +221,8 @@ type failure struct {
 
 // New reads Options.Dir once and returns an agent serving what it found. It
 // fails fast, with an error wrapping ErrDirectory, ErrTicketKeys or
-// ErrCertificate, when required material is missing or unusable.
+// ErrCertificate (and the more precise errors above), when required
+// material is missing or unusable.
 func New(opts Options) (*Agent, error) {
 	if opts.Dir == "" {
 		return nil, fmt.Errorf("%w: Options.Dir is empty", ErrDirectory)
@@ -134,6 +233,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.Require&^(TicketKeys|Certificate) != 0 {
 		return nil, fmt.Errorf("agent: Options.Require has unknown bits %#x", uint8(opts.Require))
 	}
+	if opts.Ring != "" && !keyring.ValidRingName(opts.Ring) {
+		return nil, fmt.Errorf("agent: Options.Ring %s is not \"<namespace>/<name>\" or \"<name>\" of a ring", quote(opts.Ring))
+	}
 	if opts.Clock == nil {
 		opts.Clock = realClock{}
 	}
@@ -143,34 +245,70 @@ func New(opts Options) (*Agent, error) {
 	if opts.ResyncPeriod <= 0 {
 		opts.ResyncPeriod = DefaultResyncPeriod
 	}
+	if opts.Debounce == 0 {
+		opts.Debounce = DefaultDebounce
+	}
 	a := &Agent{
-		dir:     filepath.Clean(opts.Dir),
-		require: opts.Require,
-		clock:   opts.Clock,
-		log:     opts.Logger.With("dir", filepath.Clean(opts.Dir)),
-		resync:  opts.ResyncPeriod,
-		onSwap:  opts.OnSwap,
+		dir:       filepath.Clean(opts.Dir),
+		require:   opts.Require,
+		expected:  opts.Ring,
+		clock:     opts.Clock,
+		log:       opts.Logger.With("dir", filepath.Clean(opts.Dir)),
+		resync:    opts.ResyncPeriod,
+		debounce:  opts.Debounce,
+		onSwap:    opts.OnSwap,
+		pin:       pin{name: opts.Ring},
+		destroyed: map[string]bool{},
+		logged:    map[string]time.Time{},
+		kick:      make(chan struct{}, 1),
+		window:    time.After,
 	}
 	now := a.clock.Now()
-	m, errs := a.read(now)
+	errs := a.accept(now, a.load(nil))
 	if len(errs) > 0 {
+		wipe(a.ring)
 		joined := make([]error, len(errs))
 		for i, e := range errs {
 			joined[i] = fmt.Errorf("%w: %w", e.reason.sentinel(), e.err)
 		}
 		return nil, errors.Join(joined...)
 	}
-	a.ring, a.cert, a.evaluated = m.ring, m.cert, now
+	a.evaluated = now
 	s := newSnapshot(a.ring, a.cert, now)
 	a.snap.Store(s)
 	a.log.Info("Loaded TLS material", s.logAttrs()...)
 	return a, nil
 }
 
+// NeedLeaderElection returns false, so that controller-runtime's manager
+// runs an Agent added with mgr.Add on every replica, not only on the
+// leader, as it does certwatcher: every replica serves TLS.
+func (a *Agent) NeedLeaderElection() bool { return false }
+
+// Reset makes the agent forget the epoch and content of the ring it serves,
+// and the name it pinned unless Options.Ring set it, and asks for a read:
+// the next good ring is then taken whatever its epoch. It is the way to
+// follow a ring that was deleted and created again, whose epochs start over.
+// Keys that expired or were dropped stay refused. Reset returns at once; the
+// read happens on Start's goroutine (at Start, if it has not run yet).
+func (a *Agent) Reset() {
+	a.reset.Store(true)
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
 // Start watches the directory until ctx ends, publishing a new config for
 // every change and at every instant a key activates or expires. It returns
-// nil once ctx ends, after its watcher and timers are gone, or an error if
-// the watcher cannot be created. It may be called once.
+// nil once ctx ends, or an error if the watcher cannot be created. It may be
+// called once.
+//
+// Reads run on a goroutine of their own, one at a time, so that Start
+// returns promptly on cancel, and keys expire on time, even while a read
+// is stuck in the kernel (a hung network or FUSE file system): such a read
+// is abandoned, and its goroutine ends when the kernel returns. No other
+// goroutine outlives Start.
 func (a *Agent) Start(ctx context.Context) error {
 	if !a.started.CompareAndSwap(false, true) {
 		return errors.New("agent: Start called twice")
@@ -185,20 +323,34 @@ func (a *Agent) Start(ctx context.Context) error {
 	// The directory is watched, not the files: the kubelet replaces files
 	// by renaming ..data, which an inotify watch on a file would not follow
 	// but which the directory reports. The watch only needs re-arming when
-	// the directory itself goes away (fsnotify then drops it); the resync
-	// does that.
-	a.watch(w)
-	a.reload() // catch up with anything that changed since New
-	nextResync := a.clock.Now().Add(a.resync)
-	for {
-		now := a.clock.Now()
-		wake := nextResync
-		if a.ring != nil {
-			if t, ok := a.ring.NextChange(a.evaluated); ok && t.Before(wake) {
-				wake = t
-			}
+	// the directory itself goes away (fsnotify then drops it); every read
+	// does that first.
+	results := make(chan loaded, 1) // one read in flight at most
+	reading, again := false, false
+	read := func() {
+		if reading {
+			again = true // after the read in flight, read once more
+			return
 		}
-		timer := a.clock.After(wake.Sub(now))
+		reading = true
+		go func() { results <- a.load(w) }()
+	}
+	read() // catch up with anything that changed since New
+
+	var (
+		settle     <-chan time.Time // the debounce window, while open
+		timer      <-chan time.Time
+		timerAt    time.Time
+		nextResync = a.clock.Now().Add(a.resync)
+	)
+	for {
+		wake := nextResync
+		if t, ok := a.nextChange(); ok && t.Before(wake) {
+			wake = t
+		}
+		if timer == nil || !wake.Equal(timerAt) {
+			timer, timerAt = a.clock.After(wake.Sub(a.clock.Now())), wake
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -209,29 +361,56 @@ func (a *Agent) Start(ctx context.Context) error {
 			if !a.relevant(ev) {
 				continue
 			}
-			// One kubelet update raises several events; drain those
-			// already queued so that it costs one reload.
-			drain(w.Events)
-			a.reload()
-			nextResync = a.clock.Now().Add(a.resync)
+			if a.debounce < 0 {
+				read()
+			} else if settle == nil {
+				settle = a.window(a.debounce)
+			}
+		case <-settle:
+			settle = nil
+			read()
 		case err, ok := <-w.Errors:
 			if !ok {
 				return errors.New("agent: watcher closed")
 			}
 			// Events may have been lost (an overflow, say): read again.
 			a.log.Warn("Watcher reported an error", "err", err)
-			a.reload()
-		case <-timer:
-			a.watch(w)
-			a.reload()
+			read()
+		case <-a.kick:
+			read()
+		case l := <-results:
+			reading = false
+			a.reload(l)
 			nextResync = a.clock.Now().Add(a.resync)
+			if again {
+				again = false
+				read()
+			}
+		case <-timer:
+			timer = nil
+			now := a.clock.Now()
+			// Keys expire now, read or no read.
+			a.evaluate(now)
+			if !now.Before(nextResync) {
+				nextResync = now.Add(a.resync)
+			}
+			read()
 		}
 	}
 }
 
+// nextChange is the next instant a key of the ring served activates or
+// expires.
+func (a *Agent) nextChange() (time.Time, bool) {
+	if a.ring == nil {
+		return time.Time{}, false
+	}
+	return a.ring.NextChange(a.evaluated)
+}
+
 // watch arms the watch on the directory unless it is armed. A failure is not
 // reported here: the directory is then missing or unreadable, which the
-// reload that follows reports, once.
+// read that follows reports, once.
 func (a *Agent) watch(w *fsnotify.Watcher) {
 	if len(w.WatchList()) == 0 {
 		_ = w.Add(a.dir)
@@ -252,32 +431,29 @@ func (a *Agent) relevant(ev fsnotify.Event) bool {
 	return false
 }
 
-func drain(ch <-chan fsnotify.Event) {
-	for {
-		select {
-		case <-ch:
-		default:
-			return
-		}
+// reload judges what a read found at the current instant, keeps the last
+// good material for whatever part failed, reports failures, and publishes
+// a new config when what would be served differs from what is served.
+// Only Start's goroutine calls it.
+func (a *Agent) reload(l loaded) {
+	now := a.clock.Now()
+	if a.reset.Swap(false) {
+		a.pin = pin{name: a.expected}
+		a.log.Info("Reset the ring pin: the next good ring is taken whatever its epoch")
 	}
+	errs := a.accept(now, l)
+	a.report(errs, now)
+	a.evaluate(now)
 }
 
-// reload reads the directory, keeps the last good material for whatever part
-// failed, reports failures, and publishes a new config when what would be
-// served differs from what is served. Only New and Start's goroutine call it.
-func (a *Agent) reload() {
-	now := a.clock.Now()
+// evaluate destroys the keys expired at now and publishes a new config if
+// what would be served changed.
+func (a *Agent) evaluate(now time.Time) {
 	a.evaluated = now
-	m, errs := a.read(now)
-	if m.ring != nil {
-		a.ring = m.ring
-	}
-	if m.cert != nil {
-		a.cert = m.cert
-	}
-	a.report(errs, now)
+	a.expire(now)
 	s := newSnapshot(a.ring, a.cert, now)
 	if s.sum == a.snap.Load().sum {
+		s.wipe()
 		return
 	}
 	a.publish(s)
@@ -294,19 +470,24 @@ func (a *Agent) reload() {
 
 // report counts every failure and logs each cause that the previous attempt
 // did not already have, so a persisting problem is logged once however many
-// retries meet it.
+// retries meet it, and a flapping one once per flapWindow.
 func (a *Agent) report(errs []*loadError, now time.Time) {
+	for cause, at := range a.logged {
+		if d := now.Sub(at); d >= flapWindow || d < 0 {
+			delete(a.logged, cause)
+		}
+	}
 	causes := make(map[string]bool, len(errs))
 	msgs := make([]error, 0, len(errs))
 	for _, e := range errs {
 		cause := e.reason.String() + ": " + e.err.Error()
 		causes[cause] = true
 		msgs = append(msgs, e.err)
-		if !a.causes[cause] {
+		if !a.causes[cause] && a.quiet(cause, now) {
 			a.log.Error("Rejected TLS material; the last good config keeps serving", "reason", e.reason.String(), "err", e.err)
 		}
 	}
-	if len(errs) == 0 && len(a.causes) > 0 {
+	if len(errs) == 0 && len(a.causes) > 0 && a.quiet("", now) {
 		a.log.Info("Read TLS material without errors again")
 	}
 	a.causes = causes
@@ -322,16 +503,28 @@ func (a *Agent) report(errs []*loadError, now time.Time) {
 	}
 }
 
+// quiet reports whether cause may be logged at now, and if so records it.
+func (a *Agent) quiet(cause string, now time.Time) bool {
+	if _, ok := a.logged[cause]; ok {
+		return false
+	}
+	a.logged[cause] = now
+	return true
+}
+
 // publish builds one config per TLSConfig caller from s and stores them.
 // Every field is set before the Store, and a stored config is never written
-// again: the next change builds a new one.
+// again: the next change builds a new one. The secrets of the snapshot it
+// replaces are overwritten: no config is built from it again.
 func (a *Agent) publish(s *snapshot) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, f := range a.fronts {
 		f.cur.Store(f.build(s))
 	}
-	a.snap.Store(s)
+	if old := a.snap.Swap(s); old != nil && old != s {
+		old.wipe()
+	}
 }
 
 // TLSConfig returns a config for a server: a clone of base whose

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -473,50 +474,89 @@ func TestCertificateOnly(t *testing.T) {
 }
 
 // TestBadInputKeepsLastGood: every kind of bad input leaves the last good
-// config serving, counts an error per attempt, logs once per cause, and is
-// recovered from when good input returns.
+// config serving over real TLS (a ticket from before resumes, a new client
+// gets a full handshake with the last good certificate), counts an error
+// per attempt under its own reason, logs once per cause, and is recovered
+// from when good input returns.
 func TestBadInputKeepsLastGood(t *testing.T) {
 	p := newPKI(t)
 	c1, other := p.valid(), p.valid()
 	expiredCert := p.issue(time.Now().Add(-2*time.Hour), time.Now().Add(-time.Minute))
+	futureCert := p.issue(time.Now().Add(agent.CertificateSkew+time.Hour), time.Now().Add(48*time.Hour))
 	s := newSchedule(time.Now())
 	h := time.Hour
 	k3 := newKey("k3", s.t0.Add(2*h), s.t0.Add(3*h), s.t0.Add(5*h))
-	r2 := encodeRing(t, 2, k3, s.k2, s.k1)
+	// The agent starts on epoch 5 and recovers to epoch 6.
+	good := s.ring(t, 5)
+	r6 := encodeRing(t, 6, k3, s.k2, s.k1)
 	dead1 := newKey("dead1", s.t0.Add(-4*h), s.t0.Add(-3*h), s.t0.Add(-2*h))
 	dead2 := newKey("dead2", s.t0.Add(-5*h), s.t0.Add(-4*h), s.t0.Add(-3*h))
-	secrets := []keyring.Key{s.k1, s.k2, k3, dead1, dead2}
+	many := manyKeys(s.t0, keyring.MaxKeys+1)
+	secrets := append([]keyring.Key{s.k1, s.k2, k3, dead1, dead2}, many...)
 
 	type input struct{ ring, crt, key []byte }
 	tests := []struct {
 		name   string
 		reason string
 		// bad is written in place of the good files; gone removes the
-		// directory instead.
-		bad  input
-		gone bool
+		// directory instead; apply does something else to it.
+		bad   input
+		gone  bool
+		apply func(t *testing.T, v *volume)
 	}{
-		{name: "truncated ring", reason: "ring_invalid", bad: input{r2[:len(r2)/2], c1.crt, c1.key}},
-		{name: "unknown version", reason: "ring_invalid", bad: input{editRing(t, r2, func(m map[string]any) { m["version"] = 2 }), c1.crt, c1.key}},
-		{name: "wrong key length", reason: "ring_invalid", bad: input{editRing(t, r2, func(m map[string]any) {
+		{name: "truncated ring", reason: "ring_invalid", bad: input{r6[:len(r6)/2], c1.crt, c1.key}},
+		{name: "unknown version", reason: "ring_invalid", bad: input{editRing(t, r6, func(m map[string]any) { m["version"] = 2 }), c1.crt, c1.key}},
+		{name: "wrong key length", reason: "ring_invalid", bad: input{editRing(t, r6, func(m map[string]any) {
 			m["keys"].([]any)[0].(map[string]any)["secret"] = base64.StdEncoding.EncodeToString(make([]byte, 16))
 		}), c1.crt, c1.key}},
-		{name: "duplicate ids", reason: "ring_invalid", bad: input{editRing(t, r2, func(m map[string]any) {
+		{name: "duplicate ids", reason: "ring_invalid", bad: input{editRing(t, r6, func(m map[string]any) {
 			keys := m["keys"].([]any)
 			m["keys"] = append([]any{keys[0]}, keys...)
 		}), c1.crt, c1.key}},
-		{name: "every key expired", reason: "ring_expired", bad: input{encodeRing(t, 2, dead1, dead2), c1.crt, c1.key}},
+		{name: "every key expired", reason: "ring_expired", bad: input{encodeRing(t, 6, dead1, dead2), c1.crt, c1.key}},
 		{name: "ring missing", reason: "ring_missing", bad: input{nil, c1.crt, c1.key}},
-		{name: "certificate does not match key", reason: "certificate_invalid", bad: input{s.ring(t, 1), c1.crt, other.key}},
-		{name: "certificate not PEM", reason: "certificate_invalid", bad: input{s.ring(t, 1), []byte("garbage"), c1.key}},
-		{name: "certificate expired", reason: "certificate_expired", bad: input{s.ring(t, 1), expiredCert.crt, expiredCert.key}},
-		{name: "certificate missing", reason: "certificate_missing", bad: input{s.ring(t, 1), nil, nil}},
+		// The strict codec: what encoding/json alone would take.
+		{name: "field name in another case", reason: "ring_invalid", bad: input{replaceOnce(t, r6, `"epoch": 6`, `"Epoch": 6`), c1.crt, c1.key}},
+		{name: "field given twice", reason: "ring_invalid", bad: input{replaceOnce(t, r6, `"epoch": 6,`, `"epoch": 6, "epoch": 7,`), c1.crt, c1.key}},
+		{name: "invalid UTF-8", reason: "ring_invalid", bad: input{replaceOnce(t, r6, `"shop/web"`, "\"shop/w\xffb\""), c1.crt, c1.key}},
+		// Bounds of the API.
+		{name: "ring name the API cannot produce", reason: "ring_invalid", bad: input{editRing(t, r6, func(m map[string]any) {
+			m["ring"] = "shop/web\n\x1b[2J" + strings.Repeat("w", 4096)
+		}), c1.crt, c1.key}},
+		{name: "more keys than a ring holds", reason: "ring_too_large", bad: input{encodeOversized(t, 6, many...), c1.crt, c1.key}},
+		// Pinning.
+		{name: "another ring", reason: "ring_foreign", bad: input{renameRing(t, r6, "other/web"), c1.crt, c1.key}},
+		{name: "lower epoch", reason: "ring_rollback", bad: input{s.ring(t, 4), c1.crt, c1.key}},
+		{name: "same epoch, other content", reason: "ring_epoch_conflict", bad: input{encodeRing(t, 5, k3, s.k2, s.k1), c1.crt, c1.key}},
+		// Certificates.
+		{name: "certificate does not match key", reason: "certificate_invalid", bad: input{good, c1.crt, other.key}},
+		{name: "certificate not PEM", reason: "certificate_invalid", bad: input{good, []byte("garbage"), c1.key}},
+		{name: "certificate expired", reason: "certificate_expired", bad: input{good, expiredCert.crt, expiredCert.key}},
+		{name: "certificate not valid yet", reason: "certificate_not_yet_valid", bad: input{good, futureCert.crt, futureCert.key}},
+		{name: "certificate missing", reason: "certificate_missing", bad: input{good, nil, nil}},
+		// The directory.
 		{name: "directory gone", reason: "directory", gone: true},
+		{name: "..data pointing out of the directory", reason: "directory", apply: func(t *testing.T, v *volume) {
+			// A newer epoch elsewhere: served, it would be taken.
+			elsewhere := newVolume(t)
+			elsewhere.write(r6, c1.crt, c1.key)
+			target, err := os.Readlink(filepath.Join(elsewhere.dir, "..data"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmp := filepath.Join(v.dir, "..data_tmp")
+			if err := os.Symlink(filepath.Join(elsewhere.dir, target), tmp); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, filepath.Join(v.dir, "..data")); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v := newVolume(t)
-			v.write(s.ring(t, 1), c1.crt, c1.key)
+			v.write(good, c1.crt, c1.key)
 			var logs logBuffer
 			a, err := agent.New(agent.Options{
 				Dir: v.dir, Require: agent.TicketKeys | agent.Certificate,
@@ -529,9 +569,10 @@ func TestBadInputKeepsLastGood(t *testing.T) {
 			addr := serve(t, a.TLSConfig(nil))
 			client := p.client(tls.VersionTLS13)
 			handshake(t, addr, client)
-			good := a.Status()
+			before := a.Status()
 
-			if tt.gone {
+			switch {
+			case tt.gone:
 				// One rename, as an unmount would: no half-removed state.
 				if err := os.Rename(v.dir, v.dir+".gone"); err != nil {
 					t.Fatal(err)
@@ -539,7 +580,9 @@ func TestBadInputKeepsLastGood(t *testing.T) {
 				if err := os.RemoveAll(v.dir + ".gone"); err != nil {
 					t.Fatal(err)
 				}
-			} else {
+			case tt.apply != nil:
+				tt.apply(t, v)
+			default:
 				v.write(tt.bad.ring, tt.bad.crt, tt.bad.key)
 			}
 			// Several failed attempts, so "once per cause" is tested
@@ -548,17 +591,25 @@ func TestBadInputKeepsLastGood(t *testing.T) {
 			eventually(t, "three failed attempts", func() bool { return metrics(t, a)[counter] >= 3 })
 
 			st := a.Status()
-			if st.Epoch != good.Epoch || st.ActiveKeyID != good.ActiveKeyID || !st.CertificateNotAfter.Equal(good.CertificateNotAfter) || st.Swaps != 0 {
-				t.Errorf("status %+v, want the last good %+v", st, good)
+			if st.Epoch != before.Epoch || st.ActiveKeyID != before.ActiveKeyID || !st.CertificateNotAfter.Equal(before.CertificateNotAfter) || st.Swaps != 0 {
+				t.Errorf("status %+v, want the last good %+v", st, before)
 			}
 			if st.LastError == "" {
 				t.Error("status has no LastError")
+			}
+			if len(st.LastError) > 1000 || strings.ContainsFunc(st.LastError, func(c rune) bool { return c < ' ' }) {
+				t.Errorf("LastError is %d bytes or holds control characters: %q", len(st.LastError), st.LastError)
 			}
 			if !handshake(t, addr, client).DidResume {
 				t.Error("ticket from the last good ring no longer resumes")
 			}
 			if got := handshake(t, addr, p.client(tls.VersionTLS13)).PeerCertificates[0].SerialNumber; got.Cmp(c1.cert.SerialNumber) != 0 {
-				t.Errorf("served serial %v, want the last good %v", got, c1.cert.SerialNumber)
+				t.Errorf("full handshake served serial %v, want the last good %v", got, c1.cert.SerialNumber)
+			}
+			for name, v := range metrics(t, a) {
+				if strings.HasPrefix(name, "ringmaster_agent_reload_errors_total") && name != counter && v != 0 {
+					t.Errorf("counted under another reason too: %s = %v", name, v)
+				}
 			}
 			if n := len(logs.records(t, map[string]string{"msg": rejectedMsg, "reason": tt.reason})); n != 1 {
 				t.Errorf("%d log lines for %s, want 1:\n%s", n, tt.reason, logs.String())
@@ -586,10 +637,45 @@ func TestBadInputKeepsLastGood(t *testing.T) {
 				}
 				v.w = w
 			}
-			v.write(r2, c1.crt, c1.key)
-			eventually(t, "recovery to epoch 2", func() bool { st := a.Status(); return st.Epoch == 2 && st.LastError == "" })
+			v.write(r6, c1.crt, c1.key)
+			eventually(t, "recovery to epoch 6", func() bool { st := a.Status(); return st.Epoch == 6 && st.LastError == "" })
 		})
 	}
+}
+
+// manyKeys returns n valid keys, newest first, all usable around t0.
+func manyKeys(t0 time.Time, n int) []keyring.Key {
+	keys := make([]keyring.Key, n)
+	for i := range keys {
+		af := t0.Add(time.Hour - time.Duration(i)*time.Minute)
+		keys[i] = newKey(fmt.Sprint("many", i), af, af.Add(time.Minute), t0.Add(3*time.Hour))
+	}
+	keys[0].RetireAt = keys[0].ActiveFrom.Add(time.Hour)
+	return keys
+}
+
+// renameRing returns ring under another name.
+func renameRing(t *testing.T, ring []byte, name string) []byte {
+	t.Helper()
+	r, err := keyring.Decode(ring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Name = name
+	b, err := keyring.Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// replaceOnce replaces the one occurrence of old in data.
+func replaceOnce(t *testing.T, data []byte, old, new string) []byte {
+	t.Helper()
+	if n := bytes.Count(data, []byte(old)); n != 1 {
+		t.Fatalf("%q occurs %d times", old, n)
+	}
+	return bytes.Replace(data, []byte(old), []byte(new), 1)
 }
 
 // TestPartiallyWrittenPlainFile: in a plain directory (no ..data), a file

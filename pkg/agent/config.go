@@ -11,39 +11,56 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 )
 
-// snapshot is the material one generation of configs is built from. It is
-// immutable once created.
+// snapshot is the material one generation of configs is built from. It
+// is immutable once published, but for secrets, which publish overwrites
+// when the next snapshot replaces it.
 type snapshot struct {
-	ring *keyring.Ring // nil when no ring was ever read
-	// keys are the unexpired keys in serving order; empty when none is
-	// usable. states parallels keys.
-	keys   []keyring.Key
-	states []keyring.State
-	cert   *certificate
-	at     time.Time
+	hasRing bool // false when no ring was ever taken
+	ring    string
+	epoch   int64
+	// keys describe the unexpired keys in serving order; empty when none
+	// is usable.
+	keys []keyInfo
+	// secrets parallels keys. It is read and overwritten only under
+	// Agent.mu: Status and metrics never touch it.
+	secrets [][32]byte
+	cert    *certificate
+	at      time.Time
 	// sum identifies what a config built from the snapshot serves, so that
 	// a re-read finding nothing new publishes nothing.
 	sum [sha256.Size]byte
 }
 
+// keyInfo is what Status and the logs show of a key: never its bytes.
+type keyInfo struct {
+	id                    string
+	activeFrom, expiresAt time.Time
+	state                 keyring.State
+}
+
 func newSnapshot(ring *keyring.Ring, cert *certificate, now time.Time) *snapshot {
-	s := &snapshot{ring: ring, cert: cert, at: now}
+	s := &snapshot{cert: cert, at: now}
 	h := sha256.New()
 	if ring != nil {
-		s.keys = ring.TicketKeys(now)
-		s.states = make([]keyring.State, len(s.keys))
+		s.hasRing, s.ring, s.epoch = true, ring.Name, ring.Epoch
+		ordered := ring.TicketKeys(now) // copies, overwritten below
+		s.keys = make([]keyInfo, len(ordered))
+		s.secrets = make([][32]byte, len(ordered))
 		h.Write([]byte(ring.Name))
 		h.Write(binary.BigEndian.AppendUint64(nil, uint64(ring.Epoch)))
-		for i, k := range s.keys {
+		for i := range ordered {
+			k := &ordered[i]
 			// StateOf, not StateAt: the first key encrypts whatever its own
 			// schedule says, since a replica whose clock lags may encrypt
 			// with a key it would call staged (see keyring.Ring.Active).
-			s.states[i] = ring.StateOf(k, now)
-			h.Write([]byte(s.states[i]))
+			s.keys[i] = keyInfo{id: k.ID, activeFrom: k.ActiveFrom, expiresAt: k.ExpiresAt, state: ring.StateOf(*k, now)}
+			s.secrets[i] = k.Secret
+			h.Write([]byte(s.keys[i].state))
 			h.Write(k.Secret[:])
 			for _, t := range []time.Time{k.ActiveFrom, k.RetireAt, k.ExpiresAt} {
-				h.Write(binary.BigEndian.AppendUint64(nil, uint64(t.UnixNano())))
+				h.Write(appendTime(nil, t))
 			}
+			clear(k.Secret[:])
 		}
 	}
 	h.Write([]byte{0})
@@ -54,16 +71,24 @@ func newSnapshot(ring *keyring.Ring, cert *certificate, now time.Time) *snapshot
 	return s
 }
 
+// wipe overwrites the snapshot's secrets. Callers hold Agent.mu, or own a
+// snapshot never published.
+func (s *snapshot) wipe() {
+	for i := range s.secrets {
+		clear(s.secrets[i][:])
+	}
+}
+
 func (s *snapshot) logAttrs() []any {
 	var attrs []any
-	if s.ring != nil {
+	if s.hasRing {
 		ids := make([]string, len(s.keys))
 		for i, k := range s.keys {
-			ids[i] = k.ID
+			ids[i] = k.id
 		}
-		attrs = append(attrs, "ring", s.ring.Name, "epoch", s.ring.Epoch, "keyIDs", ids)
+		attrs = append(attrs, "ring", s.ring, "epoch", s.epoch, "keyIDs", ids)
 		if len(s.keys) > 0 {
-			attrs = append(attrs, "activeKeyID", s.keys[0].ID)
+			attrs = append(attrs, "activeKeyID", s.keys[0].id)
 		}
 	}
 	if s.cert != nil {
@@ -108,7 +133,8 @@ func (f *front) getConfigForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
 	return f.cur.Load(), nil
 }
 
-// build returns a complete config for s, ready to publish.
+// build returns a complete config for s, ready to publish. The caller
+// holds Agent.mu, which guards s.secrets.
 func (f *front) build(s *snapshot) *tls.Config {
 	c := f.base.Clone() // once per change, never per handshake
 	c.VerifyConnection = f.verify
@@ -116,12 +142,9 @@ func (f *front) build(s *snapshot) *tls.Config {
 		c.Certificates = []tls.Certificate{s.cert.tls}
 		c.GetCertificate = nil
 	}
-	if len(s.keys) > 0 {
-		secrets := make([][32]byte, len(s.keys))
-		for i, k := range s.keys {
-			secrets[i] = k.Secret
-		}
-		c.SetSessionTicketKeys(secrets)
+	if len(s.secrets) > 0 {
+		// It derives its own keys and keeps no reference to secrets.
+		c.SetSessionTicketKeys(s.secrets)
 	}
 	settle(c)
 	return c

@@ -36,12 +36,45 @@
 // certificate are judged separately, so a good new ring is taken even when
 // the certificate beside it is bad. Each failed attempt increments
 // ringmaster_agent_reload_errors_total{reason}, and each distinct cause is
-// logged once, not on every retry.
+// logged once, not on every retry; a cause that comes and goes is logged at
+// most once a minute.
+//
+// Nor do these, each under a reason of its own:
+//
+//   - a file that is not a regular file (a named pipe, a device): it is
+//     opened without blocking and refused, and ..data must name an entry of
+//     the directory (ring_invalid, certificate_invalid, directory);
+//   - ticketkeys.json that keyring.Decode refuses: besides the above, a
+//     field name in another case, a field given twice, invalid UTF-8, a ring
+//     name the API cannot produce (ring_invalid);
+//   - a ring of more than keyring.MaxKeys keys, more than any TicketKeyRing
+//     holds (ring_too_large);
+//   - a ring of another name than Options.Ring, or than the first ring taken
+//     (ring_foreign); an epoch lower than the one served (ring_rollback); the
+//     same epoch with other content (ring_epoch_conflict);
+//   - a certificate whose NotBefore is more than CertificateSkew ahead
+//     (certificate_not_yet_valid). It is taken once its time comes.
+//
+// A ring deleted and created again starts over at epoch 1, which running
+// agents refuse as a rollback until the pods restart or Agent.Reset is
+// called.
+//
+// Reads run on a goroutine of their own: Start returns promptly on cancel,
+// and keys expire on time, whatever the file system does. A burst of changes
+// within Options.Debounce costs one read.
 //
 // The one exception is time: a key past its expiresAt is dropped at that
 // instant even if no new file arrives, because forward secrecy depends on
-// destroying keys on schedule. When every key has expired, tickets fall back
+// destroying keys on schedule. Its bytes are overwritten in the agent's
+// memory, and its id is never taken again, even if the clock steps back or
+// a file lists the key again. When every key has expired, tickets fall back
 // to crypto/tls's own per-process keys until a usable ring arrives.
+//
+// # Running under controller-runtime
+//
+// An Agent is a manager.Runnable that needs no leader election
+// (NeedLeaderElection returns false), so mgr.Add(a) runs it on every
+// replica, as controller-runtime's certwatcher.
 //
 // # Metrics
 //

@@ -1,8 +1,14 @@
 package agent
 
+import "time"
+
 // SetReadHook installs f to run between resolving ..data and reading the
 // files, on every read attempt. Call it before Start.
 func SetReadHook(a *Agent, f func(attempt int)) { a.readHook = f }
+
+// SetWindow makes f open the debounce window in place of a real timer, so
+// that a test closes it when it chooses. Call it before Start.
+func SetWindow(a *Agent, f func(time.Duration) <-chan time.Time) { a.window = f }
 
 // ForceSwap rebuilds and publishes every config from the current material,
 // exactly as a change would, without reading the directory.

@@ -160,11 +160,12 @@ func (p *pki) issue(notBefore, notAfter time.Time) leaf {
 	}
 }
 
-// valid issues a certificate valid for about a day. Each one expires a
+// valid issues a certificate valid from a day ago (so that fake clocks set
+// hours back still find it valid) for about a day. Each one expires a
 // minute after the previous one, so that NotAfter, which Status reports,
 // tells them apart.
 func (p *pki) valid() leaf {
-	return p.issue(time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour+time.Duration(p.serial)*time.Minute))
+	return p.issue(time.Now().Add(-24*time.Hour), time.Now().Add(24*time.Hour+time.Duration(p.serial)*time.Minute))
 }
 
 func (l leaf) tlsCertificate(t testing.TB) tls.Certificate {
@@ -206,6 +207,21 @@ func encodeRing(t testing.TB, epoch int64, keys ...keyring.Key) []byte {
 
 // editRing decodes an encoded ring as plain JSON, lets edit change it, and
 // encodes it again, to build rings the codec itself refuses to write.
+// encodeOversized writes a ring of more keys than keyring.Encode accepts,
+// as a forged or corrupt file would hold: the first keyring.MaxKeys are
+// encoded as a ring, the rest appended to its key list.
+func encodeOversized(t *testing.T, epoch int64, keys ...keyring.Key) []byte {
+	t.Helper()
+	extra := editRing(t, encodeRing(t, epoch, keys[keyring.MaxKeys:]...), func(map[string]any) {})
+	var more map[string]any
+	if err := json.Unmarshal(extra, &more); err != nil {
+		t.Fatal(err)
+	}
+	return editRing(t, encodeRing(t, epoch, keys[:keyring.MaxKeys]...), func(m map[string]any) {
+		m["keys"] = append(m["keys"].([]any), more["keys"].([]any)...)
+	})
+}
+
 func editRing(t *testing.T, ring []byte, edit func(m map[string]any)) []byte {
 	t.Helper()
 	var m map[string]any

@@ -54,13 +54,10 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(handshakesDesc, prometheus.CounterValue, float64(a.resumed.Load()), "true")
 	ch <- prometheus.MustNewConstMetric(handshakesDesc, prometheus.CounterValue, float64(a.full.Load()), "false")
 	ch <- prometheus.MustNewConstMetric(swapsDesc, prometheus.CounterValue, float64(a.swaps.Load()))
-	var epoch int64
-	if s.ring != nil {
-		epoch = s.ring.Epoch
-	}
+	epoch := s.epoch
 	ch <- prometheus.MustNewConstMetric(epochDesc, prometheus.GaugeValue, float64(epoch))
 	if len(s.keys) > 0 {
-		age := a.clock.Now().Sub(s.keys[0].ActiveFrom).Seconds()
+		age := a.clock.Now().Sub(s.keys[0].activeFrom).Seconds()
 		ch <- prometheus.MustNewConstMetric(activeKeyAgeDesc, prometheus.GaugeValue, age)
 	}
 	if s.cert != nil {

@@ -10,7 +10,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"time"
+
+	"github.com/fsnotify/fsnotify"
 
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 )
@@ -39,31 +43,42 @@ const (
 	reasonInconsistent
 	reasonRingMissing
 	reasonRingInvalid
+	reasonRingTooLarge
+	reasonRingForeign
+	reasonRingRollback
+	reasonRingEpochConflict
 	reasonRingExpired
 	reasonCertMissing
 	reasonCertInvalid
+	reasonCertNotYetValid
 	reasonCertExpired
 	numReasons
 )
 
 var reasonNames = [numReasons]string{
-	reasonDirectory:    "directory",
-	reasonInconsistent: "inconsistent_read",
-	reasonRingMissing:  "ring_missing",
-	reasonRingInvalid:  "ring_invalid",
-	reasonRingExpired:  "ring_expired",
-	reasonCertMissing:  "certificate_missing",
-	reasonCertInvalid:  "certificate_invalid",
-	reasonCertExpired:  "certificate_expired",
+	reasonDirectory:         "directory",
+	reasonInconsistent:      "inconsistent_read",
+	reasonRingMissing:       "ring_missing",
+	reasonRingInvalid:       "ring_invalid",
+	reasonRingTooLarge:      "ring_too_large",
+	reasonRingForeign:       "ring_foreign",
+	reasonRingRollback:      "ring_rollback",
+	reasonRingEpochConflict: "ring_epoch_conflict",
+	reasonRingExpired:       "ring_expired",
+	reasonCertMissing:       "certificate_missing",
+	reasonCertInvalid:       "certificate_invalid",
+	reasonCertNotYetValid:   "certificate_not_yet_valid",
+	reasonCertExpired:       "certificate_expired",
 }
 
 func (r reason) String() string { return reasonNames[r] }
 
 func (r reason) sentinel() error {
 	switch r {
-	case reasonRingMissing, reasonRingInvalid, reasonRingExpired:
+	case reasonRingMissing, reasonRingInvalid, reasonRingTooLarge, reasonRingForeign,
+		reasonRingRollback, reasonRingEpochConflict, reasonRingExpired:
 		return ErrTicketKeys
-	case reasonCertMissing, reasonCertInvalid, reasonCertExpired:
+	case reasonCertMissing, reasonCertInvalid, reasonCertNotYetValid, reasonCertExpired:
 		return ErrCertificate
 	default:
 		return ErrDirectory
@@ -75,38 +90,45 @@ type loadError struct {
 	err    error
 }
 
-// material is the good part of one read: ring and cert are nil when not
-// required or not usable.
-type material struct {
+// loaded is what one read of the directory found, before the checks that
+// depend on the time or on what was served before: ring and cert are nil
+// when not required or not usable, and errs says why.
+type loaded struct {
 	ring *keyring.Ring
 	cert *certificate
+	errs []*loadError
 }
 
 type certificate struct {
-	tls      tls.Certificate
-	notAfter time.Time
+	tls                 tls.Certificate
+	notBefore, notAfter time.Time
 	// sum identifies the pair for change detection.
 	sum [sha256.Size]byte
 }
 
-// read reads the required files as one consistent set and validates them at
-// now.
+// load reads the required files as one consistent set and parses them. It
+// touches no state of the agent's, so Start runs it on a goroutine of its
+// own: whatever the file system does, the agent's loop goes on. With w, it
+// first re-arms the watch on the directory if the directory was replaced.
 //
 // Consistency: in a kubelet volume every file of one generation lives in one
 // timestamped directory that is never modified, and ..data is renamed to
-// point at the next one. So read resolves ..data once and reads every file
+// point at the next one. So load resolves ..data once and reads every file
 // inside the directory it names, never through the per-file symlinks (each
 // of which resolves ..data anew and could mix generations, for instance a
 // new tls.crt with an old tls.key). If ..data moved meanwhile (the old
 // directory may even be deleted under the read), the read starts over.
-func (a *Agent) read(now time.Time) (material, []*loadError) {
+func (a *Agent) load(w *fsnotify.Watcher) loaded {
+	if w != nil {
+		a.watch(w)
+	}
 	names := a.fileNames()
 	var files map[string][]byte
 	var missing map[string]error
 	for attempt := 0; ; attempt++ {
 		root, gen, err := a.resolve()
 		if err != nil {
-			return material{}, []*loadError{{reasonDirectory, err}}
+			return loaded{errs: []*loadError{{reasonDirectory, err}}}
 		}
 		if a.readHook != nil {
 			a.readHook(attempt)
@@ -116,31 +138,33 @@ func (a *Agent) read(now time.Time) (material, []*loadError) {
 		if err == nil && again == gen {
 			break
 		}
+		for _, b := range files {
+			clear(b)
+		}
 		if attempt+1 == readAttempts {
-			return material{}, []*loadError{{reasonInconsistent,
-				fmt.Errorf("%s changed during %d consecutive reads", dataDir, readAttempts)}}
+			return loaded{errs: []*loadError{{reasonInconsistent,
+				fmt.Errorf("%s changed during %d consecutive reads", dataDir, readAttempts)}}}
 		}
 	}
 
-	var m material
-	var errs []*loadError
+	var l loaded
 	if a.require&TicketKeys != 0 {
-		r, e := parseRing(files, missing, now)
+		r, e := parseRing(files, missing)
 		if e != nil {
-			errs = append(errs, e)
+			l.errs = append(l.errs, e)
 		} else {
-			m.ring = r
+			l.ring = r
 		}
 	}
 	if a.require&Certificate != 0 {
-		c, e := parseCert(files, missing, now)
+		c, e := parseCert(files, missing)
 		if e != nil {
-			errs = append(errs, e)
+			l.errs = append(l.errs, e)
 		} else {
-			m.cert = c
+			l.cert = c
 		}
 	}
-	return m, errs
+	return l
 }
 
 func (a *Agent) fileNames() []string {
@@ -171,9 +195,14 @@ func (a *Agent) resolve() (root, gen string, err error) {
 	if err != nil {
 		return "", "", fmt.Errorf("resolve %s: %w", dataDir, err)
 	}
-	if !filepath.IsAbs(target) {
-		target = filepath.Join(a.dir, target)
+	// The kubelet points ..data at a timestamped directory beside it. A
+	// target elsewhere (an absolute path, a path through other
+	// directories) is not its doing, and would serve files from outside
+	// the volume.
+	if target != filepath.Base(target) || target == "." || target == ".." {
+		return "", "", fmt.Errorf("%s points to %s, not to an entry of %s", dataDir, quote(target), a.dir)
 	}
+	target = filepath.Join(a.dir, target)
 	return target, target, nil
 }
 
@@ -194,20 +223,66 @@ func readFiles(root string, names []string) (files map[string][]byte, missing ma
 	return files, missing
 }
 
+// readFile reads a regular file without ever blocking on what it opens:
+// O_NONBLOCK makes open(2) return at once even on a FIFO with no writer (or
+// a device), and the type is then checked on the opened descriptor, not by
+// an lstat before the open, which the path could change after. Only a
+// regular file is read.
 func readFile(name string) ([]byte, error) {
-	f, err := os.Open(name)
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxFileSize {
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is %s, not a regular file", filepath.Base(name), describe(fi.Mode()))
+	}
+	if fi.Size() > maxFileSize {
 		return nil, fmt.Errorf("%s is larger than %d bytes", filepath.Base(name), maxFileSize)
 	}
-	return b, nil
+	// Sized from fstat, so that in the usual case the file's bytes land in
+	// one buffer, which the caller clears after use, rather than in the
+	// several that growing would leave behind.
+	b := make([]byte, 0, fi.Size()+1)
+	for {
+		if len(b) == cap(b) {
+			if len(b) > maxFileSize {
+				clear(b)
+				return nil, fmt.Errorf("%s is larger than %d bytes", filepath.Base(name), maxFileSize)
+			}
+			grown := append(b, 0)[:len(b)]
+			clear(b)
+			b = grown
+		}
+		n, err := f.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			clear(b)
+			return nil, err
+		}
+	}
+}
+
+func describe(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m.IsDir():
+		return "a directory"
+	default:
+		return "of type " + m.Type().String()
+	}
 }
 
 func missingReason(err error, ifMissing, otherwise reason) reason {
@@ -217,28 +292,32 @@ func missingReason(err error, ifMissing, otherwise reason) reason {
 	return otherwise
 }
 
-func parseRing(files map[string][]byte, missing map[string]error, now time.Time) (*keyring.Ring, *loadError) {
+// parseRing decodes the ring. What depends on the time or on the rings
+// served before is judged by Agent.acceptRing.
+func parseRing(files map[string][]byte, missing map[string]error) (*keyring.Ring, *loadError) {
 	if err := missing[keyring.FileName]; err != nil {
 		return nil, &loadError{missingReason(err, reasonRingMissing, reasonRingInvalid), fmt.Errorf("read %s: %w", keyring.FileName, err)}
 	}
-	r, err := keyring.Decode(files[keyring.FileName])
+	data := files[keyring.FileName]
+	r, err := keyring.Decode(data)
+	clear(data)
 	if err != nil {
 		// keyring's errors name key ids, never key bytes.
 		return nil, &loadError{reasonRingInvalid, fmt.Errorf("%s: %w", keyring.FileName, err)}
 	}
-	if len(r.TicketKeys(now)) == 0 {
-		return nil, &loadError{reasonRingExpired, fmt.Errorf("%s: ring %s epoch %d: every key has expired", keyring.FileName, r.Name, r.Epoch)}
-	}
 	return &r, nil
 }
 
-func parseCert(files map[string][]byte, missing map[string]error, now time.Time) (*certificate, *loadError) {
+// parseCert parses the pair; its validity period is judged by
+// Agent.acceptCert.
+func parseCert(files map[string][]byte, missing map[string]error) (*certificate, *loadError) {
 	for _, n := range []string{certFile, keyFile} {
 		if err := missing[n]; err != nil {
 			return nil, &loadError{missingReason(err, reasonCertMissing, reasonCertInvalid), fmt.Errorf("read %s: %w", n, err)}
 		}
 	}
 	crt, key := files[certFile], files[keyFile]
+	defer clear(key)
 	// X509KeyPair checks that the key matches the leaf. Its errors describe
 	// the problem without quoting the key.
 	pair, err := tls.X509KeyPair(crt, key)
@@ -252,15 +331,21 @@ func parseCert(files map[string][]byte, missing map[string]error, now time.Time)
 		}
 		pair.Leaf = leaf
 	}
-	if !now.Before(leaf.NotAfter) {
-		return nil, &loadError{reasonCertExpired, fmt.Errorf("%s: certificate serial %s expired at %s",
-			certFile, leaf.SerialNumber, leaf.NotAfter.UTC().Format(time.RFC3339))}
-	}
 	h := sha256.New()
 	h.Write(crt)
 	h.Write([]byte{0})
 	h.Write(key)
-	c := &certificate{tls: pair, notAfter: leaf.NotAfter}
+	c := &certificate{tls: pair, notBefore: leaf.NotBefore, notAfter: leaf.NotAfter}
 	h.Sum(c.sum[:0])
 	return c, nil
+}
+
+// quote quotes text read from the directory for a message, in ASCII and
+// cut short: messages end up in logs and Status.
+func quote(s string) string {
+	const most = 64
+	if len(s) <= most {
+		return strconv.QuoteToASCII(s)
+	}
+	return strconv.QuoteToASCII(s[:most]) + "..."
 }

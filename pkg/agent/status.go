@@ -5,7 +5,8 @@ import "time"
 // Status is what an agent serves, for health endpoints. It never holds key
 // bytes.
 type Status struct {
-	// Ring is the ring's "<namespace>/<name>"; empty without TicketKeys.
+	// Ring is the ring's "<namespace>/<name>", or "<name>" for a
+	// ClusterTicketKeyRing; empty without TicketKeys.
 	Ring string `json:"ring,omitempty"`
 	// Epoch is the epoch of the ring served; 0 without one.
 	Epoch int64 `json:"epoch"`
@@ -47,20 +48,20 @@ func (a *Agent) Status() Status {
 	s := a.snap.Load()
 	now := a.clock.Now()
 	st := Status{ServingSince: s.at, Swaps: a.swaps.Load()}
-	if s.ring != nil {
-		st.Ring, st.Epoch = s.ring.Name, s.ring.Epoch
+	if s.hasRing {
+		st.Ring, st.Epoch = s.ring, s.epoch
 	}
-	for i, k := range s.keys {
+	for _, k := range s.keys {
 		st.Keys = append(st.Keys, KeyStatus{
-			ID:         k.ID,
-			State:      string(s.states[i]),
-			ActiveFrom: k.ActiveFrom,
-			ExpiresAt:  k.ExpiresAt,
-			AgeSeconds: now.Sub(k.ActiveFrom).Seconds(),
+			ID:         k.id,
+			State:      string(k.state),
+			ActiveFrom: k.activeFrom,
+			ExpiresAt:  k.expiresAt,
+			AgeSeconds: now.Sub(k.activeFrom).Seconds(),
 		})
 	}
 	if len(s.keys) > 0 {
-		st.ActiveKeyID = s.keys[0].ID
+		st.ActiveKeyID = s.keys[0].id
 	}
 	if s.cert != nil {
 		st.CertificateNotAfter = s.cert.notAfter
