@@ -366,13 +366,13 @@ func TestEncodeRefusesInvalidRing(t *testing.T) {
 	tooMany := ringOf(keyring.Policy{RotationInterval: time.Hour, RetainedKeys: keyring.MaxKeys - 1, ActivationDelay: time.Minute}, 3, t0, afs...)
 	for name, r := range map[string]keyring.Ring{
 		"more keys than agents accept": tooMany,
-		"zero ring":                   {},
-		"no name":                     {Epoch: good.Epoch, IssuedAt: good.IssuedAt, Keys: good.Keys},
-		"no keys":                     {Name: good.Name, Epoch: good.Epoch, IssuedAt: good.IssuedAt},
-		"keys oldest first":           swapped,
-		"wrong id":                    wrongID,
-		"unminted key":                {Name: good.Name, Epoch: 1, IssuedAt: t0, Keys: []keyring.Key{{ActiveFrom: t0, RetireAt: at(time.Hour), ExpiresAt: at(time.Hour)}}},
-		"name the API cannot produce": {Name: "shop/web\n", Epoch: good.Epoch, IssuedAt: good.IssuedAt, Keys: good.Keys},
+		"zero ring":                    {},
+		"no name":                      {Epoch: good.Epoch, IssuedAt: good.IssuedAt, Keys: good.Keys},
+		"no keys":                      {Name: good.Name, Epoch: good.Epoch, IssuedAt: good.IssuedAt},
+		"keys oldest first":            swapped,
+		"wrong id":                     wrongID,
+		"unminted key":                 {Name: good.Name, Epoch: 1, IssuedAt: t0, Keys: []keyring.Key{{ActiveFrom: t0, RetireAt: at(time.Hour), ExpiresAt: at(time.Hour)}}},
+		"name the API cannot produce":  {Name: "shop/web\n", Epoch: good.Epoch, IssuedAt: good.IssuedAt, Keys: good.Keys},
 	} {
 		t.Run(name, func(t *testing.T) {
 			data, err := keyring.Encode(r)
