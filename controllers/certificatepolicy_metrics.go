@@ -26,7 +26,7 @@ import (
 //	ringmaster_certificatepolicy_status_writes_total
 //	  CertificatePolicy status writes.
 type cpolMetrics struct {
-	store *cpolStore
+	store *certpolicy.Store
 	clock clock.PassiveClock
 
 	notAfter, keyAge, violations *prometheus.Desc
@@ -36,7 +36,7 @@ type cpolMetrics struct {
 	statusWrites prometheus.Counter
 }
 
-func newCPolMetrics(store *cpolStore, c clock.PassiveClock) *cpolMetrics {
+func newCPolMetrics(store *certpolicy.Store, c clock.PassiveClock) *cpolMetrics {
 	cert := []string{"namespace", "name"}
 	return &cpolMetrics{
 		store: store,
@@ -76,31 +76,25 @@ func (m *cpolMetrics) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (m *cpolMetrics) Collect(ch chan<- prometheus.Metric) {
 	now := m.clock.Now()
-	m.store.mu.RLock()
-	defer m.store.mu.RUnlock()
 	// A Secret and a Certificate may share a namespace and name; the
 	// Certificate's series wins, as series must be unique.
-	seen := make(map[[2]string]bool, len(m.store.subjects))
-	for _, kind := range []v1alpha1.CertificateKind{v1alpha1.KindCertificate, v1alpha1.KindSecret} {
-		for k, f := range m.store.subjects {
-			c := f.subject.Cert
-			if k.Kind != kind || c == nil || seen[[2]string{k.Namespace, k.Name}] {
-				continue
-			}
-			seen[[2]string{k.Namespace, k.Name}] = true
-			ch <- prometheus.MustNewConstMetric(m.notAfter, prometheus.GaugeValue, float64(c.NotAfter.Unix()), k.Namespace, k.Name)
-			if !f.subject.KeySince.IsZero() {
-				ch <- prometheus.MustNewConstMetric(m.keyAge, prometheus.GaugeValue, now.Sub(f.subject.KeySince).Seconds(), k.Namespace, k.Name)
-			}
+	byName := map[[2]string]*certpolicy.Facts{}
+	m.store.EachCertificate(func(f *certpolicy.Facts) {
+		k := [2]string{f.ID.Namespace, f.ID.Name}
+		if f.Subject.Cert == nil {
+			return
+		}
+		if prev, ok := byName[k]; !ok || prev.ID.Kind == v1alpha1.KindSecret {
+			byName[k] = f
+		}
+	})
+	for k, f := range byName {
+		ch <- prometheus.MustNewConstMetric(m.notAfter, prometheus.GaugeValue, float64(f.Subject.Cert.NotAfter.Unix()), k[0], k[1])
+		if !f.Subject.KeySince.IsZero() {
+			ch <- prometheus.MustNewConstMetric(m.keyAge, prometheus.GaugeValue, now.Sub(f.Subject.KeySince).Seconds(), k[0], k[1])
 		}
 	}
-	for name, st := range m.store.policies {
-		counts := map[certpolicy.Rule]int{}
-		for _, v := range st.results {
-			for _, x := range v.Violations {
-				counts[x.Rule]++
-			}
-		}
+	for name, counts := range m.store.ViolationCounts() {
 		for _, r := range certpolicy.Rules {
 			ch <- prometheus.MustNewConstMetric(m.violations, prometheus.GaugeValue, float64(counts[r]), name, string(r))
 		}

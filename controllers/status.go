@@ -21,7 +21,7 @@ const FieldOwner = "ringmaster"
 // reconcile at most, none when nothing changed. Fields ringmaster no longer
 // sets are removed, as an apply of the whole status removes them.
 func applyStatus[S any](ctx context.Context, c client.Client, obj client.Object, old, next S) error {
-	if equality.Semantic.DeepEqual(old, next) {
+	if !statusChanged(old, next) {
 		return nil
 	}
 	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&next)
@@ -43,6 +43,9 @@ func applyStatus[S any](ctx context.Context, c client.Client, obj client.Object,
 	}
 	return nil
 }
+
+// statusChanged reports whether a status must be written.
+func statusChanged[S any](old, next S) bool { return !equality.Semantic.DeepEqual(old, next) }
 
 // result is what a Reconcile returns: the error alone when there is one, for
 // the work queue then retries with backoff and ignores any requeue time.

@@ -1,12 +1,16 @@
-// Package certpolicy is the pure domain of certificate governance: the facts
-// known about one certificate (Subject), the rules of a policy (Policy), the
-// verdict of one against the other (Evaluate), and what Enforce may do about
-// it (Remedy).
+// Package certpolicy is the pure domain of certificate governance:
+//   - the facts known about one certificate (Subject, Facts), read from
+//     cert-manager's objects as cert-manager means them (certmanager.go);
+//   - the rules of a policy (Policy) and what it selects (Compile, Selects);
+//   - the verdict of one against the other (Evaluate), kept per policy in a
+//     Store that aggregates them into a policy's status (Aggregate, Status);
+//   - what Enforce may do about a verdict (Plan, Remedy) and when to ask
+//     again (Renewals).
 //
-// It imports nothing from Kubernetes: the controller turns API objects into
-// these plain values. It never sees a private key; keys are known by the
-// SHA-256 of their public key (KeyID). Every function takes the current time
-// as a value.
+// It makes no API call and imports no client-go: the controller reads
+// objects, calls it, and writes what it decided. It never sees a private
+// key; keys are known by the SHA-256 of their public key (KeyID). Every
+// function takes the current time as a value.
 package certpolicy
 
 import (
