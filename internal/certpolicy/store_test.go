@@ -59,7 +59,9 @@ func TestCompileAndSelect(t *testing.T) {
 		want   bool
 	}{
 		{"no selector selects everything", nil, legacy, nil, true},
-		{"kinds", func(p *v1alpha1.CertificatePolicy) { p.Spec.Selector.Kinds = []v1alpha1.CertificateKind{v1alpha1.KindCertificate} }, legacy, nil, false},
+		{"kinds", func(p *v1alpha1.CertificatePolicy) {
+			p.Spec.Selector.Kinds = []v1alpha1.CertificateKind{v1alpha1.KindCertificate}
+		}, legacy, nil, false},
 		{"namespace selector, matching", func(p *v1alpha1.CertificatePolicy) {
 			p.Spec.Selector.NamespaceSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "edge"}}
 		}, web, edge, true},
