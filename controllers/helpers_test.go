@@ -1,3 +1,5 @@
+//go:build integration
+
 package controllers_test
 
 import (
@@ -125,24 +127,10 @@ func events(ctx context.Context, ns string) []eventsv1.Event {
 // gaugeValue reads one ring's series of a gauge from the suite's registry.
 func gaugeValue(name, ns, ring string) float64 {
 	GinkgoHelper()
-	families, err := registry.Gather()
+	v, ok, err := testenv.Metric(registry, name, map[string]string{"namespace": ns, "name": ring})
 	Expect(err).NotTo(HaveOccurred())
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			labels := map[string]string{}
-			for _, l := range m.GetLabel() {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["namespace"] == ns && labels["name"] == ring {
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	Fail(fmt.Sprintf("no %s series for %s/%s", name, ns, ring))
-	return 0
+	Expect(ok).To(BeTrue(), "no %s series for %s/%s", name, ns, ring)
+	return v
 }
 
 // readyReason is the reason of an object's Ready condition, or "".

@@ -1,3 +1,5 @@
+//go:build integration
+
 package controllers_test
 
 import (
@@ -41,7 +43,7 @@ var (
 	operatorCfg *rest.Config  // the operator's service account
 	fakeClock   *clocktesting.FakeClock
 	registry    *prometheus.Registry
-	stopMgr     context.CancelFunc
+	stopMgr     func()
 )
 
 func TestControllers(t *testing.T) {
@@ -89,8 +91,7 @@ var _ = AfterSuite(func() {
 func startManager() {
 	GinkgoHelper()
 	registry = prometheus.NewRegistry()
-	ctx, cancel := context.WithCancel(context.Background())
-	op, err := operator.New(ctx, operatorCfg, operator.Options{
+	_, stop, err := testenv.RunOperator(operatorCfg, operator.Options{
 		MetricsAddr: "0", ProbeAddr: "0", LeaderElection: true,
 		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: time.Second,
 		SkipNameValidation: true, // a restart registers the controller names again
@@ -99,15 +100,8 @@ func startManager() {
 			Clock: fakeClock, Registry: registry, MintTimeout: mintTimeout,
 		},
 	})
-	Expect(err).NotTo(HaveOccurred())
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(op.Start(ctx)).To(Succeed())
-	}()
-	stopMgr = func() { cancel(); <-done }
-	Eventually(op.Elected(), 30*time.Second).Should(BeClosed(), "the operator leads, with its own RBAC")
+	Expect(err).NotTo(HaveOccurred(), "the operator leads, with its own RBAC")
+	stopMgr = func() { Expect(stop()).To(Succeed()) }
 }
 
 func stopManager() {

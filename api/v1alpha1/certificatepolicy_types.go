@@ -348,5 +348,5 @@ type CertificatePolicyList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&CertificatePolicy{}, &CertificatePolicyList{})
+	register(&CertificatePolicy{}, &CertificatePolicyList{})
 }

@@ -191,5 +191,5 @@ type ClusterKeySourceList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&ClusterKeySource{}, &ClusterKeySourceList{})
+	register(&ClusterKeySource{}, &ClusterKeySourceList{})
 }

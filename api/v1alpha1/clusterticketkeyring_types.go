@@ -62,5 +62,5 @@ type ClusterTicketKeyRingList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&ClusterTicketKeyRing{}, &ClusterTicketKeyRingList{})
+	register(&ClusterTicketKeyRing{}, &ClusterTicketKeyRingList{})
 }

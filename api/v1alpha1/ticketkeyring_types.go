@@ -56,5 +56,5 @@ type TicketKeyRingList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&TicketKeyRing{}, &TicketKeyRingList{})
+	register(&TicketKeyRing{}, &TicketKeyRingList{})
 }

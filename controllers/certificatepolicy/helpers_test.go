@@ -1,18 +1,11 @@
+//go:build integration
+
 package certificatepolicy_test
 
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"time"
 
@@ -20,7 +13,6 @@ import (
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -29,6 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/testenv"
+	"github.com/ringmaster-io/ringmaster/internal/testpki"
 )
 
 const (
@@ -37,45 +31,39 @@ const (
 	day     = 24 * time.Hour
 )
 
-type keyKind string
-
+// The key types the specs use.
 const (
-	rsa1024 keyKind = "RSA 1024"
-	rsa2048 keyKind = "RSA 2048"
-	p256    keyKind = "ECDSA 256"
-	p384    keyKind = "ECDSA 384"
-	ed      keyKind = "Ed25519"
+	rsa1024 = testpki.RSA1024
+	rsa2048 = testpki.RSA2048
+	p256    = testpki.ECDSAP256
+	p384    = testpki.ECDSAP384
+	ed      = testpki.Ed25519
 )
 
 // newKey makes a new key for each certificate: the operator dates a key by
 // the first certificate it saw carrying it, so reusing keys across specs
 // would age them.
-func newKey(k keyKind) crypto.Signer {
+func newKey(k testpki.KeyType) crypto.Signer {
 	GinkgoHelper()
-	var (
-		s   crypto.Signer
-		err error
-	)
-	switch k {
-	case rsa1024:
-		s, err = rsa.GenerateKey(rand.Reader, 1024)
-	case rsa2048:
-		s, err = rsa.GenerateKey(rand.Reader, 2048)
-	case p384:
-		s, err = ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
-	case ed:
-		_, s, err = ed25519.GenerateKey(rand.Reader)
-	default:
-		s, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	}
+	s, err := testpki.NewKey(k)
 	Expect(err).NotTo(HaveOccurred())
 	return s
 }
 
-// certSpec describes a self-signed certificate; times are offsets from the
-// fake clock's now.
+// testCA signs the specs' certificates; the operator judges leaves, whoever
+// signed them.
+var testCA = func() *testpki.CA {
+	ca, err := testpki.NewCA("certificatepolicy suite CA")
+	if err != nil {
+		panic(err)
+	}
+	return ca
+}()
+
+// certSpec describes a certificate; times are offsets from the fake clock's
+// now.
 type certSpec struct {
-	key      keyKind
+	key      testpki.KeyType
 	signer   crypto.Signer // overrides key
 	from, to time.Duration
 	dns      []string
@@ -97,31 +85,14 @@ func issue(s certSpec) pair {
 	if len(s.dns) == 0 && len(s.ips) == 0 {
 		s.dns = []string{"www.example.com"}
 	}
-	now := fakeClock.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: "test"},
-		NotBefore:    now.Add(s.from),
-		NotAfter:     now.Add(s.to),
-		DNSNames:     s.dns,
-	}
+	leaf := testpki.Leaf{CommonName: "test", DNSNames: s.dns, KeyType: s.key, Key: s.signer,
+		NotBefore: fakeClock.Now().Add(s.from), NotAfter: fakeClock.Now().Add(s.to)}
 	for _, ip := range s.ips {
-		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+		leaf.IPs = append(leaf.IPs, net.ParseIP(ip))
 	}
-	k := s.signer
-	if k == nil {
-		k = newKey(s.key)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, k.Public(), k)
+	c, err := testCA.Issue(leaf)
 	Expect(err).NotTo(HaveOccurred())
-	pkcs8, err := x509.MarshalPKCS8PrivateKey(k)
-	Expect(err).NotTo(HaveOccurred())
-	return pair{
-		crt:       pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		key:       pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}),
-		notBefore: tmpl.NotBefore.Truncate(time.Second),
-		notAfter:  tmpl.NotAfter.Truncate(time.Second),
-	}
+	return pair{crt: c.CertPEM, key: c.KeyPEM, notBefore: c.Cert.NotBefore, notAfter: c.Cert.NotAfter}
 }
 
 func newNamespace(ctx context.Context, lbls map[string]string) string {
@@ -311,24 +282,9 @@ func eventsAbout(ctx context.Context, kind, name string) []eventsv1.Event {
 // series does not exist.
 func metric(name string, labels map[string]string) (value float64, ok bool) {
 	GinkgoHelper()
-	families, err := registry.Gather()
+	v, ok, err := testenv.Metric(registry, name, labels)
 	Expect(err).NotTo(HaveOccurred())
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if hasLabels(m, labels) {
-				switch {
-				case m.Gauge != nil:
-					return m.GetGauge().GetValue(), true
-				case m.Counter != nil:
-					return m.GetCounter().GetValue(), true
-				}
-			}
-		}
-	}
-	return 0, false
+	return v, ok
 }
 
 func metricValue(name string, labels map[string]string) float64 {
@@ -336,19 +292,6 @@ func metricValue(name string, labels map[string]string) float64 {
 	v, ok := metric(name, labels)
 	Expect(ok).To(BeTrue(), "no series %s%v", name, labels)
 	return v
-}
-
-func hasLabels(m *dto.Metric, want map[string]string) bool {
-	have := map[string]string{}
-	for _, l := range m.GetLabel() {
-		have[l.GetName()] = l.GetValue()
-	}
-	for k, v := range want {
-		if have[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 func evaluations() float64 {

@@ -1,15 +1,10 @@
+//go:build integration
+
 package certificatepolicy_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os"
 	"runtime"
 	"strconv"
@@ -24,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/testenv"
+	"github.com/ringmaster-io/ringmaster/internal/testpki"
 )
 
 // scaleSecrets is how many TLS Secrets the scale spec creates:
@@ -119,10 +116,8 @@ func liveHeap() uint64 {
 // 90-day maxValidity forbids.
 func createSecrets(ctx context.Context, ns string, n int) {
 	GinkgoHelper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testpki.NewCA("scale CA")
 	Expect(err).NotTo(HaveOccurred())
-	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "scale CA"}, IsCA: true, BasicConstraintsValid: true,
-		NotBefore: fakeClock.Now().Add(-day), NotAfter: fakeClock.Now().Add(3650 * day), KeyUsage: x509.KeyUsageCertSign}
 	fast := rest.CopyConfig(env.Config)
 	fast.QPS, fast.Burst = 2000, 4000
 	c, err := client.New(fast, client.Options{Scheme: k8s.Scheme()})
@@ -137,7 +132,7 @@ func createSecrets(ctx context.Context, ns string, n int) {
 	for range workers {
 		wg.Go(func() {
 			for i := range jobs {
-				if err := createOne(ctx, c, ns, i, ca, caKey); err != nil {
+				if err := createOne(ctx, c, ns, i, ca); err != nil {
 					errs <- err
 					return
 				}
@@ -153,27 +148,13 @@ func createSecrets(ctx context.Context, ns string, n int) {
 	Expect(<-errs).NotTo(HaveOccurred())
 }
 
-func createOne(ctx context.Context, c client.Client, ns string, i int, ca *x509.Certificate, caKey *ecdsa.PrivateKey) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
+func createOne(ctx context.Context, c client.Client, ns string, i int, ca *testpki.CA) error {
 	validity := 60 * day
 	if i%10 == 0 {
 		validity = 397 * day
 	}
 	now := fakeClock.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(int64(i) + 2),
-		Subject:      pkix.Name{CommonName: fmt.Sprintf("s%d.example.com", i)},
-		DNSNames:     []string{fmt.Sprintf("s%d.example.com", i)},
-		NotBefore:    now.Add(-day), NotAfter: now.Add(validity - day),
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, key.Public(), caKey)
-	if err != nil {
-		return err
-	}
-	pkcs8, err := x509.MarshalPKCS8PrivateKey(key)
+	leaf, err := ca.Issue(testpki.Leaf{DNSNames: []string{fmt.Sprintf("s%d.example.com", i)}, NotBefore: now.Add(-day), NotAfter: now.Add(validity - day)})
 	if err != nil {
 		return err
 	}
@@ -181,8 +162,8 @@ func createOne(ctx context.Context, c client.Client, ns string, i int, ca *x509.
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("s-%05d", i)},
 		Type:       corev1.SecretTypeTLS,
 		Data: map[string][]byte{
-			corev1.TLSCertKey:       pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-			corev1.TLSPrivateKeyKey: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}),
+			corev1.TLSCertKey:       leaf.CertPEM,
+			corev1.TLSPrivateKeyKey: leaf.KeyPEM,
 		},
 	})
 }
@@ -190,17 +171,7 @@ func createOne(ctx context.Context, c client.Client, ns string, i int, ca *x509.
 // seriesIn counts the series of a metric in one namespace.
 func seriesIn(name, ns string) int {
 	GinkgoHelper()
-	families, err := registry.Gather()
+	n, err := testenv.Series(registry, name, map[string]string{"namespace": ns})
 	Expect(err).NotTo(HaveOccurred())
-	count := 0
-	for _, f := range families {
-		if f.GetName() == name {
-			for _, m := range f.GetMetric() {
-				if hasLabels(m, map[string]string{"namespace": ns}) {
-					count++
-				}
-			}
-		}
-	}
-	return count
+	return n
 }

@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package certificatepolicy_test is the envtest suite of the
 // CertificatePolicy controller: a real kube-apiserver and etcd with
 // ringmaster's and cert-manager's CRDs installed, and the operator built as
@@ -8,7 +10,6 @@
 package certificatepolicy_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -53,22 +54,14 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	fakeClock = clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
 
 	registry = prometheus.NewRegistry()
-	mctx, cancel := context.WithCancel(context.Background())
-	op, err := operator.New(mctx, cfg, operator.Options{
+	op, stop, err := testenv.RunOperator(cfg, operator.Options{
 		MetricsAddr: "0", ProbeAddr: "0", LeaderElection: true,
 		Options: controllers.Options{
 			Namespace: testenv.Namespace, ServiceAccount: testenv.ServiceAccount,
 			Clock: fakeClock, Registry: registry, MaxRenewalsPerMinute: maxRenewals,
 		},
 	})
-	Expect(err).NotTo(HaveOccurred())
+	Expect(err).NotTo(HaveOccurred(), "the operator leads, with its own RBAC")
+	DeferCleanup(stop)
 	reconciler = op.CertificatePolicy
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(op.Start(mctx)).To(Succeed())
-	}()
-	DeferCleanup(func() { cancel(); <-done })
-	Eventually(op.Elected(), 30*time.Second).Should(BeClosed(), "the operator leads, with its own RBAC")
 }, NodeTimeout(2*time.Minute))

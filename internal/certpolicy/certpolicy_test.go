@@ -2,15 +2,8 @@ package certpolicy_test
 
 import (
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
-	"math/big"
+	"errors"
 	"net"
 	"net/netip"
 	"slices"
@@ -20,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ringmaster-io/ringmaster/internal/certpolicy"
+	"github.com/ringmaster-io/ringmaster/internal/testpki"
 )
 
 const (
@@ -29,45 +23,35 @@ const (
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-// keyKind names a key generated once per test binary.
-type keyKind string
-
+// The key types the tests use; each is generated once per test binary.
 const (
-	rsa1024 keyKind = "RSA 1024"
-	rsa2048 keyKind = "RSA 2048"
-	p256    keyKind = "ECDSA 256"
-	p384    keyKind = "ECDSA 384"
-	ed      keyKind = "Ed25519"
+	rsa1024 = testpki.RSA1024
+	rsa2048 = testpki.RSA2048
+	p256    = testpki.ECDSAP256
+	p384    = testpki.ECDSAP384
+	ed      = testpki.Ed25519
 )
 
 var (
 	keysMu sync.Mutex
-	keys   = map[keyKind]crypto.Signer{}
+	keys   = map[testpki.KeyType]crypto.Signer{}
+	testCA = func() *testpki.CA {
+		ca, err := testpki.NewCA("certpolicy test CA")
+		if err != nil {
+			panic(err)
+		}
+		return ca
+	}()
 )
 
-func key(t testing.TB, k keyKind) crypto.Signer {
+func key(t testing.TB, k testpki.KeyType) crypto.Signer {
 	t.Helper()
 	keysMu.Lock()
 	defer keysMu.Unlock()
 	if s, ok := keys[k]; ok {
 		return s
 	}
-	var (
-		s   crypto.Signer
-		err error
-	)
-	switch k {
-	case rsa1024:
-		s, err = rsa.GenerateKey(rand.Reader, 1024)
-	case rsa2048:
-		s, err = rsa.GenerateKey(rand.Reader, 2048)
-	case p256:
-		s, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	case p384:
-		s, err = ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
-	case ed:
-		_, s, err = ed25519.GenerateKey(rand.Reader)
-	}
+	s, err := testpki.NewKey(k)
 	if err != nil {
 		t.Fatalf("generate %s key: %v", k, err)
 	}
@@ -75,14 +59,13 @@ func key(t testing.TB, k keyKind) crypto.Signer {
 	return s
 }
 
-// spec describes a self-signed test certificate; times are offsets from t0.
+// spec describes a test certificate; times are offsets from t0.
 type spec struct {
-	key       keyKind
-	from, to  time.Duration
-	cn        string
-	dns       []string
-	ips       []string
-	notBefore *time.Time
+	key      testpki.KeyType
+	from, to time.Duration
+	cn       string
+	dns      []string
+	ips      []string
 }
 
 // issue makes the certificate of s and returns its PEM.
@@ -94,22 +77,15 @@ func issue(t testing.TB, s spec) []byte {
 	if s.from == 0 && s.to == 0 {
 		s.from, s.to = -day, 89*day
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: s.cn},
-		NotBefore:    t0.Add(s.from),
-		NotAfter:     t0.Add(s.to),
-		DNSNames:     s.dns,
-	}
+	leaf := testpki.Leaf{CommonName: s.cn, DNSNames: s.dns, Key: key(t, s.key), NotBefore: t0.Add(s.from), NotAfter: t0.Add(s.to)}
 	for _, ip := range s.ips {
-		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+		leaf.IPs = append(leaf.IPs, net.ParseIP(ip))
 	}
-	k := key(t, s.key)
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, k.Public(), k)
+	c, err := testCA.Issue(leaf)
 	if err != nil {
 		t.Fatalf("create certificate: %v", err)
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	return c.CertPEM
 }
 
 func parsed(t testing.TB, s spec) *certpolicy.Certificate {
@@ -123,23 +99,24 @@ func parsed(t testing.TB, s spec) *certpolicy.Certificate {
 
 func TestParse(t *testing.T) {
 	for _, tc := range []struct {
-		key  keyKind
+		key  testpki.KeyType
 		alg  certpolicy.Algorithm
 		size int
+		desc string
 	}{
-		{rsa1024, certpolicy.RSA, 1024},
-		{rsa2048, certpolicy.RSA, 2048},
-		{p256, certpolicy.ECDSA, 256},
-		{p384, certpolicy.ECDSA, 384},
-		{ed, certpolicy.Ed25519, 0},
+		{rsa1024, certpolicy.RSA, 1024, "RSA 1024"},
+		{rsa2048, certpolicy.RSA, 2048, "RSA 2048"},
+		{p256, certpolicy.ECDSA, 256, "ECDSA 256"},
+		{p384, certpolicy.ECDSA, 384, "ECDSA 384"},
+		{ed, certpolicy.Ed25519, 0, "Ed25519"},
 	} {
 		t.Run(string(tc.key), func(t *testing.T) {
 			c := parsed(t, spec{key: tc.key, cn: "web", dns: []string{"web.example.com"}, ips: []string{"10.0.0.1", "::ffff:10.0.0.2", "fd00::1"}})
 			if c.Algorithm != tc.alg || c.Size != tc.size {
 				t.Errorf("key = %s %d, want %s %d", c.Algorithm, c.Size, tc.alg, tc.size)
 			}
-			if got := c.Key(); got != string(tc.key) {
-				t.Errorf("Key() = %q, want %q", got, tc.key)
+			if got := c.Key(); got != tc.desc {
+				t.Errorf("Key() = %q, want %q", got, tc.desc)
 			}
 			if !c.NotBefore.Equal(t0.Add(-day)) || !c.NotAfter.Equal(t0.Add(89*day)) {
 				t.Errorf("validity = %v..%v", c.NotBefore, c.NotAfter)
@@ -181,7 +158,7 @@ func TestParse(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := certpolicy.Parse(data)
-			if err != certpolicy.ErrNoCertificate {
+			if !errors.Is(err, certpolicy.ErrNoCertificate) {
 				t.Errorf("err = %v, want ErrNoCertificate", err)
 			}
 		})

@@ -200,7 +200,7 @@ func validKeyID(id string) bool {
 		return false
 	}
 	for i := 0; i < len(id); i++ {
-		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
 			return false
 		}
 	}

@@ -1,6 +1,7 @@
 package keyring
 
 import (
+	"errors"
 	"maps"
 	"reflect"
 	"slices"
@@ -37,7 +38,7 @@ func TestStrictShapeMatchesTags(t *testing.T) {
 // stops the walk at once instead of descending.
 func TestCheckStrictDepth(t *testing.T) {
 	deep := `{"ring": ` + strings.Repeat("[", 1<<20) + strings.Repeat("]", 1<<20) + `}`
-	if err := checkStrict([]byte(deep)); err != errMalformed {
+	if err := checkStrict([]byte(deep)); !errors.Is(err, errMalformed) {
 		t.Errorf("checkStrict = %v, want errMalformed", err)
 	}
 	if _, err := Decode([]byte(deep)); err == nil {

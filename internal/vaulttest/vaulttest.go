@@ -115,7 +115,7 @@ func (s *Server) start() error {
 		case <-s.exited:
 			return fmt.Errorf("vault exited at start; see %s", filepath.Join(s.dir, "vault.log"))
 		case <-ctx.Done():
-			return fmt.Errorf("vault did not become ready: %v", err)
+			return fmt.Errorf("vault did not become ready: %w", errors.Join(ctx.Err(), err))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -139,7 +139,7 @@ func (s *Server) waitCA(ctx context.Context, path string) error {
 		case <-s.exited:
 			return fmt.Errorf("vault exited at start; see %s", filepath.Join(s.dir, "vault.log"))
 		case <-ctx.Done():
-			return fmt.Errorf("vault wrote no CA at %s: %v", path, err)
+			return fmt.Errorf("vault wrote no CA at %s: %w", path, errors.Join(ctx.Err(), err))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

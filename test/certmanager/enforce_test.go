@@ -1,17 +1,16 @@
+//go:build integration
+
 package certmanager_test
 
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"time"
 
@@ -26,6 +25,8 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/atomicdir"
+	"github.com/ringmaster-io/ringmaster/internal/testenv"
+	"github.com/ringmaster-io/ringmaster/internal/testpki"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 
@@ -176,30 +177,19 @@ func secretData(ctx context.Context, ns, name string) map[string][]byte {
 
 type pair struct {
 	crt, key []byte
-	signer   *ecdsa.PrivateKey
+	signer   crypto.Signer
 }
 
-// oldCertificate is a self-signed certificate for name issued 100 days ago,
-// valid for 400 days: cert-manager sees nothing due, a 30-day maxKeyAge does.
+// oldCertificate is a certificate for name issued 100 days ago, valid for
+// 400 days: cert-manager sees nothing due, a 30-day maxKeyAge does.
 func oldCertificate(name string) pair {
 	GinkgoHelper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testpki.NewCA("an old CA")
 	Expect(err).NotTo(HaveOccurred())
 	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(now.UnixNano()), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-		NotBefore: now.Add(-100 * day), NotAfter: now.Add(300 * day),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, k.Public(), k)
+	c, err := ca.Issue(testpki.Leaf{DNSNames: []string{name}, NotBefore: now.Add(-100 * day), NotAfter: now.Add(300 * day)})
 	Expect(err).NotTo(HaveOccurred())
-	pkcs8, err := x509.MarshalPKCS8PrivateKey(k)
-	Expect(err).NotTo(HaveOccurred())
-	return pair{
-		crt:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		key:    pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8}),
-		signer: k,
-	}
+	return pair{crt: c.CertPEM, key: c.KeyPEM, signer: c.Key}
 }
 
 func pemDER(data []byte) []byte {
@@ -250,19 +240,7 @@ func served(addr string) *x509.Certificate {
 
 func renewals(policy string) float64 {
 	GinkgoHelper()
-	families, err := registry.Gather()
+	v, _, err := testenv.Metric(registry, "ringmaster_certificatepolicy_renewals_triggered_total", map[string]string{"policy": policy})
 	Expect(err).NotTo(HaveOccurred())
-	for _, f := range families {
-		if f.GetName() != "ringmaster_certificatepolicy_renewals_triggered_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "policy" && l.GetValue() == policy {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return v
 }

@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package certmanager_test is the end-to-end test of CertificatePolicy
 // against a real cert-manager: cert-manager's own controllers (built by
 // hack/certmanager.sh) issue certificates on a real kube-apiserver, the
@@ -8,7 +10,6 @@
 package certmanager_test
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,8 +60,8 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(cm.Start()).To(Succeed())
 	DeferCleanup(func() {
 		_ = cm.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cm.Wait() }()
+		done := make(chan struct{})
+		go func() { _ = cm.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
@@ -72,18 +73,10 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	By("starting the operator as its own service account, on the real clock")
 	cfg, err := env.OperatorConfig(ctx)
 	Expect(err).NotTo(HaveOccurred())
-	mctx, cancel := context.WithCancel(context.Background())
-	op, err := operator.New(mctx, cfg, operator.Options{
+	_, stop, err := testenv.RunOperator(cfg, operator.Options{
 		MetricsAddr: "0", ProbeAddr: "0", LeaderElection: true,
 		Options: controllers.Options{Namespace: testenv.Namespace, ServiceAccount: testenv.ServiceAccount, Registry: registry},
 	})
 	Expect(err).NotTo(HaveOccurred())
-	done := make(chan struct{})
-	go func() {
-		defer GinkgoRecover()
-		defer close(done)
-		Expect(op.Start(mctx)).To(Succeed())
-	}()
-	DeferCleanup(func() { cancel(); <-done })
-	Eventually(op.Elected(), 30*time.Second).Should(BeClosed())
+	DeferCleanup(stop)
 }, NodeTimeout(2*time.Minute))

@@ -1,3 +1,5 @@
+//go:build e2e
+
 // Package e2e_test is ringmaster's end-to-end suite: the operator binary and
 // a real control plane rotate a TicketKeyRing; a stand-in kubelet delivers it
 // to a fleet of examples/server replicas, each after its own delay; clients

@@ -113,7 +113,7 @@ func (e *Env) Bench(ctx context.Context, cfg BenchConfig, out, progress io.Write
 	var fleets []*benchFleet
 	defer func() {
 		for _, b := range fleets {
-			b.fleet.Stop()
+			_ = b.fleet.Stop() // stopping is best effort here; Env.Close checks no process is left
 		}
 	}()
 	for _, v := range variants {

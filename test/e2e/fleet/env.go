@@ -131,7 +131,7 @@ func (e *Env) Close() error {
 // the end of its log.
 func (e *Env) OperatorAlive() error {
 	if exited, err := e.Operator.Exited(); exited {
-		return fmt.Errorf("the operator exited (%v):\n%s", err, e.Operator.LogTail(30))
+		return fmt.Errorf("the operator exited (%v):\n%s", err, e.Operator.LogTail(30)) //nolint:errorlint // err is nil for exit 0: shown, not wrapped
 	}
 	return nil
 }

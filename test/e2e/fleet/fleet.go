@@ -80,8 +80,7 @@ func (e *Env) StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	for i, d := range cfg.Delays {
 		dir := filepath.Join(e.Work, cfg.Name, fmt.Sprintf("replica-%d", i))
 		if err := os.MkdirAll(dir, 0o700); err != nil {
-			f.Stop()
-			return nil, err
+			return nil, errors.Join(err, f.Stop())
 		}
 		f.Replicas = append(f.Replicas, &Replica{Index: i, Dir: dir, Delay: d})
 		targets = append(targets, Target{Dir: dir, Delay: d, Extra: e.PKI.Files()})
@@ -97,21 +96,18 @@ func (e *Env) StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 				err = w.Write(e.PKI.Files())
 			}
 			if err != nil {
-				f.Stop()
-				return nil, err
+				return nil, errors.Join(err, f.Stop())
 			}
 		}
 	} else {
 		s, err := NewSyncer(e.Cluster.Clientset, cfg.Namespace, cfg.Secret, targets)
 		if err != nil {
-			f.Stop()
-			return nil, err
+			return nil, errors.Join(err, f.Stop())
 		}
 		f.Syncer = s
 		f.wg.Go(func() { s.Run(syncCtx) })
 		if err := f.waitFirstDelivery(ctx); err != nil {
-			f.Stop()
-			return nil, err
+			return nil, errors.Join(err, f.Stop())
 		}
 	}
 
@@ -120,8 +116,7 @@ func (e *Env) StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 			"-dir", r.Dir, "-listen", "127.0.0.1:0", "-metrics-listen", "", "-require", require,
 		})
 		if err != nil {
-			f.Stop()
-			return nil, err
+			return nil, errors.Join(err, f.Stop())
 		}
 		r.Proc = p
 	}
@@ -130,12 +125,10 @@ func (e *Env) StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		addr, err := r.Proc.WaitLine(wait, "https listening on ")
 		cancel()
 		if err != nil {
-			f.Stop()
-			return nil, err
+			return nil, errors.Join(err, f.Stop())
 		}
 		if !isLoopback(addr) {
-			f.Stop()
-			return nil, fmt.Errorf("replica %d listens on %s, beyond loopback", r.Index, addr)
+			return nil, errors.Join(fmt.Errorf("replica %d listens on %s, beyond loopback", r.Index, addr), f.Stop())
 		}
 		r.Addr = addr
 	}
@@ -145,8 +138,7 @@ func (e *Env) StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	}
 	lb, err := StartBalancer(backends)
 	if err != nil {
-		f.Stop()
-		return nil, err
+		return nil, errors.Join(err, f.Stop())
 	}
 	f.LB = lb
 	return f, nil
@@ -255,7 +247,7 @@ func (f *Fleet) WaitServing(ctx context.Context, what string, cond func(agent.St
 		lastErr = err
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("fleet %s never all %s (%w; last error %v); last seen:\n%s", f.Name, what, ctx.Err(), lastErr, DescribeHealth(last))
+			return nil, fmt.Errorf("fleet %s never all %s (%w; last error %w); last seen:\n%s", f.Name, what, ctx.Err(), lastErr, DescribeHealth(last))
 		case <-time.After(pollEvery):
 		}
 	}

@@ -171,7 +171,7 @@ func TestBalancerRoundRobin(t *testing.T) {
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "hello from %s: epoch 1, active key k1, resumed %v\n", r.Context().Value(http.LocalAddrContextKey), r.TLS.DidResume)
 		})}
-		go srv.Serve(ln)
+		go func() { _ = srv.Serve(ln) }()
 		t.Cleanup(func() { srv.Close() })
 		backends = append(backends, ln.Addr().String())
 	}
@@ -217,7 +217,7 @@ func TestLoadResumesOnOneServer(t *testing.T) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello from %s: epoch 7, active key k7, resumed %v\n", r.Context().Value(http.LocalAddrContextKey), r.TLS.DidResume)
 	})}
-	go srv.Serve(ln)
+	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 
 	for _, v := range []uint16{tls.VersionTLS13, tls.VersionTLS12} {

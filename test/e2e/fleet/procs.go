@@ -217,7 +217,7 @@ func (p *Proc) WaitLine(ctx context.Context, prefix string) (string, error) {
 		select {
 		case <-grew:
 		case <-p.done:
-			return "", fmt.Errorf("%s exited (%v) before printing %q; log %s:\n%s", p.Name, p.err, prefix, p.Log, p.LogTail(20))
+			return "", fmt.Errorf("%s exited (%v) before printing %q; log %s:\n%s", p.Name, p.err, prefix, p.Log, p.LogTail(20)) //nolint:errorlint // nil for exit 0: shown, not wrapped
 		case <-ctx.Done():
 			return "", fmt.Errorf("%s did not print %q: %w; log %s:\n%s", p.Name, prefix, ctx.Err(), p.Log, p.LogTail(20))
 		}

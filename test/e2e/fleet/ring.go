@@ -103,7 +103,7 @@ func (c *Cluster) WaitRing(ctx context.Context, ns, name, what string, cond func
 		select {
 		case <-ctx.Done():
 			status, _ := json.Marshal(last)
-			return nil, fmt.Errorf("TicketKeyRing %s/%s never became %s (%w; last error %v): %s", ns, name, what, ctx.Err(), lastErr, status)
+			return nil, fmt.Errorf("TicketKeyRing %s/%s never became %s (%w; last error %w): %s", ns, name, what, ctx.Err(), lastErr, status)
 		case <-time.After(pollEvery):
 		}
 	}
