@@ -35,6 +35,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/certpolicy"
+	"github.com/ringmaster-io/ringmaster/internal/schedule"
 )
 
 // +kubebuilder:rbac:groups=ringmaster.io,resources=certificatepolicies,verbs=get;list;watch
@@ -280,7 +281,7 @@ func (r *CertificatePolicyReconciler) reconcilePolicy(ctx context.Context, name 
 	agg := r.store.Aggregate(state)
 	res := reconcile.Result{}
 	if !agg.Recheck.IsZero() {
-		res.RequeueAfter = requeueAfter(now, agg.Recheck)
+		res.RequeueAfter = schedule.After(now, agg.Recheck)
 	}
 	if retry > 0 && (res.RequeueAfter == 0 || retry < res.RequeueAfter) {
 		res.RequeueAfter = retry

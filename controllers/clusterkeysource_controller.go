@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
+	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
 )
 
 // +kubebuilder:rbac:groups=ringmaster.io,resources=clusterkeysources,verbs=get;list;watch
@@ -49,16 +49,14 @@ func (r *ClusterKeySourceReconciler) Reconcile(ctx context.Context, req reconcil
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("keySource", klog.KObj(cks)))
-	status := *cks.Status.DeepCopy()
-	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonLoggedIn,
-		Message: fmt.Sprintf("Logged in to %s; the token answers", cks.Spec.Vault.Address), ObservedGeneration: cks.Generation}
 	res := reconcile.Result{RequeueAfter: keySourceRecheck}
-	if err := r.Sources.Check(ctx, cks); err != nil {
-		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, mint.ReasonOf(err), err.Error()
+	err := r.Sources.Check(ctx, cks)
+	if err != nil {
 		res.RequeueAfter = keySourceRetry
 	}
-	old := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady)
-	if old == nil || old.Status != ready.Status || old.Reason != ready.Reason {
+	status, changed := ringstatus.KeySource(cks.Status, cks.Generation, cks.Spec.Vault.Address, mint.ReasonOf(err), err, r.Clock.Now())
+	if changed {
+		ready := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady)
 		typ := corev1.EventTypeNormal
 		if ready.Status == metav1.ConditionFalse {
 			typ = corev1.EventTypeWarning
@@ -66,7 +64,5 @@ func (r *ClusterKeySourceReconciler) Reconcile(ctx context.Context, req reconcil
 		r.Recorder.Eventf(cks, nil, typ, ready.Reason, "Check", "%s", ready.Message)
 		log.FromContext(ctx).Info("Key source checked", "ready", ready.Status, "reason", ready.Reason, "message", ready.Message)
 	}
-	meta.SetStatusCondition(&status.Conditions, ready)
-	status.LastCheckTime = &metav1.Time{Time: r.Clock.Now().Truncate(time.Second)}
 	return result(res, applyStatus(ctx, r.Client, cks, cks.Status, status))
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	"github.com/ringmaster-io/ringmaster/internal/schedule"
 )
 
 // Rings share one reconcile, whatever their kind: they differ only in where
@@ -72,60 +72,29 @@ type ring struct {
 func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingStatus, reconcile.Result, error) {
 	now := r.Clock.Now()
 	out := ringstatus.Outcome{Now: now, Generation: in.obj.GetGeneration(), Targets: len(in.targets)}
-
 	snaps, err := r.snapshots(ctx, in.owner)
 	if err != nil {
 		return in.status, reconcile.Result{}, err
 	}
-	history, err := keyring.NewHistory(records(snaps))
-	if err != nil {
-		out.Halted = &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSnapshot, Message: fmt.Sprintf("%v; delete that Secret to fall back to the previous epoch", err)}
+	history, policy, halted := readRecord(in, snaps)
+	if halted != nil {
+		out.Halted = halted
 		return r.finish(ctx, in, out), reconcile.Result{}, nil
 	}
-	policy := keyring.Policy{RotationInterval: in.spec.RotationInterval.Duration, RetainedKeys: int(in.spec.RetainedKeys), ActivationDelay: in.spec.ActivationDelay.Duration}
-	if err := policy.Validate(); err != nil {
-		out.Halted = &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: fmt.Sprintf("Invalid spec: %v", err)}
-		return r.finish(ctx, in, out), reconcile.Result{}, nil
-	}
+	out.Current = history.Current()
+	out.Current.Name = in.owner.RingName()
 
-	current := history.Current()
-	current.Name = in.owner.RingName()
-	out.Current = current
-	request := in.obj.GetAnnotations()[v1alpha1.RotateRequestedAtAnnotation]
-	rotateNow := request != "" && request != in.status.LastRotateRequestedAt && !history.Handled(request)
-	plan := keyring.Next(now, policy, current, rotateNow, history.StagedSince)
-
-	// Mint first: when it fails, fall back on a plan that only destroys what
-	// has expired, so that forward secrecy never waits for the source.
-	next, mintErr := r.mint(ctx, in, plan)
-	if mintErr != nil {
-		rotationsTotal.WithLabelValues("failure").Inc()
-		out.Source = &ringstatus.Problem{Reason: mint.ReasonOf(mintErr),
-			Message: fmt.Sprintf("Minting %d key(s) failed: %v. Nothing new was published and the current keys keep serving", plan.Mint, mintErr)}
-		plan = plan.WithoutMint(now, current)
-		next = plan.Ring
-	}
-	// The request is echoed once carried out, now or by an epoch on record:
-	// the status read may lag the record, and must not bring back an older
-	// request.
-	if (rotateNow && mintErr == nil) || history.Handled(request) {
-		out.RotateRequest = request
-	}
-
+	plan, next, rotation, mintErr := r.plan(ctx, in, history, policy, &out)
 	newest := newestSnapshot(snaps)
 	if plan.Changed {
-		next.Epoch = keyring.NextEpoch(current, in.status.Epoch)
-		var rotation string
-		if rotateNow && mintErr == nil {
-			rotation = request
-		}
+		next.Epoch = keyring.NextEpoch(out.Current, in.status.Epoch)
 		snap, problem, err := r.publish(ctx, in, next, plan, rotation)
 		if problem != nil {
 			// Nothing new is published, but older snapshots holding keys
 			// the current ring already dropped still go.
 			rotationsTotal.WithLabelValues("failure").Inc()
-			out.Publish, out.Ring, out.Snapshot, out.RotateRequest = problem, current, in.status.Snapshot, ""
-			destroyErr := r.destroy(ctx, history.Stale(current), snaps)
+			out.Publish, out.Ring, out.Snapshot, out.RotateRequest = problem, out.Current, in.status.Snapshot, ""
+			destroyErr := r.destroy(ctx, history.Stale(out.Current), snaps)
 			return r.finish(ctx, in, out), reconcile.Result{RequeueAfter: conflictRetry}, errors.Join(mintError(mintErr), err, destroyErr)
 		}
 		if mintErr == nil {
@@ -138,13 +107,53 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 	var targetErr error
 	out.Failed, targetErr = r.distribute(ctx, in, newest)
 	destroyErr := r.destroy(ctx, history.Stale(next), snaps)
-	status := r.finish(ctx, in, out)
-
-	res := reconcile.Result{RequeueAfter: requeueAfter(now, plan.RequeueAt)}
+	res := reconcile.Result{RequeueAfter: schedule.After(now, plan.RequeueAt)}
 	if len(out.Failed) > 0 {
 		res.RequeueAfter = min(conflictRetry, res.RequeueAfter)
 	}
-	return status, res, errors.Join(mintError(mintErr), targetErr, destroyErr)
+	return r.finish(ctx, in, out), res, errors.Join(mintError(mintErr), targetErr, destroyErr)
+}
+
+// readRecord reads the ring's history from its snapshots and its policy from
+// its spec, or says why the reconcile must halt.
+func readRecord(in ring, snaps []*corev1.Secret) (keyring.History, keyring.Policy, *ringstatus.Problem) {
+	history, err := keyring.NewHistory(records(snaps))
+	if err != nil {
+		return history, keyring.Policy{}, &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSnapshot,
+			Message: fmt.Sprintf("%v; delete that Secret to fall back to the previous epoch", err)}
+	}
+	policy := keyring.Policy{RotationInterval: in.spec.RotationInterval.Duration, RetainedKeys: int(in.spec.RetainedKeys), ActivationDelay: in.spec.ActivationDelay.Duration}
+	if err := policy.Validate(); err != nil {
+		return history, policy, &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: fmt.Sprintf("Invalid spec: %v", err)}
+	}
+	return history, policy, nil
+}
+
+// plan decides the next ring and mints its new keys. Minting comes first:
+// when it fails, the plan falls back on one that only destroys what has
+// expired, so that forward secrecy never waits for the source. rotation is
+// the rotate-now request the new epoch carries out, if any.
+func (r *rings) plan(ctx context.Context, in ring, history keyring.History, policy keyring.Policy, out *ringstatus.Outcome) (plan keyring.Plan, next keyring.Ring, rotation string, mintErr error) {
+	request := in.obj.GetAnnotations()[v1alpha1.RotateRequestedAtAnnotation]
+	rotateNow := history.CarryOut(request, in.status.LastRotateRequestedAt)
+	plan = keyring.Next(out.Now, policy, out.Current, rotateNow, history.StagedSince)
+	next, mintErr = r.mint(ctx, in, plan)
+	if mintErr != nil {
+		rotationsTotal.WithLabelValues("failure").Inc()
+		out.Source = &ringstatus.Problem{Reason: mint.ReasonOf(mintErr),
+			Message: fmt.Sprintf("Minting %d key(s) failed: %v. Nothing new was published and the current keys keep serving", plan.Mint, mintErr)}
+		plan = plan.WithoutMint(out.Now, out.Current)
+		next = plan.Ring
+	} else if rotateNow {
+		rotation = request
+	}
+	// The request is echoed once carried out, now or by an epoch on record:
+	// the status read may lag the record, and must not bring back an older
+	// request.
+	if rotation != "" || history.Handled(request) {
+		out.RotateRequest = request
+	}
+	return plan, next, rotation, mintErr
 }
 
 // finish builds the status, emits the Warning event a transition calls for,
@@ -163,12 +172,9 @@ func (r *rings) finish(ctx context.Context, in ring, out ringstatus.Outcome) v1a
 }
 
 // mintError is the error a failed mint returns to the work queue, so that
-// backoff applies: none when the user must act (a key source that does not
-// exist or does not allow the ring), which a watch on key sources and
-// namespaces retries.
+// backoff applies; none when a retry cannot help (mint.Retryable).
 func mintError(err error) error {
-	switch mint.ReasonOf(err) {
-	case "", v1alpha1.ReasonKeySourceNotFound, v1alpha1.ReasonKeySourceNotAllowed:
+	if !mint.Retryable(err) {
 		return nil
 	}
 	return fmt.Errorf("mint keys: %w", err)
@@ -388,15 +394,4 @@ func newestSnapshot(snaps []*corev1.Secret) *corev1.Secret {
 
 func ringKey(in ring) types.NamespacedName {
 	return types.NamespacedName{Namespace: in.owner.Namespace, Name: in.owner.Name}
-}
-
-// requeueAfter waits until at, plus a second so that the whole-second times
-// of the plan have surely passed, plus up to 1% jitter so that many rings
-// created together do not rotate in one burst.
-func requeueAfter(now, at time.Time) time.Duration {
-	if at.IsZero() {
-		return 0
-	}
-	d := max(at.Sub(now), 0) + time.Second
-	return d + time.Duration(rand.Int64N(int64(d)/100+1))
 }

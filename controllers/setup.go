@@ -81,41 +81,14 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 			return nil, err
 		}
 	}
-
-	for _, obj := range []client.Object{&v1alpha1.TicketKeyRing{}, &v1alpha1.ClusterTicketKeyRing{}} {
-		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, sourceRefIndex, sourceRefOf); err != nil {
-			return nil, fmt.Errorf("index %T by key source: %w", obj, err)
-		}
+	if err := setupRings(ctx, mgr, shared, o); err != nil {
+		return nil, err
 	}
-	workers := controller.Options{MaxConcurrentReconciles: o.RingWorkers}
-	specOrAnnotations := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))
-
-	tkr := &TicketKeyRingReconciler{rings: shared}
-	if err := builder.ControllerManagedBy(mgr).Named("ticketkeyring").WithOptions(workers).
-		For(&v1alpha1.TicketKeyRing{}, specOrAnnotations).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindTicketKeyRing))).
-		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.TicketKeyRingList{}))).
-		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(shared.sourcedRingsIn), builder.WithPredicates(labelsChanged())).
-		Complete(tkr); err != nil {
-		return nil, fmt.Errorf("set up the TicketKeyRing controller: %w", err)
-	}
-
-	ctkr := &ClusterTicketKeyRingReconciler{rings: shared, Namespace: o.Namespace}
-	if err := builder.ControllerManagedBy(mgr).Named("clusterticketkeyring").WithOptions(workers).
-		For(&v1alpha1.ClusterTicketKeyRing{}, specOrAnnotations).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindClusterTicketKeyRing))).
-		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.ClusterTicketKeyRingList{}))).
-		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(ctkr.allRings), builder.WithPredicates(labelsChanged())).
-		Complete(ctkr); err != nil {
-		return nil, fmt.Errorf("set up the ClusterTicketKeyRing controller: %w", err)
-	}
-
 	if err := builder.ControllerManagedBy(mgr).Named("clusterkeysource").
 		For(&v1alpha1.ClusterKeySource{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(&ClusterKeySourceReconciler{Client: mgr.GetClient(), Recorder: recorder, Clock: o.Clock, Sources: sources}); err != nil {
 		return nil, fmt.Errorf("set up the ClusterKeySource controller: %w", err)
 	}
-
 	cpol := &CertificatePolicyReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock,
 		MaxRenewalsPerMinute: o.MaxRenewalsPerMinute,
@@ -124,6 +97,38 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 		return nil, fmt.Errorf("set up the CertificatePolicy controller: %w", err)
 	}
 	return &Controllers{CertificatePolicy: cpol}, nil
+}
+
+// setupRings registers the controllers of both ring kinds, which share one
+// reconcile: each watches its rings, their Secrets, the key sources they
+// name, and the namespaces that decide where they may mint or deliver.
+func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Options) error {
+	for _, obj := range []client.Object{&v1alpha1.TicketKeyRing{}, &v1alpha1.ClusterTicketKeyRing{}} {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, sourceRefIndex, sourceRefOf); err != nil {
+			return fmt.Errorf("index %T by key source: %w", obj, err)
+		}
+	}
+	workers := controller.Options{MaxConcurrentReconciles: o.RingWorkers}
+	specOrAnnotations := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))
+
+	if err := builder.ControllerManagedBy(mgr).Named("ticketkeyring").WithOptions(workers).
+		For(&v1alpha1.TicketKeyRing{}, specOrAnnotations).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindTicketKeyRing))).
+		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.TicketKeyRingList{}))).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(shared.sourcedRingsIn), builder.WithPredicates(labelsChanged())).
+		Complete(&TicketKeyRingReconciler{rings: shared}); err != nil {
+		return fmt.Errorf("set up the TicketKeyRing controller: %w", err)
+	}
+	ctkr := &ClusterTicketKeyRingReconciler{rings: shared, Namespace: o.Namespace}
+	if err := builder.ControllerManagedBy(mgr).Named("clusterticketkeyring").WithOptions(workers).
+		For(&v1alpha1.ClusterTicketKeyRing{}, specOrAnnotations).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindClusterTicketKeyRing))).
+		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.ClusterTicketKeyRingList{}))).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(ctkr.allRings), builder.WithPredicates(labelsChanged())).
+		Complete(ctkr); err != nil {
+		return fmt.Errorf("set up the ClusterTicketKeyRing controller: %w", err)
+	}
+	return nil
 }
 
 // sourceRefOf is the key source a ring names, for sourceRefIndex.

@@ -69,6 +69,13 @@ func (h History) Handled(request string) bool {
 	return request != "" && slices.ContainsFunc(h.records, func(r Record) bool { return r.RotateRequest == request })
 }
 
+// CarryOut reports whether a rotate-now request is to be carried out now:
+// it is set, it is not the one the ring's status echoes as carried out, and
+// no epoch on record carried it out (the status may lag the record).
+func (h History) CarryOut(request, echoed string) bool {
+	return request != "" && request != echoed && !h.Handled(request)
+}
+
 // Stale lists, newest first, the epochs older than next whose snapshot must
 // be deleted: those holding a key next no longer has, that is an expired
 // key (forward secrecy needs the bytes gone, not only unused), and those

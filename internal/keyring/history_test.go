@@ -85,6 +85,14 @@ func TestHistory(t *testing.T) {
 				if got := h.Handled(req); got != want {
 					t.Errorf("Handled(%q) = %v, want %v", req, got, want)
 				}
+				// A request is carried out once: not when on record, nor
+				// when the status echoes it, nor when empty.
+				if got := h.CarryOut(req, ""); got != (req != "" && !want) {
+					t.Errorf("CarryOut(%q, \"\") = %v", req, got)
+				}
+				if h.CarryOut(req, req) {
+					t.Errorf("CarryOut(%q) of the request the status echoes", req)
+				}
 			}
 			next := keyring.Ring{Epoch: 4, Keys: slices.DeleteFunc(slices.Clone(e3.Keys), func(k keyring.Key) bool { return k.ID == idAt(-2*hour) })}
 			if got := h.Stale(next); !slices.Equal(got, tc.wantStale) {

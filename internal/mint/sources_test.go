@@ -114,3 +114,22 @@ func TestSourcesFillIsAllOrNothing(t *testing.T) {
 		t.Fatalf("Fill from crypto/rand = %+v, %v", r.Keys, err)
 	}
 }
+
+func TestRetryable(t *testing.T) {
+	tests := []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{NotFound("vault"), false},
+		{Allowed(&v1alpha1.ClusterKeySource{}, "shop", nil), false},
+		{fail(v1alpha1.ReasonVaultUnavailable, "down"), true},
+		{fail(v1alpha1.ReasonVaultConfig, "no such Secret"), true},
+		{errors.New("an error without a reason"), true},
+	}
+	for _, tt := range tests {
+		if got := Retryable(tt.err); got != tt.want {
+			t.Errorf("Retryable(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}

@@ -40,6 +40,18 @@ func Reason(err error) string {
 	return ""
 }
 
+// Retryable reports whether a failed mint may succeed on a retry, with
+// backoff: not when the user must act on the ring (a key source that does
+// not exist, or does not allow it), which a watch on key sources and
+// namespaces brings back. No error is not retried either.
+func Retryable(err error) bool {
+	switch ReasonOf(err) {
+	case "", v1alpha1.ReasonKeySourceNotFound, v1alpha1.ReasonKeySourceNotAllowed:
+		return false
+	}
+	return true
+}
+
 // ReasonOf is the reason to report for a failed mint: its own, or MintFailed
 // for an error without one. It is "" for no error.
 func ReasonOf(err error) string {

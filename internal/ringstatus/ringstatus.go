@@ -1,7 +1,8 @@
 // Package ringstatus turns what one reconcile of a ring found and did into
 // the ring's status: its keys, its conditions and their reasons, and the
 // Warning event a transition deserves. TicketKeyRing and
-// ClusterTicketKeyRing share it. It is pure: values in, values out.
+// ClusterTicketKeyRing share it; ClusterKeySource's status is made here too.
+// It is pure: values in, values out.
 package ringstatus
 
 import (
