@@ -71,6 +71,10 @@ verify: manifests generate fmt ## Regenerate everything and fail if the tree cha
 build: ## Build the operator into bin/ringmaster.
 	go build -o $(BIN)/ringmaster .
 
+.PHONY: images
+images: ## Build the operator and examples/server images without Docker: reproducible OCI tarballs in bin/images.
+	go run ./hack/images -out $(BIN)/images
+
 .PHONY: run
 run: manifests generate ## Run the operator against the current kubeconfig.
 	go run . --leader-elect=false
