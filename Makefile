@@ -28,7 +28,7 @@ help: ## Show this help.
 
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRDs and RBAC from the API markers.
-	$(CONTROLLER_GEN) crd rbac:roleName=ringmaster-manager paths="{./api/...,./controllers/...}" \
+	$(CONTROLLER_GEN) crd rbac:roleName=ringmaster-manager paths="{./api/...,./controllers/...,./}" \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 
 .PHONY: generate

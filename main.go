@@ -23,6 +23,11 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 )
 
+// Leader election: a Lease in the operator's namespace, and the core/v1
+// Events that controller-runtime's leader election records on it.
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ringmaster-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=ringmaster-system,resources=events,verbs=create;patch
+
 // leaderElectionID is stable across releases, so that an upgrade never runs
 // two leaders.
 const leaderElectionID = "ringmaster.ringmaster.io"
