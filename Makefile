@@ -6,6 +6,10 @@ SHELL := /usr/bin/env bash -o pipefail
 BIN := $(CURDIR)/bin
 CONTROLLER_GEN_VERSION := v0.23.0
 CONTROLLER_GEN := $(BIN)/controller-gen
+HELM_VERSION := v3.22.0
+HELM := $(BIN)/helm
+# Helm built from source assumes Kubernetes v1.20 unless told.
+KUBE_VERSION := 1.37.2
 # Go test flags; e.g. make test TESTFLAGS='-run TestX -v'.
 TESTFLAGS ?=
 # Flags of make bench-fleet and make demo, e.g. FLEETFLAGS='-n 8 -clients 32 -tls 1.2';
@@ -27,9 +31,10 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: controller-gen ## Generate the CRDs and RBAC from the API markers.
+manifests: controller-gen ## Generate the CRDs and RBAC from the API markers, and the chart's CRD and RBAC templates from them.
 	$(CONTROLLER_GEN) crd rbac:roleName=ringmaster-manager paths="{./api/...,./controllers/...,./}" \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	go run ./hack/chart -crds config/crd/bases -rbac config/rbac/role.yaml -chart charts/ringmaster
 
 .PHONY: generate
 generate: controller-gen ## Generate the deepcopy code of the API types.
@@ -60,8 +65,18 @@ bench: ## Run the agent benchmarks and print the ratios against the baselines of
 bench-fleet: envtest ## Compare a fleet's resumption and server CPU: ringmaster's staged ring, per-replica keys, shared keys without staging; TLS 1.3 and 1.2.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/fleet bench $(FLEETFLAGS)
 
+.PHONY: helm-lint
+helm-lint: helm ## Lint the chart, with its default values and with every option on.
+	$(HELM) lint charts/ringmaster --strict --kube-version $(KUBE_VERSION)
+	$(HELM) lint charts/ringmaster --strict --kube-version $(KUBE_VERSION) \
+		--set metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,podDisruptionBudget.enabled=true
+
+.PHONY: chart-dryrun
+chart-dryrun: helm envtest ## Validate the rendered chart with a server-side dry run against the local control plane.
+	hack/chart-dryrun.sh
+
 .PHONY: verify
-verify: manifests generate fmt ## Regenerate everything and fail if the tree changes.
+verify: manifests generate fmt helm-lint chart-dryrun ## Regenerate everything, lint and dry-run the chart, and fail if the tree changes.
 	go mod tidy
 	git diff --exit-code || { echo "generated files are stale: run make manifests generate fmt and commit"; exit 1; }
 
@@ -106,6 +121,10 @@ vault: ## Build the Vault server used by the tests (cached; about 12 minutes col
 .PHONY: cert-manager
 cert-manager: ## Build cert-manager's controllers for the certificate tests (cached; about 6-9 minutes cold).
 	@hack/certmanager.sh >/dev/null
+
+.PHONY: helm
+helm: ## Build Helm (cached).
+	@hack/gotool.sh helm helm.sh/helm/v3/cmd/helm $(HELM_VERSION) >/dev/null
 
 .PHONY: controller-gen
 controller-gen: ## Build controller-gen (cached).
