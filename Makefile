@@ -49,8 +49,21 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate vet envtest vault cert-manager ## Run every test: pure packages, envtest suites on a real API server, real Vault, real cert-manager, agent over real TLS.
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_CERT_MANAGER="$$(hack/certmanager.sh)" go test ./... -count=1 $(TESTFLAGS)
+test: manifests generate vet envtest vault cert-manager helm images cluster-build ## Run every test: pure packages, envtest suites on a real API server, real Vault, real cert-manager, agent over real TLS; then the chart in a real single-node cluster (root).
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_CERT_MANAGER="$$(hack/certmanager.sh)" go test $$(go list ./... | grep -v '/test/cluster$$') -count=1 $(TESTFLAGS)
+	@$(MAKE) --no-print-directory run-test-cluster
+
+.PHONY: test-cluster
+test-cluster: manifests generate helm images cluster-build ## Run only the cluster suite (make test runs it too, last): install the chart into a real single-node cluster and drive a fleet through it. Needs root.
+	@$(MAKE) --no-print-directory run-test-cluster
+
+# The cluster suite runs alone, after the others: its cluster and fleet want
+# the machine's 2 cores, and would slow the timing-sensitive suites beside
+# it. Its cluster is stopped afterwards even if the test binary was killed.
+.PHONY: run-test-cluster
+run-test-cluster:
+	status=0; RINGMASTER_HELM=$(HELM) RINGMASTER_IMAGES=$(BIN)/images go test ./test/cluster/ -count=1 -timeout 30m -v -ginkgo.v $(TESTFLAGS) || status=$$?; \
+		RINGMASTER_CLUSTER=ringmaster-e2e hack/cluster/down.sh; exit $$status
 
 .PHONY: test-e2e
 test-e2e: manifests generate envtest ## Run only the end-to-end suite (make test runs it too): control plane, operator binary, a fleet of agent servers under load.
@@ -107,6 +120,21 @@ install: manifests ## Install the CRDs into the current kubeconfig's cluster.
 .PHONY: uninstall
 uninstall: manifests ## Remove the CRDs.
 	kubectl delete --ignore-not-found -f config/crd/bases
+
+##@ Single-node cluster (root)
+
+.PHONY: cluster
+cluster: images ## Start a real single-node cluster in network namespace ringmaster-node and load the images (bin/ringmaster-node/kubeconfig).
+	hack/cluster/up.sh >/dev/null
+	hack/cluster/load.sh $(BIN)/images/*.tar
+
+.PHONY: cluster-down
+cluster-down: ## Stop the single-node cluster and remove everything it created.
+	hack/cluster/down.sh
+
+.PHONY: cluster-build
+cluster-build: ## Build kubelet, kube-controller-manager, kube-scheduler, kube-proxy and containerd (cached), and install runc, CNI plugins, iptables and conntrack from Debian if missing.
+	@hack/cluster/build.sh >/dev/null
 
 ##@ Tools
 
