@@ -33,12 +33,23 @@ export KUBECACHEDIR="$RUN/kube-cache"
 
 in_netns() { nsenter --net="$NSPATH" -- "$@"; }
 
-# pid_alive FILE: the process recorded in FILE ("pid starttime") still runs.
+# pid_alive FILE: the process recorded in FILE ("pid starttime") still runs:
+# its pid has the same start time and is no zombie (reparented daemons wait
+# for init to reap them).
 pid_alive() {
-	local pid start now
+	local pid start now state
 	read -r pid start <"$1" 2>/dev/null || return 1
-	now=$(awk '{sub(/.*\) /, ""); print $20}' "/proc/$pid/stat" 2>/dev/null) || return 1
-	[[ "$now" == "$start" ]]
+	read -r state now < <(awk '{sub(/.*\) /, ""); print $1, $20}' "/proc/$pid/stat" 2>/dev/null) || return 1
+	[[ "$now" == "$start" && "$state" != Z ]]
+}
+
+# lock_cluster: one up.sh or down.sh at a time per cluster name. up.sh holds
+# the lock through the down.sh it runs; the daemons never inherit it.
+lock_cluster() {
+	[[ "${RINGMASTER_CLUSTER_LOCKED:-}" == "$NAME" ]] && return 0
+	exec 8>"$CACHE/.cluster-$NAME.lock"
+	flock 8
+	export RINGMASTER_CLUSTER_LOCKED="$NAME"
 }
 
 need_root() {

@@ -9,6 +9,7 @@
 
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_root
+lock_cluster
 
 started=$(date +%s.%N)
 BINS="$(cat "$RUN/bins" 2>/dev/null || echo "$BIN/cluster-bin")"

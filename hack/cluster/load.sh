@@ -11,6 +11,7 @@
 
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_root
+lock_cluster
 
 (($#)) || { echo "usage: hack/cluster/load.sh IMAGE.tar..." >&2; exit 2; }
 [[ -S "$RUN/containerd.sock" ]] || { echo "cluster $NAME is not running (make cluster)" >&2; exit 1; }

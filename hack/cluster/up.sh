@@ -22,6 +22,7 @@
 
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_root
+lock_cluster
 
 BINS="$("$ROOT/hack/cluster/build.sh")"
 started=$(date +%s.%N)
@@ -39,6 +40,9 @@ fail() {
 	exit "$status"
 }
 trap fail EXIT
+# A stop signal ends the script through its EXIT trap, which cleans up.
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 for d in "${GLOBAL_DIRS[@]}"; do
 	[[ -e "$d" ]] || echo "$d"
@@ -68,7 +72,7 @@ start_host() {
 spawn() {
 	local name=$1
 	shift
-	"$@" </dev/null >"$INFO/logs/$name.log" 2>&1 9>&- &
+	"$@" </dev/null >"$INFO/logs/$name.log" 2>&1 8>&- 9>&- &
 	local pid=$! st=""
 	for _ in $(seq 50); do
 		st=$(awk '{sub(/.*\) /, ""); print $20}' "/proc/$pid/stat" 2>/dev/null) && break
