@@ -15,6 +15,8 @@ TESTFLAGS ?=
 # Flags of make bench-fleet and make demo, e.g. FLEETFLAGS='-n 8 -clients 32 -tls 1.2';
 # go run ./hack/fleet bench -h (or demo -h) lists them.
 FLEETFLAGS ?=
+# Flags of make deploy, e.g. HELMFLAGS='--set image.tag=dev --set image.pullPolicy=Never'.
+HELMFLAGS ?=
 # Benchmark time per variant, and runs per benchmark (benchratio takes medians).
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 5
@@ -116,6 +118,14 @@ demo: ## The fleet story: control plane, operator, a ring, four agent servers be
 .PHONY: install
 install: manifests ## Install the CRDs into the current kubeconfig's cluster.
 	kubectl apply --server-side -f config/crd/bases
+
+.PHONY: deploy
+deploy: helm ## Install or upgrade the chart into the current kubeconfig's cluster (HELMFLAGS, e.g. --set image.tag=dev --set image.pullPolicy=Never).
+	$(HELM) upgrade --install ringmaster charts/ringmaster --namespace ringmaster-system --create-namespace --wait $(HELMFLAGS)
+
+.PHONY: undeploy
+undeploy: helm ## Uninstall the chart (the CRDs stay).
+	$(HELM) uninstall ringmaster --namespace ringmaster-system --wait
 
 .PHONY: uninstall
 uninstall: manifests ## Remove the CRDs.
