@@ -124,6 +124,11 @@ var _ = Describe("ringmaster installed with its Helm chart", Ordered, func() {
 		defer watcher.stop()
 		waitServing(ctx, watcher, addrs, fleet.ActiveKey(ring), ring.Status.Epoch)
 
+		// kube-proxy programs the Service's rules a moment after its
+		// endpoints are ready; until then a connection is refused. The
+		// load starts once the Service reaches every pod.
+		waitService(ctx, lb, pki, addrs)
+
 		load := fleet.StartLoad(ctx, fleet.LoadConfig{
 			Addr: lb, Roots: pki.Roots, Version: tls.VersionTLS13, Dial: dialer.DialContext,
 			Clients: clients, ConnsPerClient: connsPerClient, Interval: interval,
@@ -305,6 +310,21 @@ func waitServers(ctx context.Context) []string {
 	}).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
 	slices.Sort(addrs)
 	return addrs
+}
+
+// waitService waits until connections to the Service at lb, from inside
+// the cluster's network, have reached every pod.
+func waitService(ctx context.Context, lb string, pki *fleet.PKI, addrs []string) {
+	seen := map[string]bool{}
+	tc := &tls.Config{RootCAs: pki.Roots, ServerName: fleet.ServerName, MinVersion: tls.VersionTLS13}
+	Eventually(func(g Gomega) {
+		s := fleet.ConnectVia(ctx, dialer.DialContext, lb, tc, 5*time.Second)
+		g.Expect(s.Err).To(BeEmpty())
+		seen[s.Backend] = true
+		for _, a := range addrs {
+			g.Expect(seen).To(HaveKey(a), "the Service has not reached pod %s yet", a)
+		}
+	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(50 * time.Millisecond).Should(Succeed())
 }
 
 // waitServing waits until every server serves key id at epoch or later.
