@@ -6,11 +6,23 @@ SHELL := /usr/bin/env bash -o pipefail
 BIN := $(CURDIR)/bin
 CONTROLLER_GEN_VERSION := v0.23.0
 CONTROLLER_GEN := $(BIN)/controller-gen
-# Go test flags; e.g. make test TESTFLAGS='-run TestX -v'.
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(BIN)/golangci-lint
+HELM_VERSION := v3.22.0
+HELM := $(BIN)/helm
+# Helm built from source assumes Kubernetes v1.20 unless told.
+KUBE_VERSION := 1.37.2
+# Go test flags; e.g. make test-integration PKG=./controllers/ TESTFLAGS='-ginkgo.focus "rotates now"'.
 TESTFLAGS ?=
+# The packages a test target runs; e.g. make test-unit PKG=./internal/keyring/.
+PKG ?= ./...
+# The real components the integration suites use (each built and cached by hack/).
+TOOLS_ENV = KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_CERT_MANAGER="$$(hack/certmanager.sh)"
 # Flags of make bench-fleet and make demo, e.g. FLEETFLAGS='-n 8 -clients 32 -tls 1.2';
 # go run ./hack/fleet bench -h (or demo -h) lists them.
 FLEETFLAGS ?=
+# Flags of make deploy, e.g. HELMFLAGS='--set image.tag=dev --set image.pullPolicy=Never'.
+HELMFLAGS ?=
 # Benchmark time per variant, and runs per benchmark (benchratio takes medians).
 BENCHTIME ?= 1s
 BENCHCOUNT ?= 5
@@ -27,9 +39,10 @@ help: ## Show this help.
 ##@ Development
 
 .PHONY: manifests
-manifests: controller-gen ## Generate the CRDs and RBAC from the API markers.
+manifests: controller-gen ## Generate the CRDs and RBAC from the API markers, and the chart's CRD and RBAC templates from them.
 	$(CONTROLLER_GEN) crd rbac:roleName=ringmaster-manager paths="{./api/...,./controllers/...,./internal/...}" \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	go run ./hack/chart -crds config/crd/bases -rbac config/rbac/role.yaml -chart charts/ringmaster
 
 .PHONY: generate
 generate: controller-gen ## Generate the deepcopy code of the API types.
@@ -44,12 +57,33 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate vet envtest vault cert-manager ## Run every test: pure packages, envtest suites on a real API server, real Vault, real cert-manager, agent over real TLS.
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_CERT_MANAGER="$$(hack/certmanager.sh)" go test ./... -count=1 $(TESTFLAGS)
+test: manifests generate vet envtest vault cert-manager helm images cluster-build ## Run every test: unit, integration and end to end (one go test run), then the chart in a real single-node cluster (root). The README's and CI's test command.
+	$(TOOLS_ENV) go test -tags integration,e2e $(PKG) -count=1 $(TESTFLAGS)
+	@$(MAKE) --no-print-directory run-test-cluster
+
+.PHONY: test-unit
+test-unit: ## Run the pure tests: domain packages, the agent over real TLS, the chart generator. Needs nothing built; seconds.
+	go test $(PKG) -count=1 $(TESTFLAGS)
+
+.PHONY: test-integration
+test-integration: envtest vault cert-manager ## Run the unit tests and the suites on a real API server, with a real Vault and real cert-manager controllers.
+	$(TOOLS_ENV) go test -tags integration $(PKG) -count=1 $(TESTFLAGS)
+
+.PHONY: test-cluster
+test-cluster: manifests generate helm images cluster-build ## Run only the cluster suite (make test runs it too, last): install the chart into a real single-node cluster and drive a fleet through it. Needs root.
+	@$(MAKE) --no-print-directory run-test-cluster
+
+# The cluster suite runs alone, after the others: its cluster and fleet want
+# the machine's 2 cores, and would slow the timing-sensitive suites beside
+# it. Its cluster is stopped afterwards even if the test binary was killed.
+.PHONY: run-test-cluster
+run-test-cluster:
+	status=0; RINGMASTER_HELM=$(HELM) RINGMASTER_IMAGES=$(BIN)/images go test -tags cluster ./test/cluster/ -count=1 -timeout 30m -v -ginkgo.v $(TESTFLAGS) || status=$$?; \
+		RINGMASTER_CLUSTER=ringmaster-e2e hack/cluster/down.sh; exit $$status
 
 .PHONY: test-e2e
-test-e2e: manifests generate envtest ## Run only the end-to-end suite (make test runs it too): control plane, operator binary, a fleet of agent servers under load.
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test ./test/e2e/ -count=1 -v -ginkgo.v $(TESTFLAGS)
+test-e2e: manifests generate envtest ## Run the end-to-end fleet suite on loopback (make test runs it too): control plane, operator binary, a fleet of agent servers under load.
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -tags e2e ./test/e2e/... -count=1 -v -ginkgo.v $(TESTFLAGS)
 
 .PHONY: bench
 bench: ## Run the agent benchmarks and print the ratios against the baselines of the same run.
@@ -60,10 +94,25 @@ bench: ## Run the agent benchmarks and print the ratios against the baselines of
 bench-fleet: envtest ## Compare a fleet's resumption and server CPU: ringmaster's staged ring, per-replica keys, shared keys without staging; TLS 1.3 and 1.2.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/fleet bench $(FLEETFLAGS)
 
+.PHONY: helm-lint
+helm-lint: helm ## Lint the chart, with its default values and with every option on.
+	$(HELM) lint charts/ringmaster --strict --kube-version $(KUBE_VERSION)
+	$(HELM) lint charts/ringmaster --strict --kube-version $(KUBE_VERSION) \
+		--set metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,podDisruptionBudget.enabled=true
+
+.PHONY: chart-dryrun
+chart-dryrun: helm envtest ## Validate the rendered chart with a server-side dry run against the local control plane.
+	hack/chart-dryrun.sh
+
+.PHONY: lint
+lint: golangci-lint ## Run golangci-lint (.golangci.yml) on every build tag's files.
+	$(GOLANGCI_LINT) run --build-tags integration,e2e,cluster ./...
+
 .PHONY: verify
-verify: manifests generate fmt ## Regenerate everything and fail if the tree changes.
+verify: manifests generate fmt lint helm-lint chart-dryrun ## Regenerate everything, lint the code and the chart, dry-run the chart, and fail if the tree changed or holds untracked files.
 	go mod tidy
-	git diff --exit-code || { echo "generated files are stale: run make manifests generate fmt and commit"; exit 1; }
+	@git diff --exit-code || { echo "generated files are stale: run make manifests generate fmt and commit"; exit 1; }
+	@untracked=$$(git ls-files --others --exclude-standard); [ -z "$$untracked" ] || { echo "untracked files (generated and not committed?):"; echo "$$untracked"; exit 1; }
 
 ##@ Build
 
@@ -71,9 +120,13 @@ verify: manifests generate fmt ## Regenerate everything and fail if the tree cha
 build: ## Build the operator into bin/ringmaster.
 	go build -o $(BIN)/ringmaster .
 
+.PHONY: images
+images: ## Build the operator and examples/server images without Docker: reproducible OCI tarballs in bin/images.
+	go run ./hack/images -out $(BIN)/images
+
 .PHONY: run
 run: manifests generate ## Run the operator against the current kubeconfig.
-	go run . --leader-elect=false
+	go run . --leader-elect=false --cluster-resource-namespace ringmaster-system --metrics-insecure --metrics-bind-address 127.0.0.1:8080
 
 .PHONY: demo
 demo: ## The fleet story: control plane, operator, a ring, four agent servers behind a load balancer resuming through rotations; then all stopped.
@@ -85,9 +138,32 @@ demo: ## The fleet story: control plane, operator, a ring, four agent servers be
 install: manifests ## Install the CRDs into the current kubeconfig's cluster.
 	kubectl apply --server-side -f config/crd/bases
 
+.PHONY: deploy
+deploy: helm ## Install or upgrade the chart into the current kubeconfig's cluster (HELMFLAGS, e.g. --set image.tag=dev --set image.pullPolicy=Never).
+	$(HELM) upgrade --install ringmaster charts/ringmaster --namespace ringmaster-system --create-namespace --wait $(HELMFLAGS)
+
+.PHONY: undeploy
+undeploy: helm ## Uninstall the chart (the CRDs stay).
+	$(HELM) uninstall ringmaster --namespace ringmaster-system --wait
+
 .PHONY: uninstall
 uninstall: manifests ## Remove the CRDs.
 	kubectl delete --ignore-not-found -f config/crd/bases
+
+##@ Single-node cluster (root)
+
+.PHONY: cluster
+cluster: images ## Start a real single-node cluster in network namespace ringmaster-node and load the images (bin/ringmaster-node/kubeconfig).
+	hack/cluster/up.sh >/dev/null
+	hack/cluster/load.sh $(BIN)/images/*.tar
+
+.PHONY: cluster-down
+cluster-down: ## Stop the single-node cluster and remove everything it created.
+	hack/cluster/down.sh
+
+.PHONY: cluster-build
+cluster-build: ## Build kubelet, kube-controller-manager, kube-scheduler, kube-proxy and containerd (cached), and install runc, CNI plugins, iptables and conntrack from Debian if missing.
+	@hack/cluster/build.sh >/dev/null
 
 ##@ Tools
 
@@ -102,6 +178,14 @@ vault: ## Build the Vault server used by the tests (cached; about 12 minutes col
 .PHONY: cert-manager
 cert-manager: ## Build cert-manager's controllers for the certificate tests (cached; about 6-9 minutes cold).
 	@hack/certmanager.sh >/dev/null
+
+.PHONY: helm
+helm: ## Build Helm (cached).
+	@hack/gotool.sh helm helm.sh/helm/v3/cmd/helm $(HELM_VERSION) >/dev/null
+
+.PHONY: golangci-lint
+golangci-lint: ## Build golangci-lint (cached).
+	@hack/gotool.sh golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint $(GOLANGCI_LINT_VERSION) >/dev/null
 
 .PHONY: controller-gen
 controller-gen: ## Build controller-gen (cached).

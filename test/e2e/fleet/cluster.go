@@ -21,10 +21,12 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 )
 
-// Cluster is the local control plane: a real etcd and kube-apiserver, run by
-// hack/controlplane as a child process, with the CRDs installed.
+// Cluster is a cluster the harness drives as admin: the local control plane
+// (a real etcd and kube-apiserver, run by hack/controlplane as a child
+// process, with the CRDs installed), or the single-node cluster of
+// test/cluster.
 type Cluster struct {
-	// Kubeconfig is the admin kubeconfig the control plane wrote.
+	// Kubeconfig is the admin kubeconfig.
 	Kubeconfig string
 	// Kubectl is the kubectl built with kube-apiserver.
 	Kubectl string
@@ -58,6 +60,27 @@ func StartCluster(ctx context.Context, sup *Supervisor, bins Binaries, work stri
 		sup.Track(commName(pid), pid)
 	}
 
+	c, err := NewCluster(kubeconfig, filepath.Join(assets, "kubectl"))
+	if err != nil {
+		return nil, err
+	}
+	root, err := ModuleRoot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := envtest.InstallCRDs(c.Config, envtest.CRDInstallOptions{
+		Paths:              []string{filepath.Join(root, "config", "crd", "bases")},
+		ErrorIfPathMissing: true,
+		Scheme:             c.Client.Scheme(),
+	}); err != nil {
+		return nil, fmt.Errorf("install CRDs: %w", err)
+	}
+	return c, nil
+}
+
+// NewCluster connects to the cluster of an admin kubeconfig: the local
+// control plane, or the single-node cluster of hack/cluster.
+func NewCluster(kubeconfig, kubectl string) (*Cluster, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", kubeconfig, err)
@@ -78,20 +101,9 @@ func StartCluster(ctx context.Context, sup *Supervisor, bins Binaries, work stri
 	if err != nil {
 		return nil, err
 	}
-	root, err := ModuleRoot(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
-		Paths:              []string{filepath.Join(root, "config", "crd", "bases")},
-		ErrorIfPathMissing: true,
-		Scheme:             scheme,
-	}); err != nil {
-		return nil, fmt.Errorf("install CRDs: %w", err)
-	}
 	return &Cluster{
 		Kubeconfig: kubeconfig,
-		Kubectl:    filepath.Join(assets, "kubectl"),
+		Kubectl:    kubectl,
 		Config:     cfg,
 		Client:     c,
 		Clientset:  cs,

@@ -207,11 +207,17 @@ func (f *Fleet) Health(ctx context.Context) ([]agent.Status, error) {
 }
 
 func (f *Fleet) healthOf(ctx context.Context, addr string) (agent.Status, error) {
+	return ReadHealth(ctx, f.health, addr)
+}
+
+// ReadHealth reads the /healthz of the examples/server at addr (the agent's
+// Status) with c, which must trust the replica's certificate.
+func ReadHealth(ctx context.Context, c *http.Client, addr string) (agent.Status, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/healthz", nil)
 	if err != nil {
 		return agent.Status{}, err
 	}
-	resp, err := f.health.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return agent.Status{}, err
 	}

@@ -42,7 +42,14 @@ type LoadConfig struct {
 	Interval time.Duration
 	// Timeout bounds one connection, dial to last byte.
 	Timeout time.Duration
+	// Dial opens each connection's TCP stream; nil dials from the
+	// harness's own network namespace. The cluster suite dials from inside
+	// the single-node cluster's namespace (test/cluster/netns).
+	Dial DialFunc
 }
+
+// DialFunc opens a stream connection, like net.Dialer.DialContext.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // Sample is what one connection observed.
 type Sample struct {
@@ -118,7 +125,7 @@ func (l *Load) client(ctx context.Context, cfg LoadConfig, id int) {
 		if cfg.Interval > 0 {
 			next = next.Add(cfg.Interval/2 + rand.N(cfg.Interval))
 		}
-		s := Connect(ctx, cfg.Addr, tc, cfg.Timeout)
+		s := ConnectVia(ctx, cfg.Dial, cfg.Addr, tc, cfg.Timeout)
 		if ctx.Err() != nil && s.Err != "" {
 			return // cut short by Stop: not the fleet's failure
 		}
@@ -132,19 +139,31 @@ func (l *Load) client(ctx context.Context, cfg LoadConfig, id int) {
 // Connect makes one connection to addr with tc, sends one GET / and reads
 // the answer of examples/server.
 func Connect(ctx context.Context, addr string, tc *tls.Config, timeout time.Duration) Sample {
+	return ConnectVia(ctx, nil, addr, tc, timeout)
+}
+
+// ConnectVia is Connect with the TCP stream opened by dial (nil: from the
+// harness's own network namespace).
+func ConnectVia(ctx context.Context, dial DialFunc, addr string, tc *tls.Config, timeout time.Duration) Sample {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	s := Sample{Start: time.Now()}
-	d := tls.Dialer{Config: tc}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	raw, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		s.Err = err.Error()
 		return s
 	}
-	defer nc.Close()
-	conn := nc.(*tls.Conn)
+	defer raw.Close()
 	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
+		_ = raw.SetDeadline(dl)
+	}
+	conn := tls.Client(raw, tc)
+	if err := conn.HandshakeContext(ctx); err != nil {
+		s.Err = err.Error()
+		return s
 	}
 	req, _ := http.NewRequest(http.MethodGet, "https://"+ServerName+"/", nil)
 	req.Close = true

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const roleYAML = `---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: ringmaster-manager
+rules:
+- apiGroups:
+  - ""
+  resources:
+  - secrets
+  verbs:
+  - get
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: ringmaster-manager
+  namespace: ringmaster-system
+rules:
+- apiGroups:
+  - ""
+  resourceNames:
+  - ringmaster
+  resources:
+  - serviceaccounts/token
+  verbs:
+  - create
+- apiGroups:
+  - ""
+  resourceNames:
+  - ringmaster
+  resources:
+  - configmaps
+  verbs:
+  - get
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: ringmaster-manager
+  namespace: kube-system
+rules:
+- apiGroups:
+  - ""
+  resources:
+  - configmaps
+  verbs:
+  - get
+`
+
+func TestRBACTemplate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "role.yaml")
+	if err := os.WriteFile(path, []byte(roleYAML), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := rbacTemplate(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(out)
+	for _, want := range []string{
+		"kind: ClusterRole\nmetadata:\n  name: {{ include \"ringmaster.fullname\" . }}-manager\n",
+		"kind: ClusterRoleBinding\n",
+		// The operator's namespace becomes the release's.
+		"kind: Role\nmetadata:\n  name: {{ include \"ringmaster.fullname\" . }}-manager\n  namespace: {{ .Release.Namespace }}\n",
+		"kind: RoleBinding\nmetadata:\n  name: {{ include \"ringmaster.fullname\" . }}-manager\n  namespace: {{ .Release.Namespace }}\n",
+		// Any other namespace stays.
+		"  namespace: \"kube-system\"\n",
+		// The operator's own ServiceAccount becomes the chart's.
+		"  resourceNames:\n  - {{ include \"ringmaster.serviceAccountName\" . }}\n  resources:\n  - serviceaccounts/token\n",
+		"subjects:\n- kind: ServiceAccount\n  name: {{ include \"ringmaster.serviceAccountName\" . }}\n  namespace: {{ .Release.Namespace }}\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing\n%s\nin\n%s", want, got)
+		}
+	}
+	// Only service account names are the operator's: a ConfigMap named
+	// ringmaster keeps its name.
+	if !strings.Contains(got, "  resourceNames:\n  - ringmaster\n  resources:\n  - configmaps\n") {
+		t.Errorf("a ConfigMap's resourceNames changed:\n%s", got)
+	}
+	if n := strings.Count(got, "\nkind: "); n != 6 {
+		t.Errorf("%d objects, want 3 roles and 3 bindings", n)
+	}
+}
+
+func TestCRDTemplate(t *testing.T) {
+	dir := t.TempDir()
+	crd := "---\napiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  annotations:\n    controller-gen.kubebuilder.io/version: v0.23.0\n  name: things.ringmaster.io\nspec:\n  group: ringmaster.io\n"
+	path := filepath.Join(dir, "ringmaster.io_things.yaml")
+	if err := os.WriteFile(path, []byte(crd), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := crdTemplate(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(out)
+	for _, want := range []string{
+		"{{- if .Values.crds.enabled }}\n",
+		"  name: \"things.ringmaster.io\"\n",
+		"    controller-gen.kubebuilder.io/version: \"v0.23.0\"\n    {{- if .Values.crds.keep }}\n    helm.sh/resource-policy: keep\n    {{- end }}\n",
+		"spec:\n  group: ringmaster.io\n{{- end }}\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing\n%s\nin\n%s", want, got)
+		}
+	}
+
+	if err := os.WriteFile(path, []byte(crd+"  description: '{{ x }}'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crdTemplate(path); err == nil {
+		t.Error("a CRD holding {{ was accepted")
+	}
+}

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# Stops the single-node cluster of hack/cluster/up.sh (make cluster-down) and
+# removes everything it created: its processes, each ended by its own pid;
+# the pods' containers, shims, mounts and network namespaces; the cluster's
+# network namespace with its interfaces and iptables chains; its cgroups; its
+# files under /run and /var/lib; and the kernel settings the kubelet changed
+# are put back. It is safe to run at any time, also on a half-started or
+# already stopped cluster. Logs stay in bin/$RINGMASTER_CLUSTER/logs.
+
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+need_root
+lock_cluster
+
+started=$(date +%s.%N)
+BINS="$(cat "$RUN/bins" 2>/dev/null || echo "$BIN/cluster-bin")"
+
+# stop NAME [GRACE]: SIGTERM to the recorded pid, SIGKILL after GRACE seconds.
+stop() {
+	local f="$RUN/pids/$1" grace=${2:-15} pid i
+	[[ -f "$f" ]] || return 0
+	if pid_alive "$f"; then
+		read -r pid _ <"$f"
+		kill -TERM "$pid" 2>/dev/null || true
+		for ((i = 0; i < grace * 10; i++)); do
+			pid_alive "$f" || break
+			sleep 0.1
+		done
+		if pid_alive "$f"; then
+			echo "$1 (pid $pid) ignored SIGTERM for ${grace}s; killing it" >&2
+			kill -KILL "$pid" 2>/dev/null || true
+			sleep 0.2
+		fi
+	fi
+	rm -f "$f"
+}
+
+# kill_pids SIGNAL PID...: each by its own pid.
+kill_pids() {
+	local sig=$1 pid
+	shift
+	for pid in "$@"; do kill "-$sig" "$pid" 2>/dev/null || true; done
+}
+
+# Processes in the cluster's cgroups (containers) and the cluster's
+# containerd shims: a shim's command line names the cluster's containerd
+# socket, which no other process on the machine uses.
+cluster_pids() {
+	local h
+	for h in /sys/fs/cgroup/*/; do
+		[[ -d "$h${CGROUP#/}" ]] && find "$h${CGROUP#/}" -name cgroup.procs -exec cat {} + 2>/dev/null
+	done
+	local p
+	for p in /proc/[0-9]*; do
+		{ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF -- "-address $RUN/containerd.sock " && echo "${p#/proc/}"
+	done
+	true
+}
+
+if [[ -f "$RUN/pids/kubelet" ]] && pid_alive "$RUN/pids/kubelet" && [[ -f "$RUN/pids/kube-apiserver" ]] && pid_alive "$RUN/pids/kube-apiserver"; then
+	# Pods go through the kubelet, so that their CNI teardown runs: first
+	# nothing may re-create them.
+	stop kube-controller-manager
+	stop kube-scheduler
+	kc() { in_netns "$BINS/kubectl" --kubeconfig "$STATE/admin.kubeconfig" --request-timeout 10s "$@"; }
+	kc delete pods --all --all-namespaces --grace-period 1 --wait=false >/dev/null 2>&1 || true
+	for _ in $(seq 120); do
+		[[ -z "$(kc get pods --all-namespaces -o name 2>/dev/null)" ]] && break
+		sleep 0.5
+	done
+	# The kubelet stops each deleted pod's sandbox (CNI DEL) before it
+	# lets the pod go; give containerd a moment to reap the shims.
+	for _ in $(seq 40); do
+		[[ -z "$(cluster_pids)" ]] && break
+		sleep 0.25
+	done
+fi
+
+for c in forward kube-proxy kubelet kube-controller-manager kube-scheduler; do stop "$c"; done
+stop containerd 20
+# Whatever the kubelet left running (a failed start, a crash): end each
+# container process and shim by its pid.
+for sig in TERM KILL; do
+	left=$(cluster_pids | sort -u)
+	[[ -z "$left" ]] && break
+	# shellcheck disable=SC2086 # a list of pids
+	kill_pids "$sig" $left
+	for _ in $(seq 50); do
+		[[ -z "$(cluster_pids)" ]] && break
+		sleep 0.1
+	done
+done
+stop kube-apiserver 30
+stop etcd
+
+# Mounts under the cluster's directories (Secret volumes, container root
+# filesystems, pod network namespaces, shm), deepest first.
+mapfile -t mounts < <(awk -v run="$RUN/" -v state="$STATE/" 'index($5, run) == 1 || index($5, state) == 1 {print $5}' /proc/self/mountinfo | sort -r)
+for m in "${mounts[@]}"; do
+	m=$(printf '%b' "$m") # mountinfo escapes spaces as \040
+	umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || echo "could not unmount $m" >&2
+done
+
+# The network namespace takes its interfaces (node0, cni0, the pods' veths)
+# and every iptables chain (kube-proxy's, the kubelet's, CNI's) with it.
+if [[ -e "$NSPATH" ]]; then
+	ip netns delete "$NETNS"
+fi
+
+for h in /sys/fs/cgroup/*/; do
+	[[ -d "$h${CGROUP#/}" ]] || continue
+	find "$h${CGROUP#/}" -depth -type d -exec rmdir {} + 2>/dev/null || true
+	[[ -d "$h${CGROUP#/}" ]] && echo "could not remove cgroup $h${CGROUP#/}" >&2
+done
+
+if [[ -f "$RUN/sysctls" ]]; then
+	while IFS== read -r k v; do
+		[[ "$(sysctl -n "$k")" == "$v" ]] || sysctl -qw "$k=$v"
+	done <"$RUN/sysctls"
+fi
+
+# What CNI and the kubelet keep in fixed places: cached CNI results of this
+# network, and the kubelet's symlinks to container logs.
+rm -f /var/lib/cni/results/"$NAME"-* 2>/dev/null || true
+for l in /var/log/containers/*.log; do
+	[[ -L "$l" && "$(readlink "$l")" == "$STATE"/* ]] && rm -f "$l"
+done
+
+if [[ -f "$RUN/created-dirs" ]]; then
+	others=0
+	for f in /run/*/pids/kubelet; do
+		[[ "$f" != "$RUN/pids/kubelet" && -f "$f" ]] && pid_alive "$f" && others=1
+	done
+	if ((others == 0)); then
+		while read -r d; do
+			if [[ "$d" == /run/netns ]]; then
+				# ip netns bind-mounts the directory onto itself.
+				[[ -z "$(ls -A "$d" 2>/dev/null)" ]] && { umount "$d" 2>/dev/null || true; rmdir "$d" 2>/dev/null || true; }
+				continue
+			fi
+			rm -rf "$d"
+		done <"$RUN/created-dirs"
+	fi
+fi
+
+rm -rf "$RUN" "$STATE"
+rm -f "$INFO/kubeconfig"
+log "Cluster $NAME is down in $(awk -v s="$started" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}') s"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Loads image tar files (OCI layouts from make images, or docker save
+# archives) into the single-node cluster's containerd, where the kubelet
+# finds them: the cluster has no registry, so pods use them with
+# imagePullPolicy: Never (or IfNotPresent).
+#
+#   hack/cluster/load.sh bin/images/*.tar
+#
+# Each image keeps the name its archive gives it, e.g.
+# ghcr.io/ringmaster-io/ringmaster:dev.
+
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+need_root
+lock_cluster
+
+(($#)) || { echo "usage: hack/cluster/load.sh IMAGE.tar..." >&2; exit 2; }
+[[ -S "$RUN/containerd.sock" ]] || { echo "cluster $NAME is not running (make cluster)" >&2; exit 1; }
+BINS="$(cat "$RUN/bins")"
+for tar in "$@"; do
+	"$BINS/ctr" --address "$RUN/containerd.sock" -n k8s.io images import --local "$tar" | sed 's/^/  /' >&2
+done
