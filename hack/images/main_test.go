@@ -98,7 +98,7 @@ func checkImage(t *testing.T, b Built) {
 	if !slices.Equal(cf.Config.Entrypoint, b.Entrypoint) {
 		t.Errorf("%s: entrypoint %q, want %q", b.Name, cf.Config.Entrypoint, b.Entrypoint)
 	}
-	if !cf.Created.Time.Equal(time.Unix(0, 0)) {
+	if !cf.Created.Equal(time.Unix(0, 0)) {
 		t.Errorf("%s: created %s, want the epoch", b.Name, cf.Created.Time)
 	}
 	layers, err := img.Layers()
@@ -114,7 +114,7 @@ func checkImage(t *testing.T, b Built) {
 	tr := tar.NewReader(rc)
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -139,7 +139,7 @@ func untar(src, dir string) error {
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {

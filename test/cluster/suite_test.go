@@ -125,7 +125,7 @@ func run(ctx context.Context, name string, args ...string) (string, error) {
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 2 * time.Minute
 	err := cmd.Run()
-	GinkgoWriter.Write(stdout.Bytes())
+	_, _ = GinkgoWriter.Write(stdout.Bytes())
 	if err != nil {
 		return stdout.String(), fmt.Errorf("%s %s: %w", filepath.Base(name), strings.Join(args, " "), err)
 	}
