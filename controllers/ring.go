@@ -136,7 +136,7 @@ func readRecord(in ring, snaps []*corev1.Secret) (keyring.History, keyring.Polic
 func (r *rings) plan(ctx context.Context, in ring, history keyring.History, policy keyring.Policy, out *ringstatus.Outcome) (plan keyring.Plan, next keyring.Ring, rotation string, mintErr error) {
 	request := in.obj.GetAnnotations()[v1alpha1.RotateRequestedAtAnnotation]
 	rotateNow := history.CarryOut(request, in.status.LastRotateRequestedAt)
-	plan = keyring.Next(out.Now, policy, out.Current, rotateNow, history.StagedSince)
+	plan = keyring.Next(out.Now, policy, out.Current, keyring.Inputs{RotateNow: rotateNow, StagedSince: history.StagedSince})
 	next, mintErr = r.mint(ctx, in, plan)
 	if mintErr != nil {
 		rotationsTotal.WithLabelValues("failure").Inc()

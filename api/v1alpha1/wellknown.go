@@ -15,6 +15,10 @@ const (
 	// EpochAnnotation on a projection Secret names the epoch it carries.
 	EpochAnnotation = "ringmaster.io/epoch"
 
+	// DueAnnotation on a snapshot Secret is when its staged key fell or falls
+	// due, while the ring holds it for its fleet to confirm (RFC 3339).
+	DueAnnotation = "ringmaster.io/due"
+
 	// RotateRequestedAtAnnotation asks for a rotation now. Set it to the
 	// current time (RFC 3339); each new value is handled once and echoed in
 	// status.lastRotateRequestedAt, as `cmctl renew` and Flux's

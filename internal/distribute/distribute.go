@@ -11,6 +11,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -150,6 +151,12 @@ func Snapshot(o Owner, r keyring.Ring, rotateRequest string) (*corev1.Secret, er
 	if rotateRequest != "" {
 		s.Annotations = map[string]string{v1alpha1.RotateRequestedAtAnnotation: rotateRequest}
 	}
+	if !r.Due.IsZero() {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[v1alpha1.DueAnnotation] = r.Due.UTC().Format(time.RFC3339)
+	}
 	return s, nil
 }
 
@@ -238,6 +245,14 @@ func Record(s *corev1.Secret) keyring.Record {
 		rec.Err = fmt.Errorf("snapshot %s/%s: holds epoch %d but is labelled epoch %q", s.Namespace, s.Name, r.Epoch, s.Labels[v1alpha1.EpochLabel])
 	default:
 		rec.Ring = r
+		if due, ok := s.Annotations[v1alpha1.DueAnnotation]; ok {
+			t, err := time.Parse(time.RFC3339, due)
+			if err != nil {
+				rec.Ring, rec.Err = keyring.Ring{}, fmt.Errorf("snapshot %s/%s: annotation %s: %w", s.Namespace, s.Name, v1alpha1.DueAnnotation, err)
+				break
+			}
+			rec.Ring.Due = t
+		}
 	}
 	return rec
 }

@@ -21,7 +21,7 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func testRing() keyring.Ring {
 	plan := keyring.Next(t0, keyring.Policy{RotationInterval: time.Hour, RetainedKeys: 2, ActivationDelay: time.Minute},
-		keyring.Ring{Name: "shop/web"}, false, nil)
+		keyring.Ring{Name: "shop/web"}, keyring.Inputs{})
 	r, err := plan.Fill([]keyring.Secret{sha256.Sum256([]byte("a")), sha256.Sum256([]byte("b"))})
 	if err != nil {
 		panic(err)
@@ -295,5 +295,27 @@ func TestRingOf(t *testing.T) {
 		if kind != tt.wantKind || key != tt.wantKey || ok != (tt.wantKind != "") {
 			t.Errorf("RingOf(%v) = %s %v %v", tt.labels, kind, key, ok)
 		}
+	}
+}
+
+// A held staged key's due time travels with its snapshot, beside the ring
+// file the replicas read.
+func TestSnapshotRecordsDue(t *testing.T) {
+	r := testRing()
+	r.Due = t0.Add(time.Hour)
+	s, err := Snapshot(testOwner(), r, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Record(s); got.Err != nil || !got.Ring.Due.Equal(r.Due) {
+		t.Errorf("Record = %v, due %v; want due %v", got.Err, got.Ring.Due, r.Due)
+	}
+	s.Annotations[v1alpha1.DueAnnotation] = "soon"
+	if got := Record(s); got.Err == nil || !strings.Contains(got.Err.Error(), v1alpha1.DueAnnotation) {
+		t.Errorf("a malformed due time: %v", got.Err)
+	}
+	plain, _ := Snapshot(testOwner(), testRing(), "")
+	if _, ok := plain.Annotations[v1alpha1.DueAnnotation]; ok || !Record(plain).Ring.Due.IsZero() {
+		t.Error("a ring holding nothing records a due time")
 	}
 }

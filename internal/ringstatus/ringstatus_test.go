@@ -21,7 +21,7 @@ var (
 
 // published is a new ring published at t0: A active, S staged for t0+1h.
 func published() keyring.Ring {
-	plan := keyring.Next(t0, std, keyring.Ring{Name: "shop/web"}, false, nil)
+	plan := keyring.Next(t0, std, keyring.Ring{Name: "shop/web"}, keyring.Inputs{})
 	r, err := plan.Fill([]keyring.Secret{sha256.Sum256([]byte("S")), sha256.Sum256([]byte("A"))})
 	if err != nil {
 		panic(err)
