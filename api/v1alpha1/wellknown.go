@@ -24,6 +24,13 @@ const (
 	// status.lastRotateRequestedAt, as `cmctl renew` and Flux's
 	// reconcile.fluxcd.io/requestedAt do.
 	RotateRequestedAtAnnotation = "ringmaster.io/rotate-requested-at"
+
+	// RevokeRequestedAtAnnotation asks for an emergency revoke: every key of
+	// the ring is destroyed at once and a fresh key encrypts from now, so
+	// that no ticket issued before resumes. Set it to the current time
+	// (RFC 3339); each new value is handled once, echoed in
+	// status.lastRevokeRequestedAt and recorded in status.revocations.
+	RevokeRequestedAtAnnotation = "ringmaster.io/revoke-requested-at"
 )
 
 // Values of ComponentLabel.
