@@ -41,8 +41,8 @@ type replica struct {
 	cert   *testpki.Issued
 	agent  atomic.Pointer[agent.Agent]
 	config atomic.Pointer[tls.Config] // the agent's, for the TLS listener
-	tls    string // TLS address
-	status string // the status port's number
+	tls    string                     // TLS address
+	status string                     // the status port's number
 }
 
 var replicaCA = func() *testpki.CA {

@@ -197,7 +197,7 @@ func RequestedBy(fields []metav1.ManagedFieldsEntry, annotation string) string {
 	var by string
 	var at time.Time
 	for _, f := range fields {
-		if f.FieldsV1 == nil || !bytes.Contains(f.FieldsV1.Raw, key) {
+		if f.FieldsV1 == nil || !bytes.Contains(f.FieldsV1.GetRawBytes(), key) {
 			continue
 		}
 		if t := f.Time; by == "" || (t != nil && t.After(at)) {
