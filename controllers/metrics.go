@@ -23,11 +23,13 @@ var rotationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 //	ringmaster_ticketkeyring_epoch{namespace,name}
 //	ringmaster_ticketkeyring_active_key_age_seconds{namespace,name}
 //	ringmaster_ticketkeyring_rotation_overdue_seconds{namespace,name}
+//	ringmaster_ticketkeyring_confirmation_overdue_seconds{namespace,name}
 type ringGauges struct {
-	clock   clock.PassiveClock
-	epoch   *prometheus.Desc
-	age     *prometheus.Desc
-	overdue *prometheus.Desc
+	clock       clock.PassiveClock
+	epoch       *prometheus.Desc
+	age         *prometheus.Desc
+	overdue     *prometheus.Desc
+	unconfirmed *prometheus.Desc
 
 	mu    sync.Mutex
 	rings map[types.NamespacedName]ringGauge
@@ -37,6 +39,9 @@ type ringGauge struct {
 	epoch        int64
 	activeFrom   time.Time
 	overdueSince time.Time // zero: on schedule
+	// unconfirmedSince is when the staged key's confirmation timeout passed
+	// while it waits for its fleet; zero otherwise.
+	unconfirmedSince time.Time
 }
 
 func newRingGauges(c clock.PassiveClock) *ringGauges {
@@ -47,14 +52,16 @@ func newRingGauges(c clock.PassiveClock) *ringGauges {
 		age:   prometheus.NewDesc("ringmaster_ticketkeyring_active_key_age_seconds", "Seconds since the key that encrypts now became active.", labels, nil),
 		overdue: prometheus.NewDesc("ringmaster_ticketkeyring_rotation_overdue_seconds",
 			"Seconds since a rotation became due that could not be minted (0 when on schedule).", labels, nil),
+		unconfirmed: prometheus.NewDesc("ringmaster_ticketkeyring_confirmation_overdue_seconds",
+			"Seconds a staged key has waited for its fleet past its confirmation timeout (0 when none waits).", labels, nil),
 		rings: map[types.NamespacedName]ringGauge{},
 	}
 }
 
-func (g *ringGauges) set(ring types.NamespacedName, epoch int64, activeFrom, overdueSince time.Time) {
+func (g *ringGauges) set(ring types.NamespacedName, epoch int64, activeFrom, overdueSince, unconfirmedSince time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.rings[ring] = ringGauge{epoch: epoch, activeFrom: activeFrom, overdueSince: overdueSince}
+	g.rings[ring] = ringGauge{epoch: epoch, activeFrom: activeFrom, overdueSince: overdueSince, unconfirmedSince: unconfirmedSince}
 }
 
 func (g *ringGauges) forget(ring types.NamespacedName) {
@@ -68,6 +75,7 @@ func (g *ringGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- g.epoch
 	ch <- g.age
 	ch <- g.overdue
+	ch <- g.unconfirmed
 }
 
 // Collect implements prometheus.Collector.
@@ -78,10 +86,15 @@ func (g *ringGauges) Collect(ch chan<- prometheus.Metric) {
 	for ring, v := range g.rings {
 		ch <- prometheus.MustNewConstMetric(g.epoch, prometheus.GaugeValue, float64(v.epoch), ring.Namespace, ring.Name)
 		ch <- prometheus.MustNewConstMetric(g.age, prometheus.GaugeValue, now.Sub(v.activeFrom).Seconds(), ring.Namespace, ring.Name)
-		overdue := 0.0
-		if !v.overdueSince.IsZero() {
-			overdue = now.Sub(v.overdueSince).Seconds()
-		}
-		ch <- prometheus.MustNewConstMetric(g.overdue, prometheus.GaugeValue, overdue, ring.Namespace, ring.Name)
+		ch <- prometheus.MustNewConstMetric(g.overdue, prometheus.GaugeValue, secondsSince(now, v.overdueSince), ring.Namespace, ring.Name)
+		ch <- prometheus.MustNewConstMetric(g.unconfirmed, prometheus.GaugeValue, secondsSince(now, v.unconfirmedSince), ring.Namespace, ring.Name)
 	}
+}
+
+// secondsSince is now - t in seconds, or 0 for a zero t.
+func secondsSince(now, t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return now.Sub(t).Seconds()
 }

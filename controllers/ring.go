@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -20,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
@@ -33,11 +36,16 @@ import (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=ringmaster.io,resources=clusterkeysources,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list
 
 // conflictRetry is how often a ring blocked by a foreign Secret looks again:
 // the cache holds only ringmaster's Secrets, so the foreign one's removal
 // raises no event.
 const conflictRetry = time.Minute
+
+// confirmPoll is how often a ring whose due staged key waits for its fleet
+// asks the pods again.
+const confirmPoll = 5 * time.Second
 
 // rings reconciles TicketKeyRings and ClusterTicketKeyRings.
 type rings struct {
@@ -48,7 +56,9 @@ type rings struct {
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
 	Sources   *mint.Sources
-	gauges    *ringGauges
+	// Asker asks pods what they hold (spec.confirmation).
+	Asker  *confirm.Asker
+	gauges *ringGauges
 }
 
 // ring is one ring of either kind, as the shared reconcile sees it.
@@ -84,21 +94,28 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 	out.Current = history.Current()
 	out.Current.Name = in.owner.RingName()
 
-	plan, next, rotation, mintErr := r.plan(ctx, in, history, policy, &out)
+	confirmed, err := r.confirm(ctx, in, policy, &out)
+	if err != nil {
+		return in.status, reconcile.Result{}, err
+	}
+	plan, next, req, mintErr := r.plan(ctx, in, history, policy, confirmed, &out)
 	newest := newestSnapshot(snaps)
 	if plan.Changed {
 		next.Epoch = keyring.NextEpoch(out.Current, in.status.Epoch)
-		snap, problem, err := r.publish(ctx, in, next, plan, rotation)
+		snap, problem, err := r.publish(ctx, in, next, plan, req)
 		if problem != nil {
 			// Nothing new is published, but older snapshots holding keys
 			// the current ring already dropped still go.
 			rotationsTotal.WithLabelValues("failure").Inc()
-			out.Publish, out.Ring, out.Snapshot, out.RotateRequest = problem, out.Current, in.status.Snapshot, ""
+			out.Publish, out.Ring, out.Snapshot, out.RotateRequest, out.RevokeRequest, out.Revocation = problem, out.Current, in.status.Snapshot, "", "", nil
 			destroyErr := r.destroy(ctx, history.Stale(out.Current), snaps)
 			return r.finish(ctx, in, out), reconcile.Result{RequeueAfter: conflictRetry}, errors.Join(mintError(mintErr), err, destroyErr)
 		}
 		if mintErr == nil {
 			rotationsTotal.WithLabelValues("success").Inc()
+		}
+		if out.Revocation != nil {
+			r.revoked(in, snap, next, out.Revocation)
 		}
 		newest = snap
 	}
@@ -110,6 +127,9 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 	res := reconcile.Result{RequeueAfter: schedule.After(now, plan.RequeueAt)}
 	if len(out.Failed) > 0 {
 		res.RequeueAfter = min(conflictRetry, res.RequeueAfter)
+	}
+	if plan.Awaiting {
+		res.RequeueAfter = min(confirmPoll, res.RequeueAfter)
 	}
 	return r.finish(ctx, in, out), res, errors.Join(mintError(mintErr), targetErr, destroyErr)
 }
@@ -123,6 +143,9 @@ func readRecord(in ring, snaps []*corev1.Secret) (keyring.History, keyring.Polic
 			Message: fmt.Sprintf("%v; delete that Secret to fall back to the previous epoch", err)}
 	}
 	policy := keyring.Policy{RotationInterval: in.spec.RotationInterval.Duration, RetainedKeys: int(in.spec.RetainedKeys), ActivationDelay: in.spec.ActivationDelay.Duration}
+	if c := in.spec.Confirmation; c != nil {
+		policy.Confirm = &keyring.Confirm{Timeout: c.Timeout.Duration, Promote: c.OnTimeout == v1alpha1.ConfirmationPromote}
+	}
 	if err := policy.Validate(); err != nil {
 		return history, policy, &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: fmt.Sprintf("Invalid spec: %v", err)}
 	}
@@ -133,27 +156,82 @@ func readRecord(in ring, snaps []*corev1.Secret) (keyring.History, keyring.Polic
 // when it fails, the plan falls back on one that only destroys what has
 // expired, so that forward secrecy never waits for the source. rotation is
 // the rotate-now request the new epoch carries out, if any.
-func (r *rings) plan(ctx context.Context, in ring, history keyring.History, policy keyring.Policy, out *ringstatus.Outcome) (plan keyring.Plan, next keyring.Ring, rotation string, mintErr error) {
-	request := in.obj.GetAnnotations()[v1alpha1.RotateRequestedAtAnnotation]
-	rotateNow := history.CarryOut(request, in.status.LastRotateRequestedAt)
-	plan = keyring.Next(out.Now, policy, out.Current, rotateNow, history.StagedSince)
+func (r *rings) plan(ctx context.Context, in ring, history keyring.History, policy keyring.Policy, confirmed bool, out *ringstatus.Outcome) (plan keyring.Plan, next keyring.Ring, req distribute.Requests, mintErr error) {
+	rotate := in.obj.GetAnnotations()[v1alpha1.RotateRequestedAtAnnotation]
+	revoke := in.obj.GetAnnotations()[v1alpha1.RevokeRequestedAtAnnotation]
+	inputs := keyring.Inputs{
+		RotateNow:   history.CarryOut(rotate, in.status.LastRotateRequestedAt),
+		Revoke:      history.CarryOutRevoke(revoke, in.status.LastRevokeRequestedAt),
+		StagedSince: history.StagedSince,
+		Confirmed:   confirmed,
+	}
+	plan = keyring.Next(out.Now, policy, out.Current, inputs)
 	next, mintErr = r.mint(ctx, in, plan)
-	if mintErr != nil {
+	switch {
+	case mintErr != nil:
 		rotationsTotal.WithLabelValues("failure").Inc()
 		out.Source = &ringstatus.Problem{Reason: mint.ReasonOf(mintErr),
 			Message: fmt.Sprintf("Minting %d key(s) failed: %v. Nothing new was published and the current keys keep serving", plan.Mint, mintErr)}
 		plan = plan.WithoutMint(out.Now, out.Current)
 		next = plan.Ring
-	} else if rotateNow {
-		rotation = request
+	case inputs.Revoke:
+		req.Revoke = revoke
+		out.Revocation = &v1alpha1.Revocation{RequestedAt: revoke, Keys: plan.Revoked,
+			RequestedBy: ringstatus.RequestedBy(in.obj.GetManagedFields(), v1alpha1.RevokeRequestedAtAnnotation)}
+	case inputs.RotateNow:
+		req.Rotate = rotate
 	}
-	// The request is echoed once carried out, now or by an epoch on record:
+	// A request is echoed once carried out, now or by an epoch on record:
 	// the status read may lag the record, and must not bring back an older
 	// request.
-	if rotation != "" || history.Handled(request) {
-		out.RotateRequest = request
+	if req.Rotate != "" || history.Handled(rotate) {
+		out.RotateRequest = rotate
 	}
-	return plan, next, rotation, mintErr
+	if req.Revoke != "" || history.Revoked(revoke) {
+		out.RevokeRequest = revoke
+	}
+	return plan, next, req, mintErr
+}
+
+// revoked records and announces an emergency revoke carried out by epoch
+// next, published as snap.
+func (r *rings) revoked(in ring, snap *corev1.Secret, next keyring.Ring, rev *v1alpha1.Revocation) {
+	rev.Epoch = next.Epoch
+	r.Recorder.Eventf(in.obj, snap, corev1.EventTypeWarning, v1alpha1.ReasonRevoked, "Revoke",
+		"Revoked keys %s at the request of %s (%s): epoch %d encrypts with fresh key %s; tickets issued before no longer resume",
+		strings.Join(rev.Keys, " "), cmp.Or(rev.RequestedBy, "an unknown client"), rev.RequestedAt, next.Epoch, next.Keys[1].ID)
+}
+
+// confirm asks the ring's pods whether they hold its held staged key, under
+// spec.confirmation, and reports it in out. It says whether every selected,
+// ready pod does.
+func (r *rings) confirm(ctx context.Context, in ring, policy keyring.Policy, out *ringstatus.Outcome) (bool, error) {
+	c, cur := in.spec.Confirmation, out.Current
+	if c == nil || cur.Due.IsZero() || len(cur.Keys) < 2 || !out.Now.Before(cur.Keys[0].ActiveFrom) {
+		return false, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&c.PodSelector)
+	if err != nil {
+		return false, nil // the API's validation let an invalid selector through: nobody confirms
+	}
+	var pods []corev1.Pod
+	for _, ns := range in.targets {
+		list := &corev1.PodList{}
+		if err := r.APIReader.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			return false, fmt.Errorf("list the pods of namespace %s: %w", ns, err)
+		}
+		pods = append(pods, list.Items...)
+	}
+	targets, unreachable := confirm.Targets(pods, c.Port)
+	result := confirm.Tally(cur.Name, cur.Keys[0].ID, r.Asker.Ask(ctx, targets), unreachable)
+	out.Confirmation = &v1alpha1.ConfirmationStatus{
+		StagedKey: cur.Keys[0].ID, Due: &metav1.Time{Time: cur.Due}, Pods: int32(result.Pods), Holding: int32(result.Holding),
+		Missing: result.Missing, CheckedAt: metav1.NewTime(out.Now.Truncate(time.Second)),
+	}
+	if late := cur.Due.Add(policy.Confirm.Timeout); !result.Confirmed() && !out.Now.Before(late) {
+		out.Overdue = late
+	}
+	return result.Confirmed(), nil
 }
 
 // finish builds the status, emits the Warning event a transition calls for,
@@ -164,9 +242,12 @@ func (r *rings) finish(ctx context.Context, in ring, out ringstatus.Outcome) v1a
 		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
 		log.FromContext(ctx).Info("Ring not ready", "reason", reason, "message", msg)
 	}
+	if msg, ok := ringstatus.ConfirmationWarning(in.status.Conditions, status.Conditions); ok {
+		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, v1alpha1.ConditionConfirmationOverdue, "Confirm", "%s", msg)
+	}
 	if active, ok := out.Ring.Active(out.Now); ok && out.Halted == nil {
 		since, _ := ringstatus.OverdueSince(out)
-		r.gauges.set(ringKey(in), out.Ring.Epoch, active.ActiveFrom, since)
+		r.gauges.set(ringKey(in), out.Ring.Epoch, active.ActiveFrom, since, out.Overdue)
 	}
 	return status
 }
@@ -216,8 +297,8 @@ func (r *rings) mint(ctx context.Context, in ring, plan keyring.Plan) (keyring.R
 
 // publish creates the epoch's immutable snapshot Secret. It returns a
 // problem to report, and no snapshot, when the snapshot cannot be written.
-func (r *rings) publish(ctx context.Context, in ring, next keyring.Ring, plan keyring.Plan, rotation string) (*corev1.Secret, *ringstatus.Problem, error) {
-	snap, err := distribute.Snapshot(in.owner, next, rotation)
+func (r *rings) publish(ctx context.Context, in ring, next keyring.Ring, plan keyring.Plan, req distribute.Requests) (*corev1.Secret, *ringstatus.Problem, error) {
+	snap, err := distribute.Snapshot(in.owner, next, req)
 	if err != nil {
 		return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: err.Error()}, err
 	}

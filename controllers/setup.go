@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 )
@@ -75,7 +76,8 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	}
 	sources := &mint.Sources{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Namespace: o.Namespace, ServiceAccount: o.ServiceAccount, Timeout: o.MintTimeout}
 	recorder := mgr.GetEventRecorder("ringmaster")
-	shared := &rings{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, Sources: sources, gauges: newRingGauges(o.Clock)}
+	shared := &rings{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, Sources: sources,
+		Asker: &confirm.Asker{}, gauges: newRingGauges(o.Clock)}
 	for _, c := range []prometheus.Collector{rotationsTotal, shared.gauges} {
 		if err := o.Registry.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 			return nil, err

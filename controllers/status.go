@@ -19,7 +19,10 @@ const FieldOwner = "ringmaster"
 // applyStatus writes obj's status as next by server-side apply, owning the
 // whole status, and only when next differs from old: one write per
 // reconcile at most, none when nothing changed. Fields ringmaster no longer
-// sets are removed, as an apply of the whole status removes them.
+// sets are removed, as an apply of the whole status removes them. The apply
+// carries the resourceVersion the status was computed from: a reconcile
+// that read a stale object fails with a conflict and runs again on a fresh
+// one, rather than write back what another reconcile already changed.
 func applyStatus[S any](ctx context.Context, c client.Client, obj client.Object, old, next S) error {
 	if !statusChanged(old, next) {
 		return nil
@@ -32,7 +35,7 @@ func applyStatus[S any](ctx context.Context, c client.Client, obj client.Object,
 	if err != nil {
 		return fmt.Errorf("write status: %w", err)
 	}
-	meta := map[string]any{"name": obj.GetName()}
+	meta := map[string]any{"name": obj.GetName(), "resourceVersion": obj.GetResourceVersion()}
 	if ns := obj.GetNamespace(); ns != "" {
 		meta["namespace"] = ns
 	}

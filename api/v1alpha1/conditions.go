@@ -10,6 +10,10 @@ const (
 	// its key cannot be minted. Keys still expire on time meanwhile: forward
 	// secrecy comes before resumption.
 	ConditionRotationOverdue = "RotationOverdue"
+	// ConditionConfirmationOverdue (rings under spec.confirmation) is True
+	// while a staged key has waited for its fleet longer than the timeout,
+	// and the active key keeps encrypting.
+	ConditionConfirmationOverdue = "ConfirmationOverdue"
 	// ConditionCompliant (policies) is True when every certificate the
 	// policy selects obeys every rule.
 	ConditionCompliant = "Compliant"
@@ -42,8 +46,14 @@ const (
 	ReasonInvalidSpec = "InvalidSpec"
 	// ReasonPublishFailed: the API server refused a write; retried.
 	ReasonPublishFailed = "PublishFailed"
-	// ReasonOnSchedule: RotationOverdue is False; no rotation is overdue.
+	// ReasonOnSchedule: RotationOverdue (or ConfirmationOverdue) is False;
+	// nothing is overdue.
 	ReasonOnSchedule = "OnSchedule"
+	// ReasonAwaitingPods: ConfirmationOverdue is True; the message names the
+	// pods that do not hold the staged key.
+	ReasonAwaitingPods = "AwaitingPods"
+	// ReasonRevoked: the event of an emergency revoke.
+	ReasonRevoked = "Revoked"
 )
 
 // Reasons of a key source's failures, on the key source's Ready condition

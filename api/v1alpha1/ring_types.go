@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // KeyFormat is a server's ticket key file format.
@@ -57,6 +58,58 @@ type TicketKeyRingSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Distribution Distribution `json:"distribution,omitempty"`
+
+	// confirmation, when set, activates each staged key only once every
+	// selected, ready pod reports holding it, and never sooner than it
+	// would by the clock. Without it, a staged key activates by the clock,
+	// activationDelay after it was delivered, whether or not every pod has
+	// it.
+	// +optional
+	Confirmation *Confirmation `json:"confirmation,omitempty"`
+}
+
+// ConfirmationTimeoutPolicy is what a ring does when its fleet does not
+// confirm a staged key in time.
+// +kubebuilder:validation:Enum=Wait;Promote
+type ConfirmationTimeoutPolicy string
+
+const (
+	// ConfirmationWait keeps the active key encrypting until every pod
+	// confirms, however long it takes, and says so in the
+	// ConfirmationOverdue condition, an event and a metric.
+	ConfirmationWait ConfirmationTimeoutPolicy = "Wait"
+	// ConfirmationPromote activates the staged key at the timeout anyway:
+	// a pod that still lacks it cannot resume tickets issued under it.
+	ConfirmationPromote ConfirmationTimeoutPolicy = "Promote"
+)
+
+// Confirmation says which pods must confirm a staged key, how the operator
+// asks them, and how long it waits.
+type Confirmation struct {
+	// podSelector selects the ring's pods: in the ring's namespace for a
+	// TicketKeyRing, in every target namespace for a ClusterTicketKeyRing.
+	// Only ready pods count; pods on the host network are never asked.
+	// +required
+	PodSelector metav1.LabelSelector `json:"podSelector"`
+
+	// port is the name or number of the container port on which each pod
+	// serves what its agent holds (pkg/agent's StatusHandler, at
+	// /ringmaster/v1/status, plain HTTP, read-only, no key bytes).
+	// +kubebuilder:validation:XIntOrString
+	// +required
+	Port intstr.IntOrString `json:"port"`
+
+	// timeout is how long after a staged key falls due the ring waits for
+	// every pod before onTimeout decides.
+	// +kubebuilder:default="10m"
+	// +optional
+	Timeout metav1.Duration `json:"timeout,omitempty"`
+
+	// onTimeout is Wait (the active key keeps encrypting until every pod
+	// confirms) or Promote (the staged key activates at the timeout).
+	// +kubebuilder:default=Wait
+	// +optional
+	OnTimeout ConfirmationTimeoutPolicy `json:"onTimeout,omitempty"`
 }
 
 // KeySourceReference names a ClusterKeySource.
@@ -175,4 +228,68 @@ type TicketKeyRingStatus struct {
 	// annotation value that was handled.
 	// +optional
 	LastRotateRequestedAt string `json:"lastRotateRequestedAt,omitempty"`
+
+	// confirmation is what the selected pods report of the staged key,
+	// under spec.confirmation.
+	// +optional
+	Confirmation *ConfirmationStatus `json:"confirmation,omitempty"`
+
+	// lastRevokeRequestedAt echoes the last ringmaster.io/revoke-requested-at
+	// annotation value that was handled.
+	// +optional
+	LastRevokeRequestedAt string `json:"lastRevokeRequestedAt,omitempty"`
+
+	// revocations record the ring's emergency revokes, newest first (the
+	// last 10).
+	// +kubebuilder:validation:MaxItems=10
+	// +optional
+	Revocations []Revocation `json:"revocations,omitempty"`
+}
+
+// ConfirmationStatus is what the ring's pods report of its staged key.
+type ConfirmationStatus struct {
+	// stagedKey is the id of the key the pods are asked about.
+	StagedKey string `json:"stagedKey"`
+	// due is when the staged key falls due: it activates once due and
+	// confirmed.
+	// +optional
+	Due *metav1.Time `json:"due,omitempty"`
+	// pods counts the selected, ready pods.
+	Pods int32 `json:"pods"`
+	// holding counts those that report holding the staged key.
+	Holding int32 `json:"holding"`
+	// missing names, in order, the pods that do not (at most 20), and why.
+	// +kubebuilder:validation:MaxItems=20
+	// +optional
+	Missing []PodReport `json:"missing,omitempty"`
+	// checkedAt is when the pods were last asked.
+	CheckedAt metav1.Time `json:"checkedAt"`
+}
+
+// PodReport is a pod that did not confirm the staged key.
+type PodReport struct {
+	// namespace of the pod.
+	Namespace string `json:"namespace"`
+	// name of the pod.
+	Name string `json:"name"`
+	// node the pod runs on.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// reason says what the pod reported, or why it could not be asked.
+	Reason string `json:"reason"`
+}
+
+// Revocation is one emergency revoke.
+type Revocation struct {
+	// requestedAt is the ringmaster.io/revoke-requested-at value handled.
+	RequestedAt string `json:"requestedAt"`
+	// requestedBy is the field manager that set the annotation (for
+	// kubectl, "kubectl-annotate"; the API server's audit log says which
+	// user).
+	// +optional
+	RequestedBy string `json:"requestedBy,omitempty"`
+	// epoch is the epoch that dropped the keys.
+	Epoch int64 `json:"epoch"`
+	// keys are the ids of the keys destroyed.
+	Keys []string `json:"keys"`
 }

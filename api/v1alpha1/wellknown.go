@@ -15,11 +15,22 @@ const (
 	// EpochAnnotation on a projection Secret names the epoch it carries.
 	EpochAnnotation = "ringmaster.io/epoch"
 
+	// DueAnnotation on a snapshot Secret is when its staged key fell or falls
+	// due, while the ring holds it for its fleet to confirm (RFC 3339).
+	DueAnnotation = "ringmaster.io/due"
+
 	// RotateRequestedAtAnnotation asks for a rotation now. Set it to the
 	// current time (RFC 3339); each new value is handled once and echoed in
 	// status.lastRotateRequestedAt, as `cmctl renew` and Flux's
 	// reconcile.fluxcd.io/requestedAt do.
 	RotateRequestedAtAnnotation = "ringmaster.io/rotate-requested-at"
+
+	// RevokeRequestedAtAnnotation asks for an emergency revoke: every key of
+	// the ring is destroyed at once and a fresh key encrypts from now, so
+	// that no ticket issued before resumes. Set it to the current time
+	// (RFC 3339); each new value is handled once, echoed in
+	// status.lastRevokeRequestedAt and recorded in status.revocations.
+	RevokeRequestedAtAnnotation = "ringmaster.io/revoke-requested-at"
 )
 
 // Values of ComponentLabel.

@@ -9,7 +9,10 @@
 //	GET /         a greeting naming the epoch and active key id;
 //	GET /healthz  the agent's Status as JSON (epoch, active key id, keys, ...);
 //	GET /metrics  Prometheus metrics, on -metrics-listen over plain HTTP, or
-//	              on the HTTPS listener when -metrics-listen is empty.
+//	              on the HTTPS listener when -metrics-listen is empty;
+//	GET /ringmaster/v1/status  what the agent holds (agent.StatusHandler),
+//	              beside /metrics: the operator asks it before it promotes a
+//	              staged key (spec.confirmation).
 //
 // On start it prints one line per listener to stdout, with the bound
 // address, so that -listen 127.0.0.1:0 can be used:
@@ -90,6 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	})
 	if *metricsListen == "" {
 		mux.Handle("GET /metrics", metricsHandler)
+		mux.Handle(agent.StatusPath, a.StatusHandler())
 	}
 
 	// The agent supplies the certificate and ticket keys; the base holds
@@ -112,6 +116,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		m := http.NewServeMux()
 		m.Handle("GET /metrics", metricsHandler)
+		m.Handle(agent.StatusPath, a.StatusHandler())
 		metricsSrv = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
 		fmt.Fprintf(stdout, "metrics listening on %s\n", metricsLn.Addr())
 	}

@@ -11,6 +11,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,13 +117,20 @@ func (o Owner) ownerRef() metav1.OwnerReference {
 	}
 }
 
-// Snapshot builds the immutable snapshot Secret of r, owned by o:
-// ticketkeys.json plus the files of every extra format, with the derived
-// keys ordered as of the epoch's IssuedAt. rotateRequest, if set, is the
-// rotate-now request the epoch carries out: the record of the request
+// Requests are the requests an epoch carries out: the record of a request
 // travels with the epoch it caused, so that a reconcile reading a ring
 // whose status lags never carries it out twice.
-func Snapshot(o Owner, r keyring.Ring, rotateRequest string) (*corev1.Secret, error) {
+type Requests struct {
+	// Rotate is a rotate-now request (v1alpha1.RotateRequestedAtAnnotation).
+	Rotate string
+	// Revoke is a revoke request (v1alpha1.RevokeRequestedAtAnnotation).
+	Revoke string
+}
+
+// Snapshot builds the immutable snapshot Secret of r, owned by o:
+// ticketkeys.json plus the files of every extra format, with the derived
+// keys ordered as of the epoch's IssuedAt, and the requests it carries out.
+func Snapshot(o Owner, r keyring.Ring, req Requests) (*corev1.Secret, error) {
 	ringFile, err := keyring.Encode(r)
 	if err != nil {
 		return nil, fmt.Errorf("encode epoch %d: %w", r.Epoch, err)
@@ -147,8 +155,18 @@ func Snapshot(o Owner, r keyring.Ring, rotateRequest string) (*corev1.Secret, er
 		Data:      data,
 	}
 	s.Labels[v1alpha1.EpochLabel] = strconv.FormatInt(r.Epoch, 10)
-	if rotateRequest != "" {
-		s.Annotations = map[string]string{v1alpha1.RotateRequestedAtAnnotation: rotateRequest}
+	ann := map[string]string{}
+	if req.Rotate != "" {
+		ann[v1alpha1.RotateRequestedAtAnnotation] = req.Rotate
+	}
+	if req.Revoke != "" {
+		ann[v1alpha1.RevokeRequestedAtAnnotation] = req.Revoke
+	}
+	if !r.Due.IsZero() {
+		ann[v1alpha1.DueAnnotation] = r.Due.UTC().Format(time.RFC3339)
+	}
+	if len(ann) > 0 {
+		s.Annotations = ann
 	}
 	return s, nil
 }
@@ -229,7 +247,8 @@ func Updated(have, want *corev1.Secret) *corev1.Secret {
 // Secret altered by hand is refused with an error naming it rather than
 // trusted.
 func Record(s *corev1.Secret) keyring.Record {
-	rec := keyring.Record{Epoch: SnapshotEpoch(s), RotateRequest: s.Annotations[v1alpha1.RotateRequestedAtAnnotation]}
+	rec := keyring.Record{Epoch: SnapshotEpoch(s), RotateRequest: s.Annotations[v1alpha1.RotateRequestedAtAnnotation],
+		RevokeRequest: s.Annotations[v1alpha1.RevokeRequestedAtAnnotation]}
 	r, err := keyring.Decode(s.Data[keyring.FileName])
 	switch {
 	case err != nil:
@@ -238,6 +257,14 @@ func Record(s *corev1.Secret) keyring.Record {
 		rec.Err = fmt.Errorf("snapshot %s/%s: holds epoch %d but is labelled epoch %q", s.Namespace, s.Name, r.Epoch, s.Labels[v1alpha1.EpochLabel])
 	default:
 		rec.Ring = r
+		if due, ok := s.Annotations[v1alpha1.DueAnnotation]; ok {
+			t, err := time.Parse(time.RFC3339, due)
+			if err != nil {
+				rec.Ring, rec.Err = keyring.Ring{}, fmt.Errorf("snapshot %s/%s: annotation %s: %w", s.Namespace, s.Name, v1alpha1.DueAnnotation, err)
+				break
+			}
+			rec.Ring.Due = t
+		}
 	}
 	return rec
 }

@@ -21,7 +21,7 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 func testRing() keyring.Ring {
 	plan := keyring.Next(t0, keyring.Policy{RotationInterval: time.Hour, RetainedKeys: 2, ActivationDelay: time.Minute},
-		keyring.Ring{Name: "shop/web"}, false, nil)
+		keyring.Ring{Name: "shop/web"}, keyring.Inputs{})
 	r, err := plan.Fill([]keyring.Secret{sha256.Sum256([]byte("a")), sha256.Sum256([]byte("b"))})
 	if err != nil {
 		panic(err)
@@ -87,7 +87,7 @@ func TestSnapshot(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			owner := testOwner(tt.formats...)
-			s, err := Snapshot(owner, testRing(), "")
+			s, err := Snapshot(owner, testRing(), Requests{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -124,18 +124,18 @@ func TestSnapshot(t *testing.T) {
 		})
 	}
 
-	s, err := Snapshot(testOwner(), testRing(), "2026-11-30T12:00:00Z")
+	s, err := Snapshot(testOwner(), testRing(), Requests{Rotate: "2026-11-30T12:00:00Z", Revoke: "2026-11-30T12:01:00Z"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := Record(s).RotateRequest; got != "2026-11-30T12:00:00Z" {
-		t.Errorf("the rotate-now request does not travel with its epoch: %q", got)
+	if got := Record(s); got.RotateRequest != "2026-11-30T12:00:00Z" || got.RevokeRequest != "2026-11-30T12:01:00Z" {
+		t.Errorf("the requests do not travel with their epoch: %+v", got)
 	}
 }
 
 func TestProjection(t *testing.T) {
 	for _, owner := range []Owner{testOwner("go"), clusterOwner()} {
-		snap, err := Snapshot(owner, testRing(), "")
+		snap, err := Snapshot(owner, testRing(), Requests{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +161,7 @@ func TestProjection(t *testing.T) {
 		}
 	}
 	owner := testOwner()
-	snap, _ := Snapshot(owner, testRing(), "")
+	snap, _ := Snapshot(owner, testRing(), Requests{})
 	p := Projection(owner, snap, "shop")
 	p.Data[keyring.FileName][0] ^= 1
 	if InSync(p, Projection(owner, snap, "shop")) {
@@ -174,10 +174,10 @@ func TestProjection(t *testing.T) {
 
 func TestDecide(t *testing.T) {
 	owner := testOwner()
-	e1, _ := Snapshot(owner, testRing(), "")
+	e1, _ := Snapshot(owner, testRing(), Requests{})
 	r2 := testRing()
 	r2.Epoch = 2
-	e2, _ := Snapshot(owner, r2, "")
+	e2, _ := Snapshot(owner, r2, Requests{})
 	want := Projection(owner, e2, "shop")
 
 	other := OwnerOf(&v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "uid-recreated"}})
@@ -221,7 +221,7 @@ func TestDecide(t *testing.T) {
 }
 
 func TestRecordRefusesTampering(t *testing.T) {
-	snap, err := Snapshot(testOwner("go"), testRing(), "")
+	snap, err := Snapshot(testOwner("go"), testRing(), Requests{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,5 +295,27 @@ func TestRingOf(t *testing.T) {
 		if kind != tt.wantKind || key != tt.wantKey || ok != (tt.wantKind != "") {
 			t.Errorf("RingOf(%v) = %s %v %v", tt.labels, kind, key, ok)
 		}
+	}
+}
+
+// A held staged key's due time travels with its snapshot, beside the ring
+// file the replicas read.
+func TestSnapshotRecordsDue(t *testing.T) {
+	r := testRing()
+	r.Due = t0.Add(time.Hour)
+	s, err := Snapshot(testOwner(), r, Requests{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Record(s); got.Err != nil || !got.Ring.Due.Equal(r.Due) {
+		t.Errorf("Record = %v, due %v; want due %v", got.Err, got.Ring.Due, r.Due)
+	}
+	s.Annotations[v1alpha1.DueAnnotation] = "soon"
+	if got := Record(s); got.Err == nil || !strings.Contains(got.Err.Error(), v1alpha1.DueAnnotation) {
+		t.Errorf("a malformed due time: %v", got.Err)
+	}
+	plain, _ := Snapshot(testOwner(), testRing(), Requests{})
+	if _, ok := plain.Annotations[v1alpha1.DueAnnotation]; ok || !Record(plain).Ring.Due.IsZero() {
+		t.Error("a ring holding nothing records a due time")
 	}
 }

@@ -17,6 +17,8 @@ type Record struct {
 	Err error
 	// RotateRequest is the rotate-now request the epoch carried out, if any.
 	RotateRequest string
+	// RevokeRequest is the revoke the epoch carried out, if any.
+	RevokeRequest string
 }
 
 // History is what a ring's snapshots tell: its current state, when each key
@@ -69,11 +71,21 @@ func (h History) Handled(request string) bool {
 	return request != "" && slices.ContainsFunc(h.records, func(r Record) bool { return r.RotateRequest == request })
 }
 
+// Revoked reports whether an epoch carried out the revoke request.
+func (h History) Revoked(request string) bool {
+	return request != "" && slices.ContainsFunc(h.records, func(r Record) bool { return r.RevokeRequest == request })
+}
+
 // CarryOut reports whether a rotate-now request is to be carried out now:
 // it is set, it is not the one the ring's status echoes as carried out, and
 // no epoch on record carried it out (the status may lag the record).
 func (h History) CarryOut(request, echoed string) bool {
 	return request != "" && request != echoed && !h.Handled(request)
+}
+
+// CarryOutRevoke is CarryOut for a revoke request.
+func (h History) CarryOutRevoke(request, echoed string) bool {
+	return request != "" && request != echoed && !h.Revoked(request)
 }
 
 // Stale lists, newest first, the epochs older than next whose snapshot must

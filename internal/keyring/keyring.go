@@ -61,6 +61,11 @@ type Ring struct {
 	IssuedAt time.Time
 	// Keys are ordered newest (latest ActiveFrom) first.
 	Keys []Key
+	// Due, when set, is when the staged key Keys[0] fell or falls due while
+	// it is held for confirmation (see Confirm). It is the operator's
+	// record, kept beside the ring file, not in it: replicas go by the keys'
+	// times alone.
+	Due time.Time
 }
 
 // KeyID derives the public identifier of a secret: the first four bytes of

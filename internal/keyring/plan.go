@@ -21,6 +21,56 @@ type Policy struct {
 	// ActivationDelay is the least time a new key is delivered before it
 	// encrypts anything.
 	ActivationDelay time.Duration
+	// Confirm, when set, gates each staged key's activation on the fleet
+	// confirming it holds the key, rather than on the clock alone.
+	Confirm *Confirm
+}
+
+// Confirm is how a ring waits for its fleet before a staged key encrypts.
+//
+// A staged key falls due as it would without confirmation (one
+// RotationInterval after its predecessor activated, or as soon as is safe
+// on rotate-now), but it is published held: its ActiveFrom lies Hold past
+// its due time, so that no replica activates it by its clock alone. Once it
+// is due and the fleet confirms holding it, the next epoch activates it at
+// once: every replica can already decrypt with it, so the replicas that take
+// the activation late only encrypt with the previous key a little longer.
+type Confirm struct {
+	// Timeout after the due time: past it, under Promote, the held key
+	// activates by the clock, confirmed or not.
+	Timeout time.Duration
+	// Promote activates at Timeout; without it, the key waits for
+	// confirmation however long it takes, and the active key keeps
+	// encrypting meanwhile.
+	Promote bool
+}
+
+// WaitHold is how far past its due time a staged key is held while its ring
+// waits for confirmation without a deadline. It is pushed further whenever
+// it comes within ActivationDelay of now.
+const WaitHold = MaxTicketLifetime
+
+// hold is how far past its due time a staged key is published.
+func (c *Confirm) hold() time.Duration {
+	if c.Promote {
+		return c.Timeout
+	}
+	return WaitHold
+}
+
+// Inputs are the facts Next plans from, besides the ring and its policy.
+type Inputs struct {
+	// RotateNow asks for the staged key to be promoted as early as is safe.
+	RotateNow bool
+	// Revoke asks for every key to be destroyed at once, and a fresh key to
+	// encrypt from now: for a suspected compromise. It supersedes RotateNow.
+	Revoke bool
+	// StagedSince reports when a key id was first published (see
+	// History.StagedSince); nil knows none.
+	StagedSince func(id string) (time.Time, bool)
+	// Confirmed reports that every replica of the fleet holds the staged
+	// key (Policy.Confirm).
+	Confirmed bool
 }
 
 // Validate checks the policy against the same rules as the API's validation,
@@ -56,39 +106,52 @@ type Plan struct {
 	// activating (a new staged key is then minted) or a key expiring.
 	RequeueAt time.Time
 	// RotateAt is when a rotate-now request takes effect: the instant the
-	// staged key is promoted. Zero when no request was made.
+	// staged key is promoted (under confirmation, when it falls due). Zero
+	// when no request was made.
 	RotateAt time.Time
+	// Revoked lists the ids of the keys a revoke destroyed.
+	Revoked []string
+	// Promoted says a held staged key activates in this epoch, confirmed.
+	Promoted bool
+	// Awaiting says the held staged key is due and waits for the fleet to
+	// confirm it: the caller looks at the fleet again soon.
+	Awaiting bool
 }
 
 // Next plans the ring after current at now under policy p. current may be
-// the zero Ring for a ring that has no epoch yet. rotateNow asks for the
-// staged key to be promoted as early as is safe.
+// the zero Ring for a ring that has no epoch yet.
 //
 // The steps, in order:
-//  1. rotate-now moves the staged key's ActiveFrom to the earliest safe
-//     instant: now, but no sooner than ActivationDelay after the key was first
-//     published (stagedSince). Without a staged key, one is minted to
-//     activate after ActivationDelay.
-//  2. keys past ExpiresAt are dropped.
-//  3. when the newest key is active by now, one staged key is minted to
+//  0. a revoke drops every key: the ring starts over as a new one.
+//  1. rotate-now moves the staged key's ActiveFrom (under confirmation, its
+//     due time) to the earliest safe instant: now, but no sooner than
+//     ActivationDelay after the key was first published (StagedSince).
+//     Without a staged key, one is minted to activate after
+//     ActivationDelay.
+//  2. under confirmation (see Confirm), a held staged key that is due and
+//     confirmed activates now; one that waits is held further when its
+//     hold runs short.
+//  3. keys past ExpiresAt are dropped.
+//  4. when the newest key is active by now, one staged key is minted to
 //     activate one RotationInterval after it, and never sooner than
-//     ActivationDelay from now. So an operator back from downtime mints one
-//     key, not one per missed interval.
-//  4. each key's RetireAt becomes the next key's ActiveFrom, and ExpiresAt
+//     ActivationDelay from now (under confirmation, it is held past that
+//     instant). So an operator back from downtime mints one key, not one
+//     per missed interval.
+//  5. each key's RetireAt becomes the next key's ActiveFrom, and ExpiresAt
 //     RetireAt + RetainedKeys × RotationInterval.
-//  5. keys past ExpiresAt are dropped again (the new times may expire
+//  6. keys past ExpiresAt are dropped again (the new times may expire
 //     some), and so are the oldest retired keys beyond RetainedKeys, which
 //     rotate-now requests can pile up.
 //
-// stagedSince reports when a key id was first published; it returns false
-// when unknown, and the key is then taken to have been published at
-// current.IssuedAt, the latest it can have been.
+// StagedSince reports when a key id was first published; when it does not
+// know, the key is taken to have been published at current.IssuedAt, the
+// latest it can have been.
 //
 // ActivationDelay counts as one second at least, so that a published ring
 // always holds a staged key and keys activate strictly one after another.
 //
 // All times are whole seconds, as the snapshot and the API carry them.
-func Next(now time.Time, p Policy, current Ring, rotateNow bool, stagedSince func(id string) (time.Time, bool)) Plan {
+func Next(now time.Time, p Policy, current Ring, in Inputs) Plan {
 	// Times are whole seconds, and a key minted now is published a moment
 	// after now: bounds on how long a key is staged count from the next whole
 	// second, and a recorded publication time (itself truncated) may hide up
@@ -99,11 +162,27 @@ func Next(now time.Time, p Policy, current Ring, rotateNow bool, stagedSince fun
 	}
 	now = now.Truncate(time.Second)
 	keys := slices.Clone(current.Keys)
+	due := current.Due
 	plan := Plan{}
+	stagedSince := in.StagedSince
+	if stagedSince == nil {
+		stagedSince = func(string) (time.Time, bool) { return time.Time{}, false }
+	}
 
+	if in.Revoke {
+		for _, k := range keys {
+			plan.Revoked = append(plan.Revoked, k.ID)
+		}
+		plan.Expired = slices.Clone(plan.Revoked)
+		keys, due = nil, time.Time{}
+	}
 	if len(keys) == 0 {
 		plan.Mint = 2
 		keys = []Key{{ActiveFrom: now.Add(p.RotationInterval)}, {ActiveFrom: now}}
+		if p.Confirm != nil {
+			due = keys[0].ActiveFrom
+			keys[0].ActiveFrom = due.Add(p.Confirm.hold())
+		}
 	}
 
 	// Even with ActivationDelay 0, a key is staged when published: the
@@ -111,22 +190,32 @@ func Next(now time.Time, p Policy, current Ring, rotateNow bool, stagedSince fun
 	// shares its activeFrom with the key before it.
 	lead := max(p.ActivationDelay, time.Second)
 
-	var mintAt time.Time // when set, the activation of the key step 3 mints
-	if rotateNow && plan.Mint == 0 {
+	var mintAt time.Time // when set, when the key step 4 mints falls due
+	if in.RotateNow && !in.Revoke && plan.Mint == 0 {
 		if staged := keys[0]; now.Before(staged.ActiveFrom) {
 			since, ok := stagedSince(staged.ID)
 			if !ok {
 				since = current.IssuedAt
 			}
 			safe := latest(now, since.Truncate(time.Second).Add(lead+time.Second))
-			if safe.Before(staged.ActiveFrom) {
+			switch {
+			case !due.IsZero():
+				due = earliest(due, safe)
+				plan.RotateAt = due
+			case safe.Before(staged.ActiveFrom):
 				keys[0].ActiveFrom = safe
+				plan.RotateAt = safe
+			default:
+				plan.RotateAt = staged.ActiveFrom
 			}
-			plan.RotateAt = keys[0].ActiveFrom
 		} else {
 			mintAt = soonest.Add(lead)
 			plan.RotateAt = mintAt
 		}
+	}
+
+	if plan.Mint == 0 {
+		due = p.confirm(&plan, keys, due, now, lead, in.Confirmed)
 	}
 
 	expired := func(k Key) bool {
@@ -142,11 +231,23 @@ func Next(now time.Time, p Policy, current Ring, rotateNow bool, stagedSince fun
 		// Every key expired while nothing rotated: start over as a new ring.
 		plan.Mint = 2
 		keys = []Key{{ActiveFrom: now.Add(p.RotationInterval)}, {ActiveFrom: now}}
+		due = time.Time{}
+		if p.Confirm != nil {
+			due = keys[0].ActiveFrom
+			keys[0].ActiveFrom = due.Add(p.Confirm.hold())
+		}
 	} else if newest := keys[0]; plan.Mint == 0 && !now.Before(newest.ActiveFrom) {
 		if mintAt.IsZero() {
 			mintAt = latest(newest.ActiveFrom.Add(p.RotationInterval), soonest.Add(lead))
 		}
-		keys = append([]Key{{ActiveFrom: mintAt.Truncate(time.Second)}}, keys...)
+		mintAt = mintAt.Truncate(time.Second)
+		staged := Key{ActiveFrom: mintAt}
+		due = time.Time{}
+		if p.Confirm != nil {
+			due = mintAt
+			staged.ActiveFrom = mintAt.Add(p.Confirm.hold())
+		}
+		keys = append([]Key{staged}, keys...)
 		plan.Mint = 1
 	}
 
@@ -183,14 +284,51 @@ func Next(now time.Time, p Policy, current Ring, rotateNow bool, stagedSince fun
 		}
 	}
 
-	plan.Ring = Ring{Name: current.Name, Epoch: current.Epoch, IssuedAt: current.IssuedAt, Keys: keys}
-	plan.Changed = plan.Mint > 0 || !sameKeys(current.Keys, keys)
+	plan.Ring = Ring{Name: current.Name, Epoch: current.Epoch, IssuedAt: current.IssuedAt, Keys: keys, Due: due}
+	plan.Changed = plan.Mint > 0 || !sameKeys(current.Keys, keys) || !due.Equal(current.Due)
 	if plan.Changed {
 		plan.Ring.Epoch++
 		plan.Ring.IssuedAt = now
 	}
 	plan.RequeueAt = requeueAt(now, keys)
+	if due.After(now) && (plan.RequeueAt.IsZero() || due.Before(plan.RequeueAt)) {
+		plan.RequeueAt = due
+	}
+	plan.Awaiting = !due.IsZero() && !now.Before(due) && len(keys) > 1 && now.Before(keys[0].ActiveFrom)
 	return plan
+}
+
+// confirm applies step 2 of Next to the staged key keys[0] and returns its
+// due time: it activates a held key that is due and confirmed, holds one
+// that waits further when its hold runs short, holds a staged key that
+// confirmation, newly turned on, finds unheld (when there is time to), and
+// releases a held key when confirmation is turned off.
+func (p Policy) confirm(plan *Plan, keys []Key, due, now time.Time, lead time.Duration, confirmed bool) time.Time {
+	if len(keys) < 2 || !now.Before(keys[0].ActiveFrom) {
+		return time.Time{} // no staged key: nothing is held
+	}
+	staged := &keys[0]
+	switch {
+	case p.Confirm == nil && !due.IsZero():
+		staged.ActiveFrom = latest(due, now.Add(lead))
+		return time.Time{}
+	case p.Confirm == nil:
+		return due
+	case due.IsZero():
+		if now.Add(lead).Before(staged.ActiveFrom) {
+			due = staged.ActiveFrom
+			staged.ActiveFrom = due.Add(p.Confirm.hold())
+		}
+		return due
+	case !now.Before(due) && confirmed:
+		// Activate now, strictly after the active key.
+		staged.ActiveFrom = latest(now, keys[1].ActiveFrom.Add(time.Second))
+		plan.Promoted = true
+		return time.Time{}
+	case !p.Confirm.Promote && !now.Add(lead).Before(staged.ActiveFrom):
+		staged.ActiveFrom = now.Add(WaitHold)
+	}
+	return due
 }
 
 // requeueAt is the next activation or expiry after now. A staged key's
@@ -228,7 +366,7 @@ func (p Plan) WithoutMint(now time.Time, current Ring) Plan {
 		return out
 	}
 	out.Expired = expired
-	out.Ring = Ring{Name: current.Name, Epoch: current.Epoch + 1, IssuedAt: now, Keys: keys}
+	out.Ring = Ring{Name: current.Name, Epoch: current.Epoch + 1, IssuedAt: now, Keys: keys, Due: current.Due}
 	out.Changed = true
 	out.RequeueAt = requeueAt(now, keys)
 	return out
@@ -266,6 +404,13 @@ func sameKeys(a, b []Key) bool {
 	return slices.EqualFunc(a, b, func(x, y Key) bool {
 		return x.ID == y.ID && x.ActiveFrom.Equal(y.ActiveFrom) && x.RetireAt.Equal(y.RetireAt) && x.ExpiresAt.Equal(y.ExpiresAt)
 	})
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func latest(a, b time.Time) time.Time {

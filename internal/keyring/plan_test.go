@@ -372,7 +372,7 @@ func TestNext(t *testing.T) {
 			}
 			before := cloneRing(tc.current)
 			since := sinceMap(tc.stagedSince)
-			p := keyring.Next(tc.now, tc.policy, tc.current, tc.rotateNow, since)
+			p := keyring.Next(tc.now, tc.policy, tc.current, keyring.Inputs{RotateNow: tc.rotateNow, StagedSince: since})
 
 			if d := ringDiff(tc.current, before); d != "" {
 				t.Errorf("Next modified its input ring: %s", d)
@@ -454,9 +454,9 @@ func TestNext(t *testing.T) {
 }
 
 func TestPlanFill(t *testing.T) {
-	newRing := keyring.Next(t0, std, keyring.Ring{Name: "shop/web"}, false, sinceMap(nil)) // Mint 2
-	rotation := keyring.Next(at(hour), std, steadyRing(), false, sinceMap(nil))            // Mint 1
-	quiet := keyring.Next(at(30*minute), std, steadyRing(), false, sinceMap(nil))          // Mint 0
+	newRing := keyring.Next(t0, std, keyring.Ring{Name: "shop/web"}, keyring.Inputs{}) // Mint 2
+	rotation := keyring.Next(at(hour), std, steadyRing(), keyring.Inputs{})            // Mint 1
+	quiet := keyring.Next(at(30*minute), std, steadyRing(), keyring.Inputs{})          // Mint 0
 	s1, s2, s3 := secretOf("fill 1"), secretOf("fill 2"), secretOf("fill 3")
 	existing := steadyRing().Keys[1].Secret // A, still in the ring after the rotation
 
@@ -547,6 +547,8 @@ func TestNextSimulated(t *testing.T) {
 		{RotationInterval: time.Minute, RetainedKeys: 2, ActivationDelay: 59 * time.Second},
 		{RotationInterval: 10 * time.Minute, RetainedKeys: 16, ActivationDelay: 2 * time.Minute},
 		{RotationInterval: 24 * time.Hour, RetainedKeys: 6, ActivationDelay: 0},
+		{RotationInterval: time.Hour, RetainedKeys: 3, ActivationDelay: 3 * time.Minute, Confirm: &keyring.Confirm{Timeout: 10 * time.Minute}},
+		{RotationInterval: 10 * time.Minute, RetainedKeys: 2, ActivationDelay: time.Minute, Confirm: &keyring.Confirm{Timeout: 5 * time.Minute, Promote: true}},
 	}
 	for _, rotate := range []bool{false, true} {
 		for i, p := range policies {
@@ -587,7 +589,15 @@ func simulate(t *testing.T, p keyring.Policy, rotate bool, rng *rand.Rand) {
 		}
 
 		before := cloneRing(cur)
-		plan := keyring.Next(now, p, cur, rotateNow, stagedSince)
+		confirmed := rng.IntN(100) < 50
+		plan := keyring.Next(now, p, cur, keyring.Inputs{RotateNow: rotateNow, StagedSince: stagedSince, Confirmed: confirmed})
+		if p.Confirm != nil && !p.Confirm.Promote && len(cur.Keys) > 1 && now.Before(cur.Keys[0].ActiveFrom) {
+			// Under confirmation without a deadline, a held key activates
+			// only when confirmed.
+			if k := plan.Ring.Keys; len(k) > 1 && k[1].ID == cur.Keys[0].ID && !nowS.Before(k[1].ActiveFrom) && !confirmed {
+				fail("held key %s activated unconfirmed", k[1].ID)
+			}
+		}
 		if d := ringDiff(cur, before); d != "" {
 			fail("Next modified its input: %s", d)
 		}
@@ -724,7 +734,11 @@ func simulate(t *testing.T, p keyring.Policy, rotate bool, rng *rand.Rand) {
 			}
 		}
 
-		if want, ok := next.NextChange(nowS); !ok || !want.Equal(plan.RequeueAt) {
+		want, ok := next.NextChange(nowS)
+		if d := next.Due; d.After(nowS) && d.Before(want) {
+			want = d // under confirmation, the held key's due time comes first
+		}
+		if !ok || !want.Equal(plan.RequeueAt) {
 			fail("RequeueAt %v, but the ring's NextChange is %v, %v", plan.RequeueAt, want, ok)
 		}
 		cur, requeue = next, plan.RequeueAt
@@ -775,7 +789,7 @@ func TestPlanWithoutMint(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			plan := keyring.Next(tt.now, p, current, false, func(string) (time.Time, bool) { return time.Time{}, false })
+			plan := keyring.Next(tt.now, p, current, keyring.Inputs{})
 			fallback := plan.WithoutMint(tt.now, current)
 			if fallback.Changed != tt.changed || len(fallback.Ring.Keys) != tt.keys || fallback.Mint != 0 {
 				t.Fatalf("WithoutMint = changed %v, %d keys, mint %d; want changed %v, %d keys, mint 0",
@@ -798,6 +812,191 @@ func TestPlanWithoutMint(t *testing.T) {
 				}
 				if len(fallback.Expired)+tt.keys != len(current.Keys) {
 					t.Errorf("Expired = %v", fallback.Expired)
+				}
+			}
+		})
+	}
+}
+
+// TestNextConfirmation follows a ring under confirmation: its staged key is
+// held, activates only once due and confirmed (or, under Promote, at the
+// timeout), and the times every replica goes by follow the decision.
+func TestNextConfirmation(t *testing.T) {
+	wait := std
+	wait.Confirm = &keyring.Confirm{Timeout: 10 * minute}
+	promote := std
+	promote.Confirm = &keyring.Confirm{Timeout: 10 * minute, Promote: true}
+	publish := func(p keyring.Plan) keyring.Ring {
+		t.Helper()
+		secrets := make([]keyring.Secret, p.Mint)
+		for i := range secrets {
+			secrets[i] = secretOf(fmt.Sprint(p.Ring.IssuedAt, i))
+		}
+		r, err := p.Fill(secrets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// A new ring at t0 under each policy: A active, S held.
+	held := publish(keyring.Next(t0, wait, keyring.Ring{Name: "shop/web"}, keyring.Inputs{}))
+	heldP := publish(keyring.Next(t0, promote, keyring.Ring{Name: "shop/web"}, keyring.Inputs{}))
+	S, A := held.Keys[0].ID, held.Keys[1].ID
+	hold := keyring.WaitHold
+
+	tests := []struct {
+		name   string
+		policy keyring.Policy
+		ring   keyring.Ring
+		now    time.Time
+		in     keyring.Inputs
+
+		wantMint                          int
+		wantChanged, wantPromoted, wantAw bool
+		wantDue                           time.Duration // 0: none
+		wantKeys                          []wantKey     // ids "" are minted; only ActiveFrom is compared
+		wantRequeue                       time.Duration
+	}{
+		{
+			name: "a new ring: the staged key is held a WaitHold past its due time", policy: wait, ring: keyring.Ring{Name: "shop/web"}, now: t0,
+			wantMint: 2, wantChanged: true, wantDue: hour,
+			wantKeys: []wantKey{{activeFrom: hour + hold}, {activeFrom: 0}}, wantRequeue: hour,
+		},
+		{
+			name: "not due yet: confirmed or not, nothing changes", policy: wait, ring: held, now: at(hour - second), in: keyring.Inputs{Confirmed: true},
+			wantDue: hour, wantKeys: []wantKey{{id: S, activeFrom: hour + hold}, {id: A}}, wantRequeue: hour,
+		},
+		{
+			name: "due and not confirmed: it waits, and the active key keeps encrypting", policy: wait, ring: held, now: at(hour),
+			wantAw: true, wantDue: hour, wantKeys: []wantKey{{id: S, activeFrom: hour + hold}, {id: A}}, wantRequeue: hour + hold,
+		},
+		{
+			name: "due and confirmed: it activates now, and its successor is minted, held", policy: wait, ring: held, now: at(hour), in: keyring.Inputs{Confirmed: true},
+			wantMint: 1, wantChanged: true, wantPromoted: true, wantDue: 2 * hour,
+			wantKeys: []wantKey{{activeFrom: 2*hour + hold}, {id: S, activeFrom: hour}, {id: A}}, wantRequeue: 2 * hour,
+		},
+		{
+			name: "confirmed late: it activates when confirmed, and the next one falls due an interval later", policy: wait, ring: held, now: at(3 * hour), in: keyring.Inputs{Confirmed: true},
+			wantMint: 1, wantChanged: true, wantPromoted: true, wantDue: 4 * hour,
+			wantKeys: []wantKey{{activeFrom: 4*hour + hold}, {id: S, activeFrom: 3 * hour}, {id: A}}, wantRequeue: 4 * hour,
+		},
+		{
+			name: "its hold runs short while it waits: it is held further", policy: wait, ring: held, now: at(hour + hold - minute),
+			wantChanged: true, wantAw: true, wantDue: hour,
+			wantKeys: []wantKey{{id: S, activeFrom: hour + hold - minute + hold}, {id: A}}, wantRequeue: hour + hold - minute + hold,
+		},
+		{
+			name: "under Promote, the held key activates by the clock at the timeout", policy: promote, ring: heldP, now: at(hour + 10*minute),
+			wantMint: 1, wantChanged: true, wantDue: 2*hour + 10*minute,
+			wantKeys: []wantKey{{activeFrom: 2*hour + 20*minute}, {id: heldP.Keys[0].ID, activeFrom: hour + 10*minute}, {id: heldP.Keys[1].ID}}, wantRequeue: 2*hour + 10*minute,
+		},
+		{
+			name: "rotate-now moves the due time, not the activation", policy: wait, ring: held, now: at(20 * minute),
+			in:          keyring.Inputs{RotateNow: true, StagedSince: sinceMap(map[string]time.Time{S: t0})},
+			wantChanged: true, wantAw: true, wantDue: 20 * minute,
+			wantKeys: []wantKey{{id: S, activeFrom: hour + hold}, {id: A}}, wantRequeue: hour + hold,
+		},
+		{
+			name: "rotate-now, confirmed: the staged key activates now", policy: wait, ring: held, now: at(20 * minute),
+			in:       keyring.Inputs{RotateNow: true, Confirmed: true, StagedSince: sinceMap(map[string]time.Time{S: t0})},
+			wantMint: 1, wantChanged: true, wantPromoted: true, wantDue: hour + 20*minute,
+			wantKeys: []wantKey{{activeFrom: hour + 20*minute + hold}, {id: S, activeFrom: 20 * minute}, {id: A}}, wantRequeue: hour + 20*minute,
+		},
+		{
+			name: "confirmation turned on: an unheld staged key with time to spare is held", policy: wait, ring: steadyRing(), now: at(30 * minute),
+			wantChanged: true, wantDue: hour,
+			wantKeys: []wantKey{{id: idAt(hour), activeFrom: hour + hold}, {id: idAt(0)}, {id: idAt(-hour)}, {id: idAt(-2 * hour)}, {id: idAt(-3 * hour)}}, wantRequeue: hour,
+		},
+		{
+			name: "confirmation turned on too late to reach every replica: the staged key activates as published", policy: wait, ring: steadyRing(), now: at(58 * minute),
+			wantKeys: steadyKeysByActivation(), wantRequeue: hour,
+		},
+		{
+			name: "confirmation turned off: a held key falls back on its due time", policy: std, ring: held, now: at(30 * minute),
+			wantChanged: true, wantKeys: []wantKey{{id: S, activeFrom: hour}, {id: A}}, wantRequeue: hour,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := keyring.Next(tc.now, tc.policy, tc.ring, tc.in)
+			if p.Mint != tc.wantMint || p.Changed != tc.wantChanged || p.Promoted != tc.wantPromoted || p.Awaiting != tc.wantAw {
+				t.Errorf("Mint %d Changed %v Promoted %v Awaiting %v; want %d %v %v %v", p.Mint, p.Changed, p.Promoted, p.Awaiting, tc.wantMint, tc.wantChanged, tc.wantPromoted, tc.wantAw)
+			}
+			var wantDue time.Time
+			if tc.wantDue != 0 {
+				wantDue = at(tc.wantDue)
+			}
+			if !p.Ring.Due.Equal(wantDue) {
+				t.Errorf("Due = %v, want %v", p.Ring.Due, wantDue)
+			}
+			if len(p.Ring.Keys) != len(tc.wantKeys) {
+				t.Fatalf("keys %v, want %v", gotKeys(p.Ring.Keys), tc.wantKeys)
+			}
+			for i, w := range tc.wantKeys {
+				k := p.Ring.Keys[i]
+				if k.ID != w.id || (i == 0 || w.activeFrom != 0) && !k.ActiveFrom.Equal(at(w.activeFrom)) {
+					t.Errorf("key %d = %s from t0%+v, want %q from t0%+v", i, k.ID, k.ActiveFrom.Sub(t0), w.id, w.activeFrom)
+				}
+			}
+			if got := p.RequeueAt.Sub(t0); got != tc.wantRequeue {
+				t.Errorf("RequeueAt = t0%+v, want t0%+v", got, tc.wantRequeue)
+			}
+			if tc.wantChanged {
+				if _, err := keyring.Encode(publishOrFail(t, p)); err != nil {
+					t.Errorf("the ring is not publishable: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// steadyKeysByActivation are steadyRing's keys, compared by id.
+func steadyKeysByActivation() []wantKey {
+	return []wantKey{{id: idAt(hour), activeFrom: hour}, {id: idAt(0)}, {id: idAt(-hour)}, {id: idAt(-2 * hour)}, {id: idAt(-3 * hour)}}
+}
+
+func publishOrFail(t *testing.T, p keyring.Plan) keyring.Ring {
+	t.Helper()
+	secrets := make([]keyring.Secret, p.Mint)
+	for i := range secrets {
+		secrets[i] = secretOf(fmt.Sprint("publish ", p.Ring.IssuedAt, i))
+	}
+	r, err := p.Fill(secrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestNextRevoke: a revoke destroys every key at once, whatever the ring
+// held, and a fresh key encrypts from now.
+func TestNextRevoke(t *testing.T) {
+	steady := steadyRing()
+	all := ids(steady.Keys)
+	for _, tc := range []struct {
+		name   string
+		policy keyring.Policy
+		in     keyring.Inputs
+	}{
+		{"a revoke", std, keyring.Inputs{Revoke: true}},
+		{"a revoke beside a rotate-now: the revoke wins", std, keyring.Inputs{Revoke: true, RotateNow: true, StagedSince: sinceMap(nil)}},
+		{"a revoke under confirmation: the fresh key encrypts at once, its successor is held", keyring.Policy{RotationInterval: hour, RetainedKeys: 3, ActivationDelay: 3 * minute, Confirm: &keyring.Confirm{Timeout: minute}}, keyring.Inputs{Revoke: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := keyring.Next(at(30*minute), tc.policy, steady, tc.in)
+			if !slices.Equal(p.Revoked, all) || !slices.Equal(slices.Sorted(slices.Values(p.Expired)), slices.Sorted(slices.Values(all))) {
+				t.Errorf("Revoked %v, Expired %v; want every key %v", p.Revoked, p.Expired, all)
+			}
+			if p.Mint != 2 || !p.Changed || p.Ring.Epoch != steady.Epoch+1 || len(p.Ring.Keys) != 2 {
+				t.Fatalf("Mint %d Changed %v epoch %d keys %v", p.Mint, p.Changed, p.Ring.Epoch, gotKeys(p.Ring.Keys))
+			}
+			if active := p.Ring.Keys[1]; !active.ActiveFrom.Equal(at(30 * minute)) {
+				t.Errorf("the fresh key encrypts from t0%+v, want at once (t0+30m)", active.ActiveFrom.Sub(t0))
+			}
+			r := publishOrFail(t, p)
+			for _, k := range r.Keys {
+				if slices.Contains(all, k.ID) {
+					t.Errorf("revoked key %s is back", k.ID)
 				}
 			}
 		})

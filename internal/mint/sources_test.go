@@ -101,7 +101,7 @@ func (repeating) Mint(_ context.Context, n int) ([]keyring.Secret, error) {
 
 func TestSourcesFillIsAllOrNothing(t *testing.T) {
 	var s Sources
-	plan := keyring.Next(time.Now(), keyring.Policy{RotationInterval: time.Hour, RetainedKeys: 1, ActivationDelay: time.Minute}, keyring.Ring{}, false, nil)
+	plan := keyring.Next(time.Now(), keyring.Policy{RotationInterval: time.Hour, RetainedKeys: 1, ActivationDelay: time.Minute}, keyring.Ring{}, keyring.Inputs{})
 	r, err := s.Fill(context.Background(), repeating{}, plan)
 	if !errors.Is(err, keyring.ErrBadSecret) || len(r.Keys) != 0 {
 		t.Fatalf("Fill with a source repeating its key = %d keys, %v; want none and ErrBadSecret", len(r.Keys), err)

@@ -222,7 +222,7 @@ func TestSourcesFillHasADeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &Sources{Timeout: 200 * time.Millisecond}
-	plan := keyring.Next(time.Now(), keyring.Policy{RotationInterval: time.Hour, RetainedKeys: 1, ActivationDelay: time.Minute}, keyring.Ring{}, false, nil)
+	plan := keyring.Next(time.Now(), keyring.Policy{RotationInterval: time.Hour, RetainedKeys: 1, ActivationDelay: time.Minute}, keyring.Ring{}, keyring.Inputs{})
 	_, err = s.Fill(context.Background(), v, plan)
 	if Reason(err) != v1alpha1.ReasonVaultUnavailable || !strings.Contains(err.Error(), "in time") {
 		t.Fatalf("Fill against a Vault that never answers: reason %q (%v), want %s saying it did not answer in time", Reason(err), err, v1alpha1.ReasonVaultUnavailable)

@@ -6,6 +6,7 @@
 package ringstatus
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 	"strings"
@@ -60,7 +61,21 @@ type Outcome struct {
 
 	// RotateRequest is the rotate-now request this reconcile carried out.
 	RotateRequest string
+
+	// RevokeRequest is the revoke request carried out (now or before, by an
+	// epoch on record); Revocation records it when carried out now.
+	RevokeRequest string
+	Revocation    *v1alpha1.Revocation
+
+	// Confirmation is what the ring's pods report of its staged key, under
+	// spec.confirmation (nil without it); Overdue, when set, says since
+	// when the staged key has waited past its timeout.
+	Confirmation *v1alpha1.ConfirmationStatus
+	Overdue      time.Time
 }
+
+// MaxRevocations bounds status.revocations.
+const MaxRevocations = 10
 
 // Build is the ring's status after a reconcile with outcome o, from its
 // status before.
@@ -80,6 +95,14 @@ func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) v1alpha1.TicketKeyRingS
 	if o.RotateRequest != "" {
 		s.LastRotateRequestedAt = o.RotateRequest
 	}
+	if o.RevokeRequest != "" {
+		s.LastRevokeRequestedAt = o.RevokeRequest
+	}
+	if o.Revocation != nil {
+		s.Revocations = append([]v1alpha1.Revocation{*o.Revocation}, s.Revocations...)[:min(len(s.Revocations)+1, MaxRevocations)]
+	}
+	s.Confirmation = o.Confirmation
+	confirmationOverdue(&s, o)
 	s.Targets = int32(o.Targets)
 	failed := slices.Clone(o.Failed)
 	slices.SortFunc(failed, func(a, b v1alpha1.TargetFailure) int { return strings.Compare(a.Namespace, b.Namespace) })
@@ -126,6 +149,65 @@ func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) v1alpha1.TicketKeyRingS
 		ready(metav1.ConditionTrue, v1alpha1.ReasonPublished, fmt.Sprintf("Epoch %d is published to %d namespace(s)", o.Ring.Epoch, o.Targets))
 	}
 	return s
+}
+
+// confirmationOverdue sets ConfirmationOverdue while the ring has
+// spec.confirmation, and removes it otherwise.
+func confirmationOverdue(s *v1alpha1.TicketKeyRingStatus, o Outcome) {
+	if o.Confirmation == nil {
+		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionConfirmationOverdue)
+		return
+	}
+	c := metav1.Condition{Type: v1alpha1.ConditionConfirmationOverdue, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonOnSchedule,
+		Message: "No staged key waits past its timeout", ObservedGeneration: o.Generation}
+	if !o.Overdue.IsZero() {
+		var names []string
+		for _, m := range o.Confirmation.Missing {
+			names = append(names, fmt.Sprintf("%s/%s (node %s: %s)", m.Namespace, m.Name, m.Node, m.Reason))
+		}
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonAwaitingPods
+		c.Message = fmt.Sprintf("Key %s has waited for its fleet since %s; %d of %d pod(s) hold it; key %s keeps encrypting. Not holding it: %s",
+			o.Confirmation.StagedKey, o.Overdue.UTC().Format(time.RFC3339), o.Confirmation.Holding, o.Confirmation.Pods,
+			activeID(o.Ring, o.Now), strings.Join(names, "; "))
+	}
+	meta.SetStatusCondition(&s.Conditions, c)
+}
+
+func activeID(r keyring.Ring, now time.Time) string {
+	if k, ok := r.Active(now); ok {
+		return k.ID
+	}
+	return "none"
+}
+
+// ConfirmationWarning returns the Warning event ConfirmationOverdue turning
+// True calls for.
+func ConfirmationWarning(prev, next []metav1.Condition) (message string, ok bool) {
+	n := meta.FindStatusCondition(next, v1alpha1.ConditionConfirmationOverdue)
+	if n == nil || n.Status != metav1.ConditionTrue || meta.IsStatusConditionTrue(prev, v1alpha1.ConditionConfirmationOverdue) {
+		return "", false
+	}
+	return n.Message, true
+}
+
+// RequestedBy is the field manager that set an annotation last, from an
+// object's managed fields: who asked, as far as the API server was told.
+func RequestedBy(fields []metav1.ManagedFieldsEntry, annotation string) string {
+	key := []byte(`"f:` + annotation + `"`)
+	var by string
+	var at time.Time
+	for _, f := range fields {
+		if f.FieldsV1 == nil || !bytes.Contains(f.FieldsV1.GetRawBytes(), key) {
+			continue
+		}
+		if t := f.Time; by == "" || (t != nil && t.After(at)) {
+			by = f.Manager
+			if t != nil {
+				at = t.Time
+			}
+		}
+	}
+	return by
 }
 
 // OverdueSince reports since when a rotation has been due while its key

@@ -21,7 +21,7 @@ var (
 
 // published is a new ring published at t0: A active, S staged for t0+1h.
 func published() keyring.Ring {
-	plan := keyring.Next(t0, std, keyring.Ring{Name: "shop/web"}, false, nil)
+	plan := keyring.Next(t0, std, keyring.Ring{Name: "shop/web"}, keyring.Inputs{})
 	r, err := plan.Fill([]keyring.Secret{sha256.Sum256([]byte("S")), sha256.Sum256([]byte("A"))})
 	if err != nil {
 		panic(err)
@@ -218,5 +218,53 @@ func TestKeySource(t *testing.T) {
 	c = meta.FindStatusCondition(bad.Conditions, v1alpha1.ConditionReady)
 	if !changed || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonVaultPermissionDenied || c.Message != "vault refused the login" || c.ObservedGeneration != 2 {
 		t.Errorf("failed check: %+v changed %v", c, changed)
+	}
+}
+
+func TestRequestedBy(t *testing.T) {
+	entry := func(manager string, at time.Time, fields string) metav1.ManagedFieldsEntry {
+		f := metav1.NewFieldsV1(fields)
+		return metav1.ManagedFieldsEntry{Manager: manager, Time: &metav1.Time{Time: at}, FieldsV1: f}
+	}
+	fields := []metav1.ManagedFieldsEntry{
+		entry("kubectl-create", t0, `{"f:spec":{}}`),
+		entry("kubectl-annotate", t0.Add(time.Minute), `{"f:metadata":{"f:annotations":{"f:ringmaster.io/revoke-requested-at":{}}}}`),
+		entry("ringmaster", t0.Add(2*time.Minute), `{"f:status":{}}`),
+	}
+	if got := RequestedBy(fields, v1alpha1.RevokeRequestedAtAnnotation); got != "kubectl-annotate" {
+		t.Errorf("RequestedBy = %q", got)
+	}
+	if got := RequestedBy(fields, v1alpha1.RotateRequestedAtAnnotation); got != "" {
+		t.Errorf("RequestedBy of an annotation nobody set = %q", got)
+	}
+}
+
+func TestBuildRecordsRevocationsAndConfirmation(t *testing.T) {
+	ring := published()
+	var prev v1alpha1.TicketKeyRingStatus
+	for i := range MaxRevocations + 2 {
+		prev = Build(prev, Outcome{Now: t0, Ring: ring, Snapshot: "web-e1", Targets: 1,
+			RevokeRequest: fmt.Sprint(i), Revocation: &v1alpha1.Revocation{RequestedAt: fmt.Sprint(i), Epoch: int64(i)}})
+	}
+	if len(prev.Revocations) != MaxRevocations || prev.Revocations[0].RequestedAt != fmt.Sprint(MaxRevocations+1) || prev.LastRevokeRequestedAt != fmt.Sprint(MaxRevocations+1) {
+		t.Errorf("revocations %d, newest %+v, last %q", len(prev.Revocations), prev.Revocations[0], prev.LastRevokeRequestedAt)
+	}
+
+	conf := &v1alpha1.ConfirmationStatus{StagedKey: ring.Keys[0].ID, Pods: 2, Holding: 1,
+		Missing: []v1alpha1.PodReport{{Namespace: "shop", Name: "web-b", Node: "n2", Reason: "holds epoch 1"}}}
+	waiting := Build(prev, Outcome{Now: t0, Ring: ring, Snapshot: "web-e1", Targets: 1, Confirmation: conf, Overdue: t0})
+	c := meta.FindStatusCondition(waiting.Conditions, v1alpha1.ConditionConfirmationOverdue)
+	if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, "shop/web-b (node n2: holds epoch 1)") {
+		t.Errorf("ConfirmationOverdue %+v", c)
+	}
+	if msg, ok := ConfirmationWarning(prev.Conditions, waiting.Conditions); !ok || msg != c.Message {
+		t.Error("no Warning when a staged key starts waiting past its timeout")
+	}
+	if _, ok := ConfirmationWarning(waiting.Conditions, waiting.Conditions); ok {
+		t.Error("a Warning for every reconcile while it waits")
+	}
+	off := Build(waiting, Outcome{Now: t0, Ring: ring, Snapshot: "web-e1", Targets: 1})
+	if meta.FindStatusCondition(off.Conditions, v1alpha1.ConditionConfirmationOverdue) != nil || off.Confirmation != nil {
+		t.Error("confirmation turned off leaves its condition or status")
 	}
 }

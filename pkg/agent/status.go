@@ -1,6 +1,36 @@
 package agent
 
-import "time"
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+)
+
+// StatusPath is where a pod serves StatusHandler, and where the operator
+// asks it which keys it holds before it promotes a staged key
+// (TicketKeyRing spec.confirmation).
+const StatusPath = "/ringmaster/v1/status"
+
+// StatusHandler serves the agent's Status as JSON, to GET requests only: the
+// ring's name, epoch and key ids with their states and times, and never a
+// key byte. Serve it on a port of its own, declared on the container, that
+// the operator may reach:
+//
+//	mux := http.NewServeMux()
+//	mux.Handle(agent.StatusPath, a.StatusHandler())
+//	go http.ListenAndServe(":9090", mux)
+func (a *Agent) StatusHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(a.Status())
+	})
+}
 
 // Status is what an agent serves, for health endpoints. It never holds key
 // bytes.

@@ -1,0 +1,202 @@
+// Package confirm asks a ring's pods which keys they hold, the way
+// Prometheus scrapes its targets: it reads the read-only status each pod's
+// agent serves (pkg/agent.StatusHandler) and tallies whether every
+// selected, ready pod holds the staged key. Choosing the pods and judging
+// their answers are pure (Targets, Tally); Ask does the HTTP.
+package confirm
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/pkg/agent"
+)
+
+// MaxMissing bounds the pods a ring's status names.
+const MaxMissing = 20
+
+// Target is one pod to ask.
+type Target struct {
+	Namespace, Name, Node string
+	// URL is the pod's agent status: http://<pod IP>:<port>/ringmaster/v1/status.
+	URL string
+}
+
+// Targets are the pods to ask, in namespace and name order: the ready ones,
+// never those on the host network (their address is the node's, which a
+// tenant's selector must not point the operator at). A ready pod whose port
+// cannot be found is reported as missing.
+func Targets(pods []corev1.Pod, port intstr.IntOrString) (targets []Target, missing []v1alpha1.PodReport) {
+	pods = slices.Clone(pods)
+	slices.SortFunc(pods, func(a, b corev1.Pod) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	for _, p := range pods {
+		if !ready(p) || p.Spec.HostNetwork {
+			continue
+		}
+		n, ok := portOf(p, port)
+		if !ok {
+			missing = append(missing, v1alpha1.PodReport{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,
+				Reason: fmt.Sprintf("declares no container port %s", port.String())})
+			continue
+		}
+		targets = append(targets, Target{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,
+			URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(n))) + agent.StatusPath})
+	}
+	return targets, missing
+}
+
+func ready(p corev1.Pod) bool {
+	if !p.DeletionTimestamp.IsZero() || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func portOf(p corev1.Pod, port intstr.IntOrString) (int32, bool) {
+	if port.Type == intstr.Int {
+		return port.IntVal, port.IntVal > 0
+	}
+	for _, c := range p.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.Name == port.StrVal && (cp.Protocol == "" || cp.Protocol == corev1.ProtocolTCP) {
+				return cp.ContainerPort, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// Answer is what one pod said, or why it could not be asked.
+type Answer struct {
+	Target
+	Status agent.Status
+	Err    error
+}
+
+// Result is the fleet's answer about a staged key.
+type Result struct {
+	// Pods counts the selected, ready pods.
+	Pods int
+	// Holding counts those that hold the staged key.
+	Holding int
+	// Missing names the others (the first MaxMissing), and why.
+	Missing []v1alpha1.PodReport
+	// MissingCount counts them all.
+	MissingCount int
+}
+
+// Confirmed reports whether every selected, ready pod holds the key. A fleet
+// of no ready pod confirms: no pod can fail to resume.
+func (r Result) Confirmed() bool { return r.Holding == r.Pods }
+
+// Tally judges the answers: a pod holds the staged key when it serves the
+// ring named ring with a key of that id, whatever its state.
+func Tally(ring, stagedKey string, answers []Answer, unreachable []v1alpha1.PodReport) Result {
+	r := Result{Pods: len(answers) + len(unreachable)}
+	miss := func(rep v1alpha1.PodReport) {
+		r.MissingCount++
+		if len(r.Missing) < MaxMissing {
+			r.Missing = append(r.Missing, rep)
+		}
+	}
+	for _, rep := range unreachable {
+		miss(rep)
+	}
+	for _, a := range answers {
+		rep := v1alpha1.PodReport{Namespace: a.Namespace, Name: a.Name, Node: a.Node}
+		switch {
+		case a.Err != nil:
+			rep.Reason = fmt.Sprintf("cannot be asked: %v", a.Err)
+		case a.Status.Ring != ring:
+			rep.Reason = fmt.Sprintf("serves ring %q, not %q", clip(a.Status.Ring), ring)
+		case !slices.ContainsFunc(a.Status.Keys, func(k agent.KeyStatus) bool { return k.ID == stagedKey }):
+			rep.Reason = fmt.Sprintf("holds epoch %d, without key %s", a.Status.Epoch, stagedKey)
+		default:
+			r.Holding++
+			continue
+		}
+		miss(rep)
+	}
+	return r
+}
+
+// clip keeps what a pod says short in a status.
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
+
+// maxAnswer bounds what the operator reads of one pod's answer.
+const maxAnswer = 64 << 10
+
+// Asker asks pods, several at a time, each within a deadline.
+type Asker struct {
+	// Client makes the requests; it must not follow redirects. Nil: one
+	// with a 2-second timeout that follows none.
+	Client *http.Client
+	// Parallel is how many pods are asked at once; 0 means 16.
+	Parallel int
+}
+
+// Ask asks every target and returns their answers, in order.
+func (a *Asker) Ask(ctx context.Context, targets []Target) []Answer {
+	c := a.Client
+	if c == nil {
+		c = &http.Client{Timeout: 2 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	sem := make(chan struct{}, cmp.Or(a.Parallel, 16))
+	out := make([]Answer, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			out[i] = Answer{Target: t}
+			out[i].Status, out[i].Err = ask(ctx, c, t.URL)
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func ask(ctx context.Context, c *http.Client, url string) (agent.Status, error) {
+	var st agent.Status
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxAnswer)).Decode(&st); err != nil {
+		return st, fmt.Errorf("the answer is not an agent's status: %w", err)
+	}
+	return st, nil
+}

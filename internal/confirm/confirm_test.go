@@ -1,0 +1,120 @@
+package confirm
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/pkg/agent"
+)
+
+func pod(name string, mutate func(*corev1.Pod)) corev1.Pod {
+	p := corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{
+			Name: "server", Ports: []corev1.ContainerPort{{Name: "status", ContainerPort: 9090}},
+		}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.1.0.7",
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
+	}
+	if mutate != nil {
+		mutate(&p)
+	}
+	return p
+}
+
+func TestTargets(t *testing.T) {
+	pods := []corev1.Pod{
+		pod("web-b", nil),
+		pod("web-a", func(p *corev1.Pod) { p.Status.PodIP = "fd00::7" }),
+		pod("not-ready", func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }),
+		pod("pending", func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }),
+		pod("host", func(p *corev1.Pod) { p.Spec.HostNetwork = true }),
+		pod("no-port", func(p *corev1.Pod) { p.Spec.Containers[0].Ports = nil }),
+	}
+	targets, missing := Targets(pods, intstr.FromString("status"))
+	if len(targets) != 2 || targets[0].Name != "web-a" || targets[0].URL != "http://[fd00::7]:9090/ringmaster/v1/status" ||
+		targets[1].URL != "http://10.1.0.7:9090/ringmaster/v1/status" || targets[1].Node != "node-1" {
+		t.Errorf("targets %+v", targets)
+	}
+	if len(missing) != 1 || missing[0].Name != "no-port" || !strings.Contains(missing[0].Reason, "no container port status") {
+		t.Errorf("missing %+v", missing)
+	}
+	if targets, _ := Targets(pods[:1], intstr.FromInt32(8080)); len(targets) != 1 || !strings.Contains(targets[0].URL, ":8080/") {
+		t.Errorf("a port number: %+v", targets)
+	}
+}
+
+func TestTally(t *testing.T) {
+	status := func(ring string, epoch int64, ids ...string) agent.Status {
+		s := agent.Status{Ring: ring, Epoch: epoch}
+		for _, id := range ids {
+			s.Keys = append(s.Keys, agent.KeyStatus{ID: id})
+		}
+		return s
+	}
+	at := func(name string) Target { return Target{Namespace: "shop", Name: name, Node: "node-" + name} }
+	answers := []Answer{
+		{Target: at("a"), Status: status("shop/web", 2, "k1", "k2")},
+		{Target: at("b"), Status: status("shop/web", 1, "k1")},
+		{Target: at("c"), Status: status("shop/api", 2, "k2")},
+		{Target: at("d"), Err: context.DeadlineExceeded},
+	}
+	r := Tally("shop/web", "k2", answers, []v1alpha1.PodReport{{Namespace: "shop", Name: "e", Reason: "declares no container port"}})
+	if r.Pods != 5 || r.Holding != 1 || r.MissingCount != 4 || r.Confirmed() {
+		t.Fatalf("result %+v", r)
+	}
+	want := map[string]string{"b": "holds epoch 1, without key k2", "c": `serves ring "shop/api"`, "d": "cannot be asked", "e": "declares no container port"}
+	for _, m := range r.Missing {
+		if !strings.Contains(m.Reason, want[m.Name]) {
+			t.Errorf("pod %s: %q, want %q", m.Name, m.Reason, want[m.Name])
+		}
+	}
+	if r := Tally("shop/web", "k2", answers[:1], nil); !r.Confirmed() {
+		t.Errorf("every pod holds the key, yet %+v", r)
+	}
+	if r := Tally("shop/web", "k2", nil, nil); !r.Confirmed() || r.Pods != 0 {
+		t.Errorf("no pod: %+v", r)
+	}
+}
+
+func TestAsk(t *testing.T) {
+	good := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(agent.Status{Ring: "shop/web", Epoch: 3, Keys: []agent.KeyStatus{{ID: "k3"}}})
+	}))
+	defer good.Close()
+	var followed atomic.Int64
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { followed.Add(1) }))
+	defer elsewhere.Close()
+	redirect := httptest.NewServer(http.RedirectHandler(elsewhere.URL, http.StatusFound))
+	defer redirect.Close()
+	garbage := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("<html>")) }))
+	defer garbage.Close()
+	huge := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(`{"ring":"` + strings.Repeat("x", 2*maxAnswer) + `"}`))
+	}))
+	defer huge.Close()
+
+	answers := (&Asker{}).Ask(context.Background(), []Target{{Name: "good", URL: good.URL}, {Name: "redirect", URL: redirect.URL},
+		{Name: "garbage", URL: garbage.URL}, {Name: "huge", URL: huge.URL}})
+	if a := answers[0]; a.Err != nil || a.Status.Epoch != 3 || a.Status.Keys[0].ID != "k3" {
+		t.Errorf("good: %+v", a)
+	}
+	for _, a := range answers[1:] {
+		if a.Err == nil {
+			t.Errorf("%s: no error", a.Name)
+		}
+	}
+	if followed.Load() != 0 {
+		t.Error("a redirect was followed")
+	}
+}
