@@ -106,7 +106,7 @@ chart-dryrun: helm envtest ## Validate the rendered chart with a server-side dry
 
 .PHONY: lint
 lint: golangci-lint ## Run golangci-lint (.golangci.yml) on every build tag's files.
-	$(GOLANGCI_LINT) run --build-tags integration,e2e,cluster ./...
+	$(GOLANGCI_LINT) run --allow-parallel-runners --build-tags integration,e2e,cluster ./...
 
 .PHONY: verify
 verify: manifests generate fmt lint helm-lint chart-dryrun ## Regenerate everything, lint the code and the chart, dry-run the chart, and fail if the tree changed or holds untracked files.

@@ -11,7 +11,10 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 	"github.com/ringmaster-io/ringmaster/test/e2e/fleet"
 )
@@ -183,6 +186,61 @@ var _ = Describe("A fleet whose activationDelay is below its delivery delay", Or
 		// replica encrypts with: the failures are the delivery lag's.
 		Expect(res.ByBackend()[f.Replicas[0].Addr].Full).To(BeZero(), "the replica without delivery delay failed a resumption")
 	}, NodeTimeout(2*time.Minute))
+})
+
+// One replica receives each change far later than the ring's
+// activationDelay, as a pod on a slow node would. By the clock alone, keys
+// encrypt before it holds them and resumptions fail there; confirmed by the
+// fleet (spec.confirmation), every staged key waits for it.
+var _ = Describe("A fleet with one replica far behind activationDelay", Ordered, func() {
+	const lag = 10 * time.Second
+	delays := []time.Duration{0, 500 * time.Millisecond, time.Second, lag}
+
+	run := func(ctx context.Context, ns string, confirm bool) (fleet.Summary, string) {
+		GinkgoHelper()
+		spec := fleet.RingSpec{Namespace: ns, Name: "web", RotationInterval: 5 * time.Minute, ActivationDelay: 2 * time.Second, RetainedKeys: 3}
+		if confirm {
+			spec.Confirmation = &v1alpha1.Confirmation{
+				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"fleet": ns}},
+				Port:        intstr.FromString(fleet.StatusPort),
+				Timeout:     metav1.Duration{Duration: time.Minute},
+				OnTimeout:   v1alpha1.ConfirmationWait,
+			}
+		}
+		ring, err := env.Cluster.CreateRing(ctx, spec)
+		Expect(err).NotTo(HaveOccurred())
+		f, err := env.StartFleet(ctx, fleet.FleetConfig{Name: ns, Delays: delays, Namespace: ns, Secret: ring.ProjectionSecretName()})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(f.Stop)
+		Expect(f.RegisterPods(ctx, env.Cluster, ns, map[string]string{"fleet": ns})).To(Succeed())
+		_, err = f.WaitServing(ctx, "serving the ring's first epoch", fleet.ServingKey(fleet.ActiveKey(ring), ring.Status.Epoch))
+		Expect(err).NotTo(HaveOccurred())
+
+		load := fleet.StartLoad(ctx, f.LoadConfig(tls.VersionTLS13, clients, connsPerClient, interval))
+		defer load.Stop()
+		rots := rotateBackToBack(ctx, ns, "web", rotations)
+		last := rots[len(rots)-1]
+		_, err = f.WaitServing(ctx, "serving "+last.To, fleet.ServingKey(last.To, last.Epoch))
+		Expect(err).NotTo(HaveOccurred())
+		awaitMore(ctx, load, time.Now(), 5)
+		res := load.Stop()
+		sum := res.Summary()
+		GinkgoWriter.Printf("confirmation %v: %d reconnects (%d moved), %d resumed (%.2f%%), %d full, %d failed; by replica: %v\n",
+			confirm, sum.Reconnects, sum.Moved, sum.Resumed, 100*sum.ResumptionRate(), sum.Full, sum.Failures, byReplica(f, res))
+		Expect(sum.Failures).To(BeZero(), "failed connections: %v", res.Errors())
+		Expect(sum.Reconnects).To(BeNumerically(">=", 1000))
+		return sum, byReplica(f, res)
+	}
+
+	It("resumes through rotations when the fleet confirms each key", func(ctx SpecContext) {
+		sum, by := run(ctx, "confirmed", true)
+		Expect(sum.ResumptionRate()).To(BeNumerically(">=", 0.995), "%d of %d reconnects paid a full handshake; %s", sum.Full, sum.Reconnects, by)
+	}, NodeTimeout(3*time.Minute))
+
+	It("fails resumptions on the late replica when keys activate by the clock alone", func(ctx SpecContext) {
+		sum, by := run(ctx, "clock-only", false)
+		Expect(sum.ResumptionRate()).To(BeNumerically("<", 0.995), "the late replica held every key in time after all; %s", by)
+	}, NodeTimeout(3*time.Minute))
 })
 
 // rotateBackToBack requests n rotations, each as soon as the operator has

@@ -37,6 +37,9 @@ type Replica struct {
 	Delay time.Duration
 	// Addr is its HTTPS address on loopback.
 	Addr string
+	// StatusAddr is its plain-HTTP address on loopback, serving /metrics
+	// and the agent's status (agent.StatusPath).
+	StatusAddr string
 	Proc *Proc
 }
 
@@ -113,7 +116,7 @@ func (e *Env) StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 
 	for _, r := range f.Replicas {
 		p, err := e.Sup.Start(fmt.Sprintf("%s-replica-%d", cfg.Name, r.Index), e.Bins.Server, []string{
-			"-dir", r.Dir, "-listen", "127.0.0.1:0", "-metrics-listen", "", "-require", require,
+			"-dir", r.Dir, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-require", require,
 		})
 		if err != nil {
 			return nil, errors.Join(err, f.Stop())
@@ -123,6 +126,9 @@ func (e *Env) StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	for _, r := range f.Replicas {
 		wait, cancel := context.WithTimeout(ctx, 30*time.Second)
 		addr, err := r.Proc.WaitLine(wait, "https listening on ")
+		if err == nil {
+			r.StatusAddr, err = r.Proc.WaitLine(wait, "metrics listening on ")
+		}
 		cancel()
 		if err != nil {
 			return nil, errors.Join(err, f.Stop())

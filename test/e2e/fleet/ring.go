@@ -24,6 +24,9 @@ type RingSpec struct {
 	RotationInterval time.Duration
 	ActivationDelay  time.Duration
 	RetainedKeys     int32
+	// Confirmation, when set, promotes each staged key only once the pods it
+	// selects hold it (Fleet.RegisterPods makes pods of a fleet's replicas).
+	Confirmation *v1alpha1.Confirmation
 }
 
 // Object returns the TicketKeyRing to create.
@@ -35,6 +38,7 @@ func (s RingSpec) Object() *v1alpha1.TicketKeyRing {
 			ActivationDelay:  metav1.Duration{Duration: s.ActivationDelay},
 			RetainedKeys:     s.RetainedKeys,
 			Distribution:     v1alpha1.Distribution{Formats: []v1alpha1.KeyFormat{"go"}},
+			Confirmation:     s.Confirmation,
 		},
 	}
 }
