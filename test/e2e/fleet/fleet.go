@@ -40,7 +40,7 @@ type Replica struct {
 	// StatusAddr is its plain-HTTP address on loopback, serving /metrics
 	// and the agent's status (agent.StatusPath).
 	StatusAddr string
-	Proc *Proc
+	Proc       *Proc
 }
 
 // Fleet is replicas behind a round-robin balancer, fed by a projection
