@@ -10,6 +10,11 @@ const (
 	// its key cannot be minted. Keys still expire on time meanwhile: forward
 	// secrecy comes before resumption.
 	ConditionRotationOverdue = "RotationOverdue"
+	// ConditionRetentionLimited (rings) is True when a format listed in
+	// spec.distribution.formats is read by a server that keeps fewer
+	// decrypt-only keys than spec.retainedKeys (HAProxy keeps 1): tickets
+	// under the keys it drops do not resume on that server.
+	ConditionRetentionLimited = "RetentionLimited"
 	// ConditionCompliant (policies) is True when every certificate the
 	// policy selects obeys every rule.
 	ConditionCompliant = "Compliant"
@@ -44,6 +49,12 @@ const (
 	ReasonPublishFailed = "PublishFailed"
 	// ReasonOnSchedule: RotationOverdue is False; no rotation is overdue.
 	ReasonOnSchedule = "OnSchedule"
+	// ReasonFormatKeepsFewerKeys: RetentionLimited is True; its message
+	// names each format and how many decrypt-only keys its server keeps.
+	ReasonFormatKeepsFewerKeys = "FormatKeepsFewerKeys"
+	// ReasonFormatsKeepRetainedKeys: RetentionLimited is False; every
+	// format listed keeps every retained key.
+	ReasonFormatsKeepRetainedKeys = "FormatsKeepRetainedKeys"
 )
 
 // Reasons of a key source's failures, on the key source's Ready condition

@@ -60,6 +60,12 @@ type Outcome struct {
 
 	// RotateRequest is the rotate-now request this reconcile carried out.
 	RotateRequest string
+
+	// Formats and RetainedKeys are the ring's spec.distribution.formats and
+	// spec.retainedKeys: RetentionLimited reports the formats whose server
+	// keeps fewer decrypt-only keys than retained.
+	Formats      []v1alpha1.KeyFormat
+	RetainedKeys int32
 }
 
 // Build is the ring's status after a reconcile with outcome o, from its
@@ -97,6 +103,7 @@ func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) v1alpha1.TicketKeyRingS
 			since.UTC().Format(time.RFC3339), k.ID)
 	}
 	meta.SetStatusCondition(&s.Conditions, overdue)
+	meta.SetStatusCondition(&s.Conditions, retention(o))
 
 	switch {
 	case o.Source != nil:
@@ -126,6 +133,42 @@ func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) v1alpha1.TicketKeyRingS
 		ready(metav1.ConditionTrue, v1alpha1.ReasonPublished, fmt.Sprintf("Epoch %d is published to %d namespace(s)", o.Ring.Epoch, o.Targets))
 	}
 	return s
+}
+
+// retention is the RetentionLimited condition of o's formats and
+// retainedKeys.
+func retention(o Outcome) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionRetentionLimited, Status: metav1.ConditionFalse, ObservedGeneration: o.Generation,
+		Reason: v1alpha1.ReasonFormatsKeepRetainedKeys, Message: fmt.Sprintf("Every format listed keeps the %d retained key(s)", o.RetainedKeys)}
+	formats := make([]keyring.Format, len(o.Formats))
+	for i, f := range o.Formats {
+		formats[i] = keyring.Format(f)
+	}
+	short := keyring.Shortfalls(formats, int(o.RetainedKeys))
+	if len(short) == 0 {
+		return c
+	}
+	parts := make([]string, len(short))
+	for i, f := range short {
+		parts[i] = fmt.Sprintf("%s keeps %d decrypt-only key(s) of the %d retained", f.Format, f.Keeps, o.RetainedKeys)
+	}
+	c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonFormatKeepsFewerKeys
+	c.Message = strings.Join(parts, "; ") + ": tickets under the older keys do not resume on that server. Lower spec.retainedKeys to keep them alike, or accept it"
+	return c
+}
+
+// RetentionWarning returns the Warning event RetentionLimited turning True
+// calls for, or its message changing while True.
+func RetentionWarning(prev, next []metav1.Condition) (reason, message string, ok bool) {
+	n := meta.FindStatusCondition(next, v1alpha1.ConditionRetentionLimited)
+	if n == nil || n.Status != metav1.ConditionTrue {
+		return "", "", false
+	}
+	p := meta.FindStatusCondition(prev, v1alpha1.ConditionRetentionLimited)
+	if p != nil && p.Status == n.Status && p.Message == n.Message {
+		return "", "", false
+	}
+	return n.Reason, n.Message, true
 }
 
 // OverdueSince reports since when a rotation has been due while its key
