@@ -44,11 +44,11 @@ vet: ## Run go vet.
 	go vet ./...
 
 .PHONY: test
-test: manifests generate vet envtest vault cert-manager ## Run every test: pure packages, envtest suites on a real API server, real Vault, real cert-manager, agent over real TLS.
+test: manifests generate vet envtest vault cert-manager servers ## Run every test: pure packages, envtest suites on a real API server, real Vault, real cert-manager, agent over real TLS, the sidecar with real nginx and HAProxy.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_CERT_MANAGER="$$(hack/certmanager.sh)" go test ./... -count=1 $(TESTFLAGS)
 
 .PHONY: test-e2e
-test-e2e: manifests generate envtest ## Run only the end-to-end suite (make test runs it too): control plane, operator binary, a fleet of agent servers under load.
+test-e2e: manifests generate envtest servers ## Run only the end-to-end suite (make test runs it too): control plane, operator binary, a fleet of agent servers under load.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test ./test/e2e/ -count=1 -v -ginkgo.v $(TESTFLAGS)
 
 .PHONY: bench
@@ -57,7 +57,7 @@ bench: ## Run the agent benchmarks and print the ratios against the baselines of
 	go test ./pkg/agent/ -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -benchmem | tee $(BIN)/bench.txt | go run ./hack/benchratio
 
 .PHONY: bench-fleet
-bench-fleet: envtest ## Compare a fleet's resumption and server CPU: ringmaster's staged ring, per-replica keys, shared keys without staging; TLS 1.3 and 1.2.
+bench-fleet: envtest servers ## Compare a fleet's resumption and server CPU: ringmaster's staged ring, per-replica keys, shared keys without staging, and nginx with the sidecar or its own keys; TLS 1.3 and 1.2.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/fleet bench $(FLEETFLAGS)
 
 .PHONY: verify
@@ -102,6 +102,10 @@ vault: ## Build the Vault server used by the tests (cached; about 12 minutes col
 .PHONY: cert-manager
 cert-manager: ## Build cert-manager's controllers for the certificate tests (cached; about 6-9 minutes cold).
 	@hack/certmanager.sh >/dev/null
+
+.PHONY: servers
+servers: ## Install nginx and HAProxy from Debian's packages where missing, for the sidecar's interop tests (needs root or sudo once).
+	@hack/debian.sh nginx haproxy
 
 .PHONY: controller-gen
 controller-gen: ## Build controller-gen (cached).
