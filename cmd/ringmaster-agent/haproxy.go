@@ -135,6 +135,13 @@ func (h *haproxy) set(ctx context.Context, ref string, want [keyring.HAProxySlot
 // encrypting, next). Each set shifts the slots by one, so the fewest sets
 // are those that reuse the longest tail of have as the head of want: one at
 // a rotation, whose staged key was already in the next slot.
+//
+// Between two sets of one plan, HAProxy encrypts for an instant with the
+// key then in its middle slot: one of have or want. When the next staged
+// key arrives after the active one activated (a scheduled rotation, as
+// opposed to rotate-now), that is for an instant the key just retired,
+// which every replica still holds. Keeping that key, HAProxy's one
+// decrypt-only key, costs the two extra sets.
 func haproxyPlan(have, want [keyring.HAProxySlots][]byte) [][]byte {
 	n := keyring.HAProxySlots
 	for k := 0; k < n; k++ {
