@@ -36,8 +36,10 @@
 //	GET /readyz   200 once the server holds the keys the agent serves now,
 //	              503 otherwise
 //
-// It prints "listening on <addr>" to stdout once it serves, so that
-// --listen 127.0.0.1:0 can be used. Key bytes are never logged.
+// It writes the server's files once before it serves, so that a startup
+// probe on /healthz holds the server back until they exist. It prints
+// "listening on <addr>" to stdout once it serves, so that --listen
+// 127.0.0.1:0 can be used. Key bytes are never logged.
 package main
 
 import (
@@ -179,6 +181,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	s.agent = a
+	// Once before serving, so that the server's files exist by the time
+	// /healthz answers: a native sidecar's startupProbe then holds the
+	// server back until they do (HAProxy refuses to start without its
+	// tls-ticket-keys file). The server may not run yet: that error is
+	// retried by the loop.
+	_ = s.sync(ctx)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(a, collectors.NewGoCollector())

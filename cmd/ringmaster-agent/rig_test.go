@@ -99,9 +99,15 @@ func (g *rig) write(ring keyring.Ring) {
 // startSidecar runs the sidecar in-process on the rig's directories.
 func (g *rig) startSidecar(extra ...string) {
 	g.t.Helper()
-	args := append([]string{"--server", string(g.kind), "--dir", g.r.Dir, "--out-dir", g.r.Shared,
+	g.runSidecar(append([]string{"--server", string(g.kind), "--dir", g.r.Dir, "--out-dir", g.r.Shared,
 		"--listen", "127.0.0.1:0", "--interval", "500ms", "--timeout", "5s",
-		"--probe-addr", g.r.Addr, "--probe-server-name", fleet.ServerName}, extra...)
+		"--probe-addr", g.r.Addr, "--probe-server-name", fleet.ServerName}, extra...))
+}
+
+// runSidecar runs the sidecar in-process with args, which must listen on
+// loopback.
+func (g *rig) runSidecar(args []string) {
+	g.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	if g.log == nil {

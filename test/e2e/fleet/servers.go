@@ -106,8 +106,7 @@ func WriteServerConfig(kind ServerKind, r *Replica, keyed bool) error {
 		if keyed {
 			include = fmt.Sprintf("include %s/*.conf;", r.Shared)
 		}
-		conf = fmt.Sprintf(`daemon off;
-master_process on;
+		conf = fmt.Sprintf(`master_process on;
 worker_processes 1;
 pid %[1]s/nginx.pid;
 error_log %[2]s/error.log notice;
@@ -143,10 +142,11 @@ frontend tls
 	default:
 		return fmt.Errorf("no configuration for server %q", kind)
 	}
-	return os.WriteFile(r.confFile(kind), []byte(conf), 0o600)
+	return os.WriteFile(r.ConfFile(kind), []byte(conf), 0o600)
 }
 
-func (r *Replica) confFile(kind ServerKind) string {
+// ConfFile is where r's configuration of kind is written, in r.Conf.
+func (r *Replica) ConfFile(kind ServerKind) string {
 	return filepath.Join(r.Conf, string(kind)+".conf")
 }
 
@@ -164,9 +164,10 @@ func StartServer(ctx context.Context, sup *Supervisor, kind ServerKind, name str
 	var args []string
 	switch kind {
 	case Nginx:
-		bin, args = nginxBin, []string{"-c", r.confFile(Nginx), "-p", r.Conf + "/", "-e", filepath.Join(r.Conf, "error.log")}
+		// In the foreground, as in a container (the sample's command).
+		bin, args = nginxBin, []string{"-g", "daemon off;", "-c", r.ConfFile(Nginx), "-p", r.Conf + "/", "-e", filepath.Join(r.Conf, "error.log")}
 	case HAProxy:
-		bin, args = haproxyBin, []string{"-db", "-f", r.confFile(HAProxy)}
+		bin, args = haproxyBin, []string{"-db", "-f", r.ConfFile(HAProxy)}
 	default:
 		return fmt.Errorf("no server %q to start", kind)
 	}
@@ -181,7 +182,7 @@ func StartServer(ctx context.Context, sup *Supervisor, kind ServerKind, name str
 // NginxCheckCommand is the --check-command of r's sidecar: nginx -t on r's
 // configuration, as the sidecar runs it before each reload.
 func NginxCheckCommand(r *Replica) string {
-	return fmt.Sprintf("%s -t -q -c %s -p %s/ -e %s", nginxBin, r.confFile(Nginx), r.Conf, filepath.Join(r.Conf, "check.log"))
+	return fmt.Sprintf("%s -t -q -c %s -p %s/ -e %s", nginxBin, r.ConfFile(Nginx), r.Conf, filepath.Join(r.Conf, "check.log"))
 }
 
 // StopServer stops r's server by its pid (nginx's workers with their
