@@ -55,6 +55,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -199,28 +200,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "listening on %s\n", ln.Addr())
 	logger.Info("Started", "server", c.server, "dir", c.dir, "outDir", c.outDir, "ring", a.Status().Ring, "epoch", a.Status().Epoch)
 
+	// Run until ctx ends or a part fails; then stop every part and wait.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 3)
-	go func() { errc <- a.Start(ctx) }()
-	go func() { errc <- srv.Serve(ln) }()
-	go func() { s.run(ctx); errc <- nil }()
-
-	var first error
-	running := cap(errc)
-	select {
-	case <-ctx.Done():
-	case first = <-errc:
-		running--
-	}
-	cancel()
+	var wg sync.WaitGroup
+	var agentErr, serveErr error
+	wg.Go(func() { agentErr = a.Start(ctx); cancel() })
+	wg.Go(func() { serveErr = srv.Serve(ln); cancel() })
+	wg.Go(func() { s.run(ctx) })
+	<-ctx.Done()
 	shutdown, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
-	errs := []error{ignoreClosed(first), ignoreClosed(srv.Shutdown(shutdown))}
-	for ; running > 0; running-- {
-		errs = append(errs, ignoreClosed(<-errc))
-	}
-	return errors.Join(errs...)
+	shutdownErr := srv.Shutdown(shutdown)
+	wg.Wait()
+	return errors.Join(agentErr, ignoreClosed(serveErr), shutdownErr)
 }
 
 func ignoreClosed(err error) error {

@@ -52,19 +52,32 @@ func lookup(pid int, prefix string) (process, bool) {
 }
 
 // children returns the running children of parent whose command line
-// starts with prefix, with their command lines.
+// starts with prefix, with their command lines. It reads the kernel's list
+// of parent's children where it keeps one (CONFIG_PROC_CHILDREN; parent's
+// children are all its main thread's, as nginx's master forks from it),
+// and looks through every process otherwise.
 func children(parent process, prefix string) (map[process]string, error) {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, err
+	var pids []int
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", parent.pid, parent.pid)); err == nil {
+		for f := range strings.FieldsSeq(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	} else {
+		entries, err := os.ReadDir("/proc")
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries {
+			if pid, err := strconv.Atoi(e.Name()); err == nil {
+				pids = append(pids, pid)
+			}
+		}
 	}
 	out := map[process]string{}
 	want := strconv.Itoa(parent.pid)
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
+	for _, pid := range pids {
 		f, cmd, err := stat(pid)
 		if err != nil || f[1] != want || f[0] == "Z" || !strings.HasPrefix(cmd, prefix) {
 			continue

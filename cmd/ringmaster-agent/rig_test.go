@@ -12,7 +12,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,7 +36,7 @@ type rig struct {
 	sidecarAddr string
 	stop        context.CancelFunc
 	done        chan error
-	log         *syncBuffer
+	log         string // the sidecar's log file
 }
 
 func newRig(t *testing.T, kind fleet.ServerKind) *rig {
@@ -75,7 +74,7 @@ func newRig(t *testing.T, kind fleet.ServerKind) *rig {
 			t.Errorf("left running: %v", left)
 		}
 		if t.Failed() {
-			t.Logf("sidecar log:\n%s", g.log)
+			t.Logf("sidecar log:\n%s", g.logText())
 		}
 	})
 	return g
@@ -108,15 +107,18 @@ func (g *rig) startSidecar(extra ...string) {
 // loopback.
 func (g *rig) runSidecar(args []string) {
 	g.t.Helper()
+	g.log = filepath.Join(g.t.TempDir(), "sidecar.log")
+	logFile, err := os.Create(g.log)
+	if err != nil {
+		g.t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	if g.log == nil {
-		g.log = &syncBuffer{}
-	}
 	g.stop, g.done = cancel, make(chan error, 1)
 	go func() {
-		err := run(ctx, args, pw, g.log)
+		err := run(ctx, args, pw, logFile)
 		pw.Close()
+		logFile.Close()
 		g.done <- err
 	}()
 	sc := bufio.NewScanner(pr)
@@ -127,7 +129,13 @@ func (g *rig) runSidecar(args []string) {
 			return
 		}
 	}
-	g.t.Fatalf("the sidecar did not start: %v\n%s", <-g.done, g.log)
+	g.t.Fatalf("the sidecar did not start: %v\n%s", <-g.done, g.logText())
+}
+
+// logText is what the sidecar logged so far.
+func (g *rig) logText() string {
+	b, _ := os.ReadFile(g.log)
+	return string(b)
 }
 
 // stopSidecar cancels the in-process sidecar and checks it returned nil.
@@ -201,7 +209,7 @@ func (g *rig) assertNoSecrets(keys ...keyring.Key) {
 		resp.Body.Close()
 		assertNoSecrets(g.t, path, string(b), keys...)
 	}
-	assertNoSecrets(g.t, "the sidecar's log", g.log.String(), keys...)
+	assertNoSecrets(g.t, "the sidecar's log", g.logText(), keys...)
 }
 
 // metric reads one sample of the sidecar's /metrics, by its full name with
@@ -279,6 +287,18 @@ func (g *rig) resumes(cfg *tls.Config) bool {
 	return s.Resumed
 }
 
+// checkResumes checks, over TLS 1.2 and TLS 1.3, that a new session's
+// ticket resumes on the server.
+func (g *rig) checkResumes() {
+	g.t.Helper()
+	for _, version := range []uint16{tls.VersionTLS12, tls.VersionTLS13} {
+		c := g.client(version, tls.NewLRUClientSessionCache(1))
+		if g.resumes(c) || !g.resumes(c) {
+			g.t.Errorf("%s: a ticket from %s does not resume on it", tls.VersionName(version), g.kind)
+		}
+	}
+}
+
 // keyAt returns a key whose secret derives from label, with its times.
 func keyAt(label string, activeFrom, retireAt, expiresAt time.Time) keyring.Key {
 	k := keyring.NewKey(keyring.Secret(sha256.Sum256([]byte(label))))
@@ -298,22 +318,3 @@ func mkdir(t *testing.T, dir string) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	if s == nil {
-		return ""
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}

@@ -157,20 +157,6 @@ func retention(o Outcome) metav1.Condition {
 	return c
 }
 
-// RetentionWarning returns the Warning event RetentionLimited turning True
-// calls for, or its message changing while True.
-func RetentionWarning(prev, next []metav1.Condition) (reason, message string, ok bool) {
-	n := meta.FindStatusCondition(next, v1alpha1.ConditionRetentionLimited)
-	if n == nil || n.Status != metav1.ConditionTrue {
-		return "", "", false
-	}
-	p := meta.FindStatusCondition(prev, v1alpha1.ConditionRetentionLimited)
-	if p != nil && p.Status == n.Status && p.Message == n.Message {
-		return "", "", false
-	}
-	return n.Reason, n.Message, true
-}
-
 // OverdueSince reports since when a rotation has been due while its key
 // could not be minted.
 func OverdueSince(o Outcome) (time.Time, bool) {
@@ -211,12 +197,28 @@ func fillKeys(s *v1alpha1.TicketKeyRingStatus, ring keyring.Ring, snapshot strin
 // for: one when Ready turns False, or stays False for a new reason. Events
 // mark transitions, not every retry.
 func Warning(prev, next []metav1.Condition) (reason, message string, ok bool) {
-	n := meta.FindStatusCondition(next, v1alpha1.ConditionReady)
-	if n == nil || n.Status != metav1.ConditionFalse {
+	return transition(prev, next, v1alpha1.ConditionReady, metav1.ConditionFalse,
+		func(p, n *metav1.Condition) bool { return p.Reason == n.Reason })
+}
+
+// RetentionWarning returns the Warning event RetentionLimited calls for:
+// one when it turns True, or stays True with another message (another
+// retainedKeys or list of formats).
+func RetentionWarning(prev, next []metav1.Condition) (reason, message string, ok bool) {
+	return transition(prev, next, v1alpha1.ConditionRetentionLimited, metav1.ConditionTrue,
+		func(p, n *metav1.Condition) bool { return p.Message == n.Message })
+}
+
+// transition reports the condition of type typ in next when it has status
+// bad, unless prev had it already with that status and same says nothing
+// else changed.
+func transition(prev, next []metav1.Condition, typ string, bad metav1.ConditionStatus, same func(p, n *metav1.Condition) bool) (reason, message string, ok bool) {
+	n := meta.FindStatusCondition(next, typ)
+	if n == nil || n.Status != bad {
 		return "", "", false
 	}
-	p := meta.FindStatusCondition(prev, v1alpha1.ConditionReady)
-	if p != nil && p.Status == n.Status && p.Reason == n.Reason {
+	p := meta.FindStatusCondition(prev, typ)
+	if p != nil && p.Status == n.Status && same(p, n) {
 		return "", "", false
 	}
 	return n.Reason, n.Message, true

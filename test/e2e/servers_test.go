@@ -134,6 +134,17 @@ var _ = Describe("nginx and HAProxy behind ringmaster-agent", Ordered, func() {
 		}
 	}
 
+	// servingActive waits until every instance serves the ring's active key,
+	// and returns it.
+	servingActive := func(ctx context.Context) string {
+		GinkgoHelper()
+		ring, err := env.Cluster.WaitRing(ctx, ns, ringName, "Ready", fleet.Ready)
+		Expect(err).NotTo(HaveOccurred())
+		active := fleet.ActiveKey(ring)
+		waitAll(ctx, "serving "+active, fleet.ServingKey(active, ring.Status.Epoch))
+		return active
+	}
+
 	It("resumes across the two instances of each server, TLS 1.3 and 1.2, through three rotations", func(ctx SpecContext) {
 		loads := startLoads(ctx)
 		defer func() {
@@ -148,10 +159,7 @@ var _ = Describe("nginx and HAProxy behind ringmaster-agent", Ordered, func() {
 	}, NodeTimeout(3*time.Minute))
 
 	It("resumes a ticket under an expired key nowhere, and no ticket of one server on the other", func(ctx SpecContext) {
-		ring, err := env.Cluster.WaitRing(ctx, ns, ringName, "Ready", fleet.Ready)
-		Expect(err).NotTo(HaveOccurred())
-		old := fleet.ActiveKey(ring)
-		waitAll(ctx, "serving "+old, fleet.ServingKey(old, ring.Status.Epoch))
+		old := servingActive(ctx)
 
 		By("capturing a ticket under " + old + " from instance 0 of each server, per TLS version")
 		tickets := map[loadKey]*fleet.FirstTicket{}
@@ -193,7 +201,7 @@ var _ = Describe("nginx and HAProxy behind ringmaster-agent", Ordered, func() {
 		}
 
 		By("expiring " + old + ": retainedKeys 0 expires every retired key at once")
-		ring, err = env.Cluster.SetRetainedKeys(ctx, ns, ringName, 0)
+		ring, err := env.Cluster.SetRetainedKeys(ctx, ns, ringName, 0)
 		Expect(err).NotTo(HaveOccurred())
 		waitAll(ctx, "without "+old, func(st agent.Status) bool { return st.Epoch >= ring.Status.Epoch && !fleet.Holds(st, old) })
 		for k := range tickets {
@@ -239,10 +247,7 @@ var _ = Describe("nginx and HAProxy behind ringmaster-agent", Ordered, func() {
 	}, NodeTimeout(3*time.Minute))
 
 	It("loses nothing when a server is stopped and started again", func(ctx SpecContext) {
-		ring, err := env.Cluster.WaitRing(ctx, ns, ringName, "Ready", fleet.Ready)
-		Expect(err).NotTo(HaveOccurred())
-		active := fleet.ActiveKey(ring)
-		waitAll(ctx, "serving "+active, fleet.ServingKey(active, ring.Status.Epoch))
+		servingActive(ctx)
 		for _, kind := range kinds {
 			f := fleets[kind]
 			r0, r1 := f.Replicas[0], f.Replicas[1]
