@@ -41,15 +41,15 @@ fmt: ## Run go fmt.
 
 .PHONY: vet
 vet: ## Run go vet.
-	go vet ./...
+	go vet -tags integration,e2e ./...
 
 .PHONY: test
 test: manifests generate vet envtest vault cert-manager servers ## Run every test: pure packages, envtest suites on a real API server, real Vault, real cert-manager, agent over real TLS, the sidecar with real nginx and HAProxy.
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_CERT_MANAGER="$$(hack/certmanager.sh)" go test ./... -count=1 $(TESTFLAGS)
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_CERT_MANAGER="$$(hack/certmanager.sh)" go test -tags integration,e2e ./... -count=1 $(TESTFLAGS)
 
 .PHONY: test-e2e
 test-e2e: manifests generate envtest servers ## Run only the end-to-end suite (make test runs it too): control plane, operator binary, a fleet of agent servers under load.
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test ./test/e2e/ -count=1 -v -ginkgo.v $(TESTFLAGS)
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -tags e2e ./test/e2e/ -count=1 -v -ginkgo.v $(TESTFLAGS)
 
 .PHONY: bench
 bench: ## Run the agent benchmarks and print the ratios against the baselines of the same run.

@@ -86,7 +86,7 @@ func removeStale(dir, prefix, suffix string, keep []file) error {
 		n := e.Name()
 		ours := strings.HasPrefix(n, prefix) && strings.HasSuffix(n, suffix) && !kept[n]
 		leftover := strings.HasPrefix(n, "."+prefix) && strings.Contains(n, ".tmp-")
-		if !e.Type().IsRegular() || !(ours || leftover) {
+		if !e.Type().IsRegular() || (!ours && !leftover) {
 			continue
 		}
 		if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -172,8 +172,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if fi, err := os.Stat(c.outDir); err != nil || !fi.IsDir() {
-		return fmt.Errorf("--out-dir %s is not a directory: %v", c.outDir, err)
+	if fi, err := os.Stat(c.outDir); err != nil {
+		return fmt.Errorf("--out-dir: %w", err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("--out-dir %s is not a directory", c.outDir)
 	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
 	s := newSidecar(c.server, newServer(c), logger, c.interval, c.timeout)

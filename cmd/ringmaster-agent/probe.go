@@ -61,8 +61,7 @@ func (p *prober) ticket(ctx context.Context, version uint16) ([]byte, error) {
 		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 		var b [1]byte
 		_, err := c.Read(b[:])
-		var ne net.Error
-		if err != nil && !(errors.As(err, &ne) && ne.Timeout()) {
+		if err != nil && !timeout(err) {
 			return nil, fmt.Errorf("probe %s: %w", p.addr, err)
 		}
 	}
@@ -78,6 +77,12 @@ func (p *prober) ticket(ctx context.Context, version uint16) ([]byte, error) {
 		return nil, fmt.Errorf("probe %s: a ticket of %d bytes has no key name", p.addr, len(ticket))
 	}
 	return append([]byte(nil), ticket[:keyNameSize]...), nil
+}
+
+// timeout reports whether err is a deadline passing.
+func timeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // firstSession is a session cache that keeps the first session it is given.

@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 import (
@@ -5,6 +7,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -318,3 +322,22 @@ func mkdir(t *testing.T, dir string) {
 	}
 }
 
+// assertNoSecrets fails if text shows any of keys' bytes: raw, hex or
+// base64, of the ring's secret or of a server's derived key.
+func assertNoSecrets(t *testing.T, where, text string, keys ...keyring.Key) {
+	t.Helper()
+	for _, k := range keys {
+		forms := [][]byte{k.Secret[:]}
+		for _, f := range []keyring.Format{keyring.FormatNginx, keyring.FormatHAProxy, keyring.FormatEnvoy} {
+			d, _ := keyring.DeriveKey(k.Secret, f)
+			forms = append(forms, d[:])
+		}
+		for _, b := range forms {
+			for _, enc := range []string{string(b[:16]), hex.EncodeToString(b[:16]), base64.StdEncoding.EncodeToString(b)[:20]} {
+				if strings.Contains(text, enc) {
+					t.Errorf("%s shows bytes of key %s", where, k.ID)
+				}
+			}
+		}
+	}
+}

@@ -1,3 +1,5 @@
+//go:build integration
+
 package main
 
 import (
@@ -201,4 +203,45 @@ func readLines(t *testing.T, path string) []string {
 		t.Fatal(err)
 	}
 	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+// TestSampleDeployments checks that the example Deployments of
+// config/samples work: the sample's server configuration and sidecar
+// arguments run with the real server, moved into a temporary directory and
+// onto loopback.
+func TestSampleDeployments(t *testing.T) {
+	for _, tc := range samples {
+		t.Run(string(tc.kind), func(t *testing.T) {
+			cm, dep := readSample(t, tc.file)
+			spec := dep.Spec.Template.Spec
+			conf := cm.Data[tc.configFile]
+
+			g := newRig(t, tc.kind)
+			move := strings.NewReplacer(sampleShared, g.r.Shared, sampleVolume, g.r.Dir, "/tmp/", g.r.Conf+"/", tc.listen, strings.Fields(tc.listen)[0]+" "+g.r.Addr)
+			if err := os.WriteFile(g.r.ConfFile(tc.kind), []byte(move.Replace(conf)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var args []string
+			for _, a := range spec.InitContainers[0].Args {
+				a = strings.ReplaceAll(a, "$(POD_NAMESPACE)", "shop")
+				switch {
+				case strings.HasPrefix(a, "--listen="):
+					a = "--listen=127.0.0.1:0"
+				case strings.HasPrefix(a, "--probe-addr="):
+					a = "--probe-addr=" + g.r.Addr
+				}
+				args = append(args, move.Replace(a))
+			}
+			now := time.Now()
+			A := keyAt("A", now.Add(-time.Minute), now.Add(time.Hour), now.Add(2*time.Hour))
+			S := keyAt("S", now.Add(time.Hour), now.Add(2*time.Hour), now.Add(3*time.Hour))
+			g.write(ringOf(1, S, A))
+			g.runSidecar(append(args, "--interval=500ms"))
+			g.startServer()
+			g.waitTaken(1, A)
+			if !g.encryptsWith(A) {
+				t.Errorf("%s, as the sample configures it, does not encrypt with the active key", tc.kind)
+			}
+		})
+	}
 }

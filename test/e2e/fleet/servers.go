@@ -278,7 +278,7 @@ func waitListening(ctx context.Context, addr string, p *Proc) error {
 			return c.Close()
 		}
 		if exited, perr := p.Exited(); exited {
-			return fmt.Errorf("%s exited (%v) before listening on %s; log %s:\n%s", p.Name, perr, addr, p.Log, p.LogTail(20))
+			return fmt.Errorf("%s exited (%w) before listening on %s; log %s:\n%s", p.Name, perr, addr, p.Log, p.LogTail(20))
 		}
 		select {
 		case <-ctx.Done():
@@ -298,7 +298,7 @@ func WaitFile(ctx context.Context, path string, p *Proc) error {
 		}
 		if p != nil {
 			if exited, perr := p.Exited(); exited {
-				return fmt.Errorf("%s exited (%v) before writing %s; log %s:\n%s", p.Name, perr, path, p.Log, p.LogTail(20))
+				return fmt.Errorf("%s exited (%w) before writing %s; log %s:\n%s", p.Name, perr, path, p.Log, p.LogTail(20))
 			}
 		}
 		select {
