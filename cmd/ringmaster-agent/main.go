@@ -141,6 +141,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.serverDir == "" {
 		c.serverDir = c.outDir
 	}
+	// It is written into nginx's configuration as a bare word.
+	if strings.ContainsAny(c.serverDir, " \t\n;{}\"'#$\\") || !filepath.IsAbs(c.serverDir) {
+		return c, fmt.Errorf("--server-dir %q: want an absolute path without blanks or any of ;{}\"'#$\\", c.serverDir)
+	}
 	if c.nginxPIDFile == "" {
 		c.nginxPIDFile = filepath.Join(c.outDir, "nginx.pid")
 	}

@@ -175,7 +175,21 @@ func TestHAProxy(t *testing.T) {
 	if got := g.metric(`ringmaster_sidecar_reload_errors_total{cause="runtime_api"}`); got != "0" {
 		t.Errorf("runtime API errors: %s", got)
 	}
-	g.assertNoSecrets(A, S, S2)
+
+	t.Log("Once every key has expired, HAProxy holds none of them")
+	last := keyAt("last", now.Add(-time.Minute), time.Now().Add(3*time.Second), time.Now().Add(3*time.Second))
+	g.write(ringOf(3, last))
+	g.waitTaken(3, last)
+	underLast := g.client(tls.VersionTLS13, &fleet.FirstTicket{})
+	g.resumes(underLast)
+	g.waitFor("HAProxy on the sidecar's random key", func() bool {
+		return slices.Equal(g.report().ServerKeys, []string{"random", "random", "random"})
+	})
+	if g.resumes(underLast) {
+		t.Error("a ticket under an expired key resumed")
+	}
+	g.checkResumes()
+	g.assertNoSecrets(A, S, S2, last)
 }
 
 // get sends GET / on conn, keeping it open, and checks the answer.

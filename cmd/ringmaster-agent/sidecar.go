@@ -123,30 +123,41 @@ func (s *sidecar) sync(ctx context.Context) error {
 	)
 	s.agent.ExportTicketKeys(func(status agent.Status, keys []agent.TicketKey) {
 		st = status
-		res, err = s.server.apply(ctx, s.orRandom(keys))
+		if len(keys) > 0 {
+			s.dropRandom()
+			res, err = s.server.apply(ctx, keys)
+			return
+		}
+		random := []agent.TicketKey{s.randomKey()}
+		res, err = s.server.apply(ctx, random)
+		clear(random[0].Secret[:])
 	})
 	s.record(st, res, err)
 	return err
 }
 
-// orRandom returns keys, or, when every key of the ring has expired, one
-// random key of the sidecar's own, kept until the ring has keys again: the
-// server must drop the expired keys, and HAProxy holds no fewer than 3. A
-// Go server falls back on crypto/tls's own random keys alike.
-func (s *sidecar) orRandom(keys []agent.TicketKey) []agent.TicketKey {
-	if len(keys) > 0 {
-		if s.random != nil {
-			clear(s.random.Secret[:])
-			s.random = nil
-		}
-		return keys
-	}
+// randomKey returns a random key of the sidecar's own, the same until the
+// ring has keys again, to stand in for the ring's once every key has
+// expired: the server must drop the expired keys, and HAProxy holds no
+// fewer than 3. A Go server falls back on crypto/tls's own random keys
+// alike.
+func (s *sidecar) randomKey() agent.TicketKey {
 	if s.random == nil {
-		k := agent.TicketKey{ID: "random", State: "active", ActiveFrom: time.Now(), ExpiresAt: time.Now().Add(24 * time.Hour)}
+		now := time.Now()
+		k := agent.TicketKey{ID: "random", State: "active", ActiveFrom: now, ExpiresAt: now.Add(24 * time.Hour)}
 		_, _ = rand.Read(k.Secret[:])
 		s.random = &k
 	}
-	return []agent.TicketKey{*s.random}
+	return *s.random
+}
+
+// dropRandom overwrites and forgets the random key, once the ring has keys
+// again.
+func (s *sidecar) dropRandom() {
+	if s.random != nil {
+		clear(s.random.Secret[:])
+		s.random = nil
+	}
 }
 
 // record keeps the outcome of an apply for /healthz, /readyz and the
@@ -198,34 +209,31 @@ func (s *sidecar) report() report {
 
 // collectors are the sidecar's own metrics, beside the agent's.
 func (s *sidecar) collectors() []prometheus.Collector {
-	gauge := func(name, help string, f func(report) (float64, bool)) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
-			v, _ := f(s.report())
-			return v
-		})
+	gauge := func(name, help string, f func(report) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(s.report()) })
 	}
 	return []prometheus.Collector{
 		s.reloads, s.errors,
 		// ringmaster_sidecar_server_epoch, no labels.
 		gauge("ringmaster_sidecar_server_epoch", "Epoch of the ring whose keys the server holds; 0 before it took any.",
-			func(r report) (float64, bool) { return float64(r.Epoch), true }),
+			func(r report) float64 { return float64(r.Epoch) }),
 		// ringmaster_sidecar_server_active_key_age_seconds, no labels.
 		gauge("ringmaster_sidecar_server_active_key_age_seconds", "Seconds since the key the server encrypts with became active; 0 before it took any.",
-			func(r report) (float64, bool) {
+			func(r report) float64 {
 				for _, k := range r.Keys {
 					if k.ID == r.ActiveKeyID {
-						return time.Since(k.ActiveFrom).Seconds(), true
+						return time.Since(k.ActiveFrom).Seconds()
 					}
 				}
-				return 0, false
+				return 0
 			}),
 		// ringmaster_sidecar_ready, no labels.
 		gauge("ringmaster_sidecar_ready", "1 when the server holds the keys the agent serves now, else 0: what /readyz answers.",
-			func(r report) (float64, bool) {
+			func(r report) float64 {
 				if r.Ready {
-					return 1, true
+					return 1
 				}
-				return 0, true
+				return 0
 			}),
 	}
 }

@@ -70,6 +70,8 @@ func TestParseFlags(t *testing.T) {
 		{"--server", "apache"},
 		{"--server", "nginx", "--interval", "0s"},
 		{"--server", "nginx", "extra"},
+		{"--server", "nginx", "--server-dir", "relative"},
+		{"--server", "nginx", "--out-dir", "/a dir"},
 	} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q): no error", args)
