@@ -43,7 +43,8 @@ func (h *haproxy) apply(ctx context.Context, keys []agent.TicketKey) (applied, e
 		return applied{}, fail(causeCheck, "no key to give HAProxy")
 	}
 	var want [keyring.HAProxySlots][]byte
-	var file []byte
+	// Sized once, so that no copy of the keys is left behind by growing.
+	file := make([]byte, 0, keyring.HAProxySlots*(base64.StdEncoding.EncodedLen(keyring.FormatKeySize)+1))
 	for i, k := range slots {
 		d, _ := keyring.DeriveKey(k.Secret, keyring.FormatHAProxy)
 		want[i] = base64.StdEncoding.AppendEncode(nil, d[:])
