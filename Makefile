@@ -54,10 +54,10 @@ fmt: ## Run go fmt.
 
 .PHONY: vet
 vet: ## Run go vet.
-	go vet ./...
+	go vet -tags integration,e2e,cluster ./...
 
 .PHONY: test
-test: manifests generate vet envtest vault cert-manager helm images cluster-build ## Run every test: unit, integration and end to end (one go test run), then the chart in a real single-node cluster (root). The README's and CI's test command.
+test: manifests generate vet envtest vault cert-manager servers helm images cluster-build ## Run every test: unit, integration and end to end (one go test run; real Vault, cert-manager, nginx and HAProxy), then the chart in a real single-node cluster (root). The README's and CI's test command.
 	$(TOOLS_ENV) go test -tags integration,e2e $(PKG) -count=1 $(TESTFLAGS)
 	@$(MAKE) --no-print-directory run-test-cluster
 
@@ -66,7 +66,7 @@ test-unit: ## Run the pure tests: domain packages, the agent over real TLS, the 
 	go test $(PKG) -count=1 $(TESTFLAGS)
 
 .PHONY: test-integration
-test-integration: envtest vault cert-manager ## Run the unit tests and the suites on a real API server, with a real Vault and real cert-manager controllers.
+test-integration: envtest vault cert-manager servers ## Run the unit tests and the suites on a real API server, with a real Vault and real cert-manager controllers.
 	$(TOOLS_ENV) go test -tags integration $(PKG) -count=1 $(TESTFLAGS)
 
 .PHONY: test-cluster
@@ -82,7 +82,7 @@ run-test-cluster:
 		RINGMASTER_CLUSTER=ringmaster-e2e hack/cluster/down.sh; exit $$status
 
 .PHONY: test-e2e
-test-e2e: manifests generate envtest ## Run the end-to-end fleet suite on loopback (make test runs it too): control plane, operator binary, a fleet of agent servers under load.
+test-e2e: manifests generate envtest servers ## Run the end-to-end fleet suite on loopback (make test runs it too): control plane, operator binary, a fleet of agent servers under load.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -tags e2e ./test/e2e/... -count=1 -v -ginkgo.v $(TESTFLAGS)
 
 .PHONY: bench
@@ -91,7 +91,7 @@ bench: ## Run the agent benchmarks and print the ratios against the baselines of
 	go test ./pkg/agent/ -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -benchmem | tee $(BIN)/bench.txt | go run ./hack/benchratio
 
 .PHONY: bench-fleet
-bench-fleet: envtest ## Compare a fleet's resumption and server CPU: ringmaster's staged ring, per-replica keys, shared keys without staging; TLS 1.3 and 1.2.
+bench-fleet: envtest servers ## Compare a fleet's resumption and server CPU: ringmaster's staged ring, per-replica keys, shared keys without staging, and nginx with the sidecar or its own keys; TLS 1.3 and 1.2.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/fleet bench $(FLEETFLAGS)
 
 .PHONY: helm-lint
@@ -186,6 +186,10 @@ helm: ## Build Helm (cached).
 .PHONY: golangci-lint
 golangci-lint: ## Build golangci-lint (cached).
 	@hack/gotool.sh golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint $(GOLANGCI_LINT_VERSION) >/dev/null
+
+.PHONY: servers
+servers: ## Install nginx and HAProxy from Debian's packages where missing, for the sidecar's interop tests (needs root or sudo once).
+	@hack/debian.sh nginx haproxy
 
 .PHONY: controller-gen
 controller-gen: ## Build controller-gen (cached).

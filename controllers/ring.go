@@ -81,7 +81,8 @@ type ring struct {
 // whatever else failed.
 func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingStatus, reconcile.Result, error) {
 	now := r.Clock.Now()
-	out := ringstatus.Outcome{Now: now, Generation: in.obj.GetGeneration(), Targets: len(in.targets)}
+	out := ringstatus.Outcome{Now: now, Generation: in.obj.GetGeneration(), Targets: len(in.targets),
+		Formats: in.spec.Distribution.Formats, RetainedKeys: in.spec.RetainedKeys}
 	snaps, err := r.snapshots(ctx, in.owner)
 	if err != nil {
 		return in.status, reconcile.Result{}, err
@@ -244,6 +245,9 @@ func (r *rings) finish(ctx context.Context, in ring, out ringstatus.Outcome) v1a
 	}
 	if msg, ok := ringstatus.ConfirmationWarning(in.status.Conditions, status.Conditions); ok {
 		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, v1alpha1.ConditionConfirmationOverdue, "Confirm", "%s", msg)
+	}
+	if reason, msg, ok := ringstatus.RetentionWarning(in.status.Conditions, status.Conditions); ok {
+		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
 	}
 	if active, ok := out.Ring.Active(out.Now); ok && out.Halted == nil {
 		since, _ := ringstatus.OverdueSince(out)

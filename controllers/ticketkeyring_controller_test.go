@@ -353,6 +353,31 @@ var _ = Describe("TicketKeyRing", func() {
 			`Unsupported value: "iis"`),
 	)
 
+	It("reports a format whose server keeps fewer decrypt-only keys than retained, once", func() {
+		ring := createRing(ctx, ns, "web", func(r *v1alpha1.TicketKeyRing) {
+			r.Spec.Distribution.Formats = []v1alpha1.KeyFormat{"go", "nginx", "haproxy"}
+		})
+		limited := func() *metav1.Condition {
+			return meta.FindStatusCondition(getRing(ctx, ring).Status.Conditions, v1alpha1.ConditionRetentionLimited)
+		}
+		Eventually(limited, timeout, poll).Should(And(Not(BeNil()), HaveField("Status", metav1.ConditionTrue)))
+		c := limited()
+		Expect(c.Reason).To(Equal(v1alpha1.ReasonFormatKeepsFewerKeys))
+		Expect(c.Message).To(ContainSubstring("haproxy keeps 1 decrypt-only key(s) of the 3 retained"))
+		Expect(c.Message).NotTo(ContainSubstring("nginx"))
+		Expect(readyReason(getRing(ctx, ring).Status.Conditions)).To(Equal(v1alpha1.ReasonPublished))
+		Eventually(warnings(ctx, ns, v1alpha1.ReasonFormatKeepsFewerKeys), timeout, poll).Should(HaveLen(1))
+
+		By("a later reconcile, unchanged, emits no second event")
+		poke(ctx, ring)
+		Consistently(warnings(ctx, ns, v1alpha1.ReasonFormatKeepsFewerKeys), 2*time.Second, poll).Should(HaveLen(1))
+
+		By("retainedKeys 1, which HAProxy holds: no longer limited")
+		patchRing(ctx, ring, func(r *v1alpha1.TicketKeyRing) { r.Spec.RetainedKeys = 1 })
+		Eventually(func() metav1.ConditionStatus { return limited().Status }, timeout, poll).Should(Equal(metav1.ConditionFalse))
+		Expect(limited().Reason).To(Equal(v1alpha1.ReasonFormatsKeepRetainedKeys))
+	})
+
 	It("defaults an empty spec to 1h / 3 / 3m and the go format", func() {
 		// A manifest without spec, as kubectl sends it; a Go client would send
 		// the zero values of the spec's fields instead.

@@ -14,6 +14,11 @@ const (
 	// while a staged key has waited for its fleet longer than the timeout,
 	// and the active key keeps encrypting.
 	ConditionConfirmationOverdue = "ConfirmationOverdue"
+	// ConditionRetentionLimited (rings) is True when a format listed in
+	// spec.distribution.formats is read by a server that keeps fewer
+	// decrypt-only keys than spec.retainedKeys (HAProxy keeps 1): tickets
+	// under the keys it drops do not resume on that server.
+	ConditionRetentionLimited = "RetentionLimited"
 	// ConditionCompliant (policies) is True when every certificate the
 	// policy selects obeys every rule.
 	ConditionCompliant = "Compliant"
@@ -54,6 +59,12 @@ const (
 	ReasonAwaitingPods = "AwaitingPods"
 	// ReasonRevoked: the event of an emergency revoke.
 	ReasonRevoked = "Revoked"
+	// ReasonFormatKeepsFewerKeys: RetentionLimited is True; its message
+	// names each format and how many decrypt-only keys its server keeps.
+	ReasonFormatKeepsFewerKeys = "FormatKeepsFewerKeys"
+	// ReasonFormatsKeepRetainedKeys: RetentionLimited is False; every
+	// format listed keeps every retained key.
+	ReasonFormatsKeepRetainedKeys = "FormatsKeepRetainedKeys"
 )
 
 // Reasons of a key source's failures, on the key source's Ready condition

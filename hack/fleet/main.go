@@ -6,7 +6,9 @@
 //	             sessions through three rotations; then everything stopped.
 //	fleet bench  make bench-fleet: resumption, full handshakes and server CPU
 //	             of ringmaster's staged ring against per-replica keys and
-//	             against shared keys without staging, for TLS 1.3 and 1.2.
+//	             against shared keys without staging, for TLS 1.3 and 1.2;
+//	             and of nginx fed the ring by ringmaster-agent against
+//	             nginx's own per-process keys.
 //
 // Both need KUBEBUILDER_ASSETS (make envtest prints it) and run from inside
 // the module, which they build. Every process they start is stopped by its
@@ -77,6 +79,7 @@ func benchMain(ctx context.Context, args []string) (err error) {
 	versions := fs.String("tls", "1.3,1.2", "TLS versions to run, in order")
 	cert := fs.String("cert", string(fleet.ECDSAP256), "replicas' certificate key: ecdsa-p256 or rsa-2048")
 	keep := fs.Bool("keep", false, "keep the work directory (logs, volumes)")
+	fs.BoolVar(&cfg.Nginx, "nginx", true, "also run nginx fleets (Debian's nginx): with the ringmaster-agent sidecar, and with nginx's own keys")
 	_ = fs.Parse(args)
 	for v := range strings.SplitSeq(*versions, ",") {
 		switch strings.TrimSpace(v) {

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 )
@@ -21,7 +20,8 @@ const (
 	// first file encrypts.
 	FormatNginx Format = "nginx"
 	// FormatHAProxy is a tls-ticket-keys file: base64 80-byte keys, one a
-	// line, oldest first; HAProxy encrypts with the next-to-last line.
+	// line, exactly the 3 HAProxy keeps (see HAProxyKeys); HAProxy encrypts
+	// with the next-to-last line.
 	FormatHAProxy Format = "haproxy"
 	// FormatEnvoy is one 80-byte file per key for Envoy's
 	// session_ticket_keys; the first key encrypts.
@@ -58,9 +58,11 @@ func DeriveKey(s Secret, f Format) ([FormatKeySize]byte, error) {
 //
 //   - nginx:   nginx.0.key, nginx.1.key, …, active first.
 //   - Envoy:   envoy.0.key, envoy.1.key, …, active first.
-//   - HAProxy: haproxy.keys, oldest first, so that the active key is the
-//     next-to-last line and the staged key the last, which is what HAProxy
-//     expects when a new key is appended.
+//   - HAProxy: haproxy.keys, always the 3 lines HAProxy keeps, in the order
+//     of HAProxyKeys: the newest decrypt-only key, the active key (the
+//     next-to-last line, which HAProxy encrypts with), the staged key. A
+//     ring of two keys repeats the active key on the first line. No file
+//     when every key has expired.
 func (r Ring) Files(f Format, at time.Time) (map[string][]byte, error) {
 	files := map[string][]byte{}
 	switch f {
@@ -76,17 +78,20 @@ func (r Ring) Files(f Format, at time.Time) (map[string][]byte, error) {
 		}
 		return files, nil
 	case FormatHAProxy:
-		ordered := slices.Clone(r.Keys) // newest first
-		ordered = slices.DeleteFunc(ordered, func(k Key) bool { return !at.Before(k.ExpiresAt) })
-		slices.Reverse(ordered)
+		keys, ok := HAProxyKeys(r.TicketKeys(at))
+		if !ok {
+			// Every key has expired: HAProxy would refuse the file anyway.
+			return files, nil
+		}
 		var b strings.Builder
-		for _, k := range ordered {
+		for _, k := range keys {
 			d, err := DeriveKey(k.Secret, f)
 			if err != nil {
 				return nil, err
 			}
 			b.WriteString(base64.StdEncoding.EncodeToString(d[:]))
 			b.WriteByte('\n')
+			clear(d[:])
 		}
 		files["haproxy.keys"] = []byte(b.String())
 		return files, nil

@@ -156,35 +156,42 @@ func TestFilesNginxEnvoy(t *testing.T) {
 
 func TestFilesHAProxy(t *testing.T) {
 	r := steadyRing()
-	S, A, D1, D2, D3 := r.Keys[0], r.Keys[1], r.Keys[2], r.Keys[3], r.Keys[4]
+	S, A, D1 := r.Keys[0], r.Keys[1], r.Keys[2]
+	fresh := ringOf(std, 1, t0, at(time.Hour), t0) // a new ring: S staged, A active
 	tests := []struct {
 		name string
+		ring keyring.Ring
 		at   time.Time
-		want []keyring.Key // lines, oldest first: the active key next-to-last, the staged key last
+		want []keyring.Key // the 3 lines: newest decrypt-only, active (encrypts), staged
 	}{
-		{"at issuedAt", t0, []keyring.Key{D3, D2, D1, A, S}},
-		{"one second before D3 expires", at(time.Hour - time.Second), []keyring.Key{D3, D2, D1, A, S}},
-		{"D3 expired", at(time.Hour), []keyring.Key{D2, D1, A, S}},
+		{"at issuedAt", r, t0, []keyring.Key{D1, A, S}},
+		{"one second before S activates", r, at(time.Hour - time.Second), []keyring.Key{D1, A, S}},
+		{"S active, no staged key yet: S repeated in the next slot", r, at(time.Hour), []keyring.Key{A, S, S}},
+		{"a new ring of two keys: the active key repeated on the first line", fresh, t0, []keyring.Key{fresh.Keys[1], fresh.Keys[1], fresh.Keys[0]}},
+		{"every key expired: no file", r, at(5 * time.Hour), nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			files, err := r.Files(keyring.FormatHAProxy, tc.at)
+			files, err := tc.ring.Files(keyring.FormatHAProxy, tc.at)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(files) != 1 {
-				t.Errorf("%d files, want only haproxy.keys", len(files))
-			}
 			data, ok := files["haproxy.keys"]
-			if !ok {
-				t.Fatal("no haproxy.keys")
+			if tc.want == nil {
+				if len(files) != 0 {
+					t.Errorf("%d files, want none", len(files))
+				}
+				return
+			}
+			if !ok || len(files) != 1 {
+				t.Fatalf("files %v, want only haproxy.keys", slices.Sorted(maps.Keys(files)))
 			}
 			if !bytes.HasSuffix(data, []byte("\n")) {
 				t.Errorf("haproxy.keys does not end with a newline")
 			}
 			lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
-			if len(lines) != len(tc.want) {
-				t.Fatalf("%d lines, want %d", len(lines), len(tc.want))
+			if len(lines) != keyring.HAProxySlots {
+				t.Fatalf("%d lines, want the %d HAProxy keeps", len(lines), keyring.HAProxySlots)
 			}
 			for i, line := range lines {
 				raw, err := base64.StdEncoding.DecodeString(line)
@@ -196,14 +203,68 @@ func TestFilesHAProxy(t *testing.T) {
 					t.Errorf("line %d does not hold the haproxy key of %s", i, tc.want[i].ID)
 				}
 			}
-			// While the ring has a staged key (always so at its issuedAt),
-			// what HAProxy encrypts with, the next-to-last line, is the key
-			// every replica's clock calls active. (Once the staged key has
-			// activated, HAProxy follows at the next epoch's file, which
-			// the operator publishes at that instant.)
-			active, _ := r.Active(tc.at)
-			if S.StateAt(tc.at) == keyring.Staged && lines[len(lines)-2] != base64.StdEncoding.EncodeToString(derived(t, active, keyring.FormatHAProxy)) {
+			// HAProxy encrypts with the next-to-last line: the key every
+			// replica's clock calls active.
+			active, _ := tc.ring.Active(tc.at)
+			if lines[1] != base64.StdEncoding.EncodeToString(derived(t, active, keyring.FormatHAProxy)) {
 				t.Errorf("next-to-last line is not the active key %s", active.ID)
+			}
+		})
+	}
+}
+
+func TestHAProxyKeys(t *testing.T) {
+	r := steadyRing() // S t0+1h, A t0, D1, D2, D3
+	S, A, D1 := r.Keys[0], r.Keys[1], r.Keys[2]
+	two := ringOf(std, 3, t0, at(2*time.Hour), at(time.Hour), t0, at(-time.Hour)) // S2, S1 staged; A; D
+	tests := []struct {
+		name   string
+		served []keyring.Key
+		want   []keyring.Key
+	}{
+		{"steady: newest decrypt-only, active, staged", r.TicketKeys(t0), []keyring.Key{D1, A, S}},
+		{"a staged key alone with the active key", []keyring.Key{A, S}, []keyring.Key{A, A, S}},
+		{"no staged key", []keyring.Key{A, D1}, []keyring.Key{D1, A, A}},
+		{"the active key alone", []keyring.Key{A}, []keyring.Key{A, A, A}},
+		{"two staged keys: the soonest", two.TicketKeys(t0), []keyring.Key{two.Keys[3], two.Keys[2], two.Keys[1]}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := keyring.HAProxyKeys(tc.served)
+			if !ok {
+				t.Fatal("not ok")
+			}
+			if !slices.Equal(ids(got[:]), ids(tc.want)) {
+				t.Errorf("HAProxyKeys = %v, want %v", ids(got[:]), ids(tc.want))
+			}
+		})
+	}
+	if _, ok := keyring.HAProxyKeys(nil); ok {
+		t.Error("HAProxyKeys(nil) is ok")
+	}
+}
+
+func TestShortfalls(t *testing.T) {
+	all := []keyring.Format{keyring.FormatGo, keyring.FormatNginx, keyring.FormatHAProxy, keyring.FormatEnvoy}
+	haproxy := []keyring.Shortfall{{Format: keyring.FormatHAProxy, Keeps: 1}}
+	tests := []struct {
+		name     string
+		formats  []keyring.Format
+		retained int
+		want     []keyring.Shortfall
+	}{
+		{"no format", nil, 16, nil},
+		{"every format, nothing retained", all, 0, nil},
+		{"every format, one retained: HAProxy holds it", all, 1, nil},
+		{"every format, two retained: HAProxy drops one", all, 2, haproxy},
+		{"every format, the most retained", all, keyring.MaxRetainedKeys, haproxy},
+		{"go, nginx and envoy keep every key", []keyring.Format{keyring.FormatGo, keyring.FormatNginx, keyring.FormatEnvoy}, keyring.MaxRetainedKeys, nil},
+		{"haproxy listed twice is reported once", []keyring.Format{keyring.FormatHAProxy, keyring.FormatHAProxy}, 3, haproxy},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := keyring.Shortfalls(tc.formats, tc.retained); !slices.Equal(got, tc.want) {
+				t.Errorf("Shortfalls(%v, %d) = %v, want %v", tc.formats, tc.retained, got, tc.want)
 			}
 		})
 	}

@@ -72,6 +72,11 @@ type Outcome struct {
 	// when the staged key has waited past its timeout.
 	Confirmation *v1alpha1.ConfirmationStatus
 	Overdue      time.Time
+	// Formats and RetainedKeys are the ring's spec.distribution.formats and
+	// spec.retainedKeys: RetentionLimited reports the formats whose server
+	// keeps fewer decrypt-only keys than retained.
+	Formats      []v1alpha1.KeyFormat
+	RetainedKeys int32
 }
 
 // MaxRevocations bounds status.revocations.
@@ -120,6 +125,7 @@ func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) v1alpha1.TicketKeyRingS
 			since.UTC().Format(time.RFC3339), k.ID)
 	}
 	meta.SetStatusCondition(&s.Conditions, overdue)
+	meta.SetStatusCondition(&s.Conditions, retention(o))
 
 	switch {
 	case o.Source != nil:
@@ -210,6 +216,28 @@ func RequestedBy(fields []metav1.ManagedFieldsEntry, annotation string) string {
 	return by
 }
 
+// retention is the RetentionLimited condition of o's formats and
+// retainedKeys.
+func retention(o Outcome) metav1.Condition {
+	c := metav1.Condition{Type: v1alpha1.ConditionRetentionLimited, Status: metav1.ConditionFalse, ObservedGeneration: o.Generation,
+		Reason: v1alpha1.ReasonFormatsKeepRetainedKeys, Message: fmt.Sprintf("Every format listed keeps the %d retained key(s)", o.RetainedKeys)}
+	formats := make([]keyring.Format, len(o.Formats))
+	for i, f := range o.Formats {
+		formats[i] = keyring.Format(f)
+	}
+	short := keyring.Shortfalls(formats, int(o.RetainedKeys))
+	if len(short) == 0 {
+		return c
+	}
+	parts := make([]string, len(short))
+	for i, f := range short {
+		parts[i] = fmt.Sprintf("%s keeps %d decrypt-only key(s) of the %d retained", f.Format, f.Keeps, o.RetainedKeys)
+	}
+	c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonFormatKeepsFewerKeys
+	c.Message = strings.Join(parts, "; ") + ": tickets under the older keys do not resume on that server. Lower spec.retainedKeys to keep them alike, or accept it"
+	return c
+}
+
 // OverdueSince reports since when a rotation has been due while its key
 // could not be minted.
 func OverdueSince(o Outcome) (time.Time, bool) {
@@ -250,12 +278,28 @@ func fillKeys(s *v1alpha1.TicketKeyRingStatus, ring keyring.Ring, snapshot strin
 // for: one when Ready turns False, or stays False for a new reason. Events
 // mark transitions, not every retry.
 func Warning(prev, next []metav1.Condition) (reason, message string, ok bool) {
-	n := meta.FindStatusCondition(next, v1alpha1.ConditionReady)
-	if n == nil || n.Status != metav1.ConditionFalse {
+	return transition(prev, next, v1alpha1.ConditionReady, metav1.ConditionFalse,
+		func(p, n *metav1.Condition) bool { return p.Reason == n.Reason })
+}
+
+// RetentionWarning returns the Warning event RetentionLimited calls for:
+// one when it turns True, or stays True with another message (another
+// retainedKeys or list of formats).
+func RetentionWarning(prev, next []metav1.Condition) (reason, message string, ok bool) {
+	return transition(prev, next, v1alpha1.ConditionRetentionLimited, metav1.ConditionTrue,
+		func(p, n *metav1.Condition) bool { return p.Message == n.Message })
+}
+
+// transition reports the condition of type typ in next when it has status
+// bad, unless prev had it already with that status and same says nothing
+// else changed.
+func transition(prev, next []metav1.Condition, typ string, bad metav1.ConditionStatus, same func(p, n *metav1.Condition) bool) (reason, message string, ok bool) {
+	n := meta.FindStatusCondition(next, typ)
+	if n == nil || n.Status != bad {
 		return "", "", false
 	}
-	p := meta.FindStatusCondition(prev, v1alpha1.ConditionReady)
-	if p != nil && p.Status == n.Status && p.Reason == n.Reason {
+	p := meta.FindStatusCondition(prev, typ)
+	if p != nil && p.Status == n.Status && same(p, n) {
 		return "", "", false
 	}
 	return n.Reason, n.Message, true

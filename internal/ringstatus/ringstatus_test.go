@@ -268,3 +268,56 @@ func TestBuildRecordsRevocationsAndConfirmation(t *testing.T) {
 		t.Error("confirmation turned off leaves its condition or status")
 	}
 }
+
+func TestRetentionLimited(t *testing.T) {
+	ring := published()
+	all := []v1alpha1.KeyFormat{"go", "nginx", "haproxy", "envoy"}
+	tests := []struct {
+		name     string
+		formats  []v1alpha1.KeyFormat
+		retained int32
+		status   metav1.ConditionStatus
+		reason   string
+		message  string // a substring
+	}{
+		{"go alone keeps every key", []v1alpha1.KeyFormat{"go"}, 16, metav1.ConditionFalse, v1alpha1.ReasonFormatsKeepRetainedKeys, "keeps the 16 retained"},
+		{"no format listed", nil, 3, metav1.ConditionFalse, v1alpha1.ReasonFormatsKeepRetainedKeys, ""},
+		{"haproxy with one retained key holds it", all, 1, metav1.ConditionFalse, v1alpha1.ReasonFormatsKeepRetainedKeys, ""},
+		{"haproxy with three retained keys keeps one", all, 3, metav1.ConditionTrue, v1alpha1.ReasonFormatKeepsFewerKeys, "haproxy keeps 1 decrypt-only key(s) of the 3 retained"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := Build(v1alpha1.TicketKeyRingStatus{}, Outcome{Now: t0, Generation: 2, Ring: ring, Snapshot: "web-e1", Targets: 1, Formats: tt.formats, RetainedKeys: tt.retained})
+			c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionRetentionLimited)
+			if c == nil || c.Status != tt.status || c.Reason != tt.reason || !strings.Contains(c.Message, tt.message) || c.ObservedGeneration != 2 {
+				t.Fatalf("RetentionLimited = %+v, want %s %s %q", c, tt.status, tt.reason, tt.message)
+			}
+			if r := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionReady); r.Status != metav1.ConditionTrue {
+				t.Errorf("Ready = %+v: a format's limit does not make the ring unready", r)
+			}
+		})
+	}
+}
+
+func TestRetentionWarning(t *testing.T) {
+	cond := func(s metav1.ConditionStatus, msg string) []metav1.Condition {
+		return []metav1.Condition{{Type: v1alpha1.ConditionRetentionLimited, Status: s, Reason: "r", Message: msg}}
+	}
+	tests := []struct {
+		name       string
+		prev, next []metav1.Condition
+		want       bool
+	}{
+		{"first status, not limited", nil, cond(metav1.ConditionFalse, "m"), false},
+		{"first status, limited", nil, cond(metav1.ConditionTrue, "m"), true},
+		{"turns limited", cond(metav1.ConditionFalse, "m"), cond(metav1.ConditionTrue, "m"), true},
+		{"stays limited alike: no event", cond(metav1.ConditionTrue, "m"), cond(metav1.ConditionTrue, "m"), false},
+		{"stays limited with another message", cond(metav1.ConditionTrue, "of 3"), cond(metav1.ConditionTrue, "of 5"), true},
+		{"no longer limited", cond(metav1.ConditionTrue, "m"), cond(metav1.ConditionFalse, "m"), false},
+	}
+	for _, tt := range tests {
+		if _, _, got := RetentionWarning(tt.prev, tt.next); got != tt.want {
+			t.Errorf("%s: RetentionWarning = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -191,6 +191,7 @@ type Agent struct {
 
 	started     atomic.Bool
 	reset       atomic.Bool
+	served      atomic.Bool // TLSConfig was called: handshakes are counted
 	kick        chan struct{}
 	swaps       atomic.Uint64
 	lastErr     atomic.Pointer[failure]
@@ -546,6 +547,7 @@ func (a *Agent) TLSConfig(base *tls.Config) *tls.Config {
 		base = &tls.Config{}
 	}
 	f := newFront(base, a.countHandshake)
+	a.served.Store(true)
 	a.mu.Lock()
 	f.cur.Store(f.build(a.snap.Load()))
 	a.fronts = append(a.fronts, f)

@@ -76,10 +76,18 @@
 // (NeedLeaderElection returns false), so mgr.Add(a) runs it on every
 // replica, as controller-runtime's certwatcher.
 //
+// # Servers not written in Go
+//
+// Agent.ExportTicketKeys hands out the keys served, secrets included, in
+// serving order, for a program that feeds them to another TLS server: the
+// ringmaster-agent sidecar (cmd/ringmaster-agent) does so for nginx,
+// HAProxy and Envoy, under exactly the refusals, pins and expiry above.
+//
 // # Metrics
 //
 // The Agent is a prometheus.Collector exporting
-// ringmaster_agent_handshakes_total{resumed}, ringmaster_agent_swaps_total,
+// ringmaster_agent_handshakes_total{resumed} (once TLSConfig has been
+// called), ringmaster_agent_swaps_total,
 // ringmaster_agent_epoch, ringmaster_agent_active_key_age_seconds,
 // ringmaster_agent_certificate_not_after_timestamp_seconds and
 // ringmaster_agent_reload_errors_total{reason}. Handshakes are counted from

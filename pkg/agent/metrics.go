@@ -15,7 +15,8 @@ import "github.com/prometheus/client_golang/prometheus"
 // Handshake latency belongs where the handshake is driven, around
 // tls.Conn.HandshakeContext.
 var (
-	// handshakesDesc: ringmaster_agent_handshakes_total{resumed="true"|"false"}.
+	// handshakesDesc: ringmaster_agent_handshakes_total{resumed="true"|"false"};
+	// exported once TLSConfig has been called.
 	handshakesDesc = prometheus.NewDesc("ringmaster_agent_handshakes_total",
 		"TLS handshakes served with the agent's configs, by whether the session was resumed from a ticket.",
 		[]string{"resumed"}, nil)
@@ -51,8 +52,12 @@ func (a *Agent) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector. It takes no lock of the agent's.
 func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 	s := a.snap.Load()
-	ch <- prometheus.MustNewConstMetric(handshakesDesc, prometheus.CounterValue, float64(a.resumed.Load()), "true")
-	ch <- prometheus.MustNewConstMetric(handshakesDesc, prometheus.CounterValue, float64(a.full.Load()), "false")
+	// An agent that serves no config (the sidecar's, which hands the keys
+	// to another server) sees no handshake: a count of 0 would mislead.
+	if a.served.Load() {
+		ch <- prometheus.MustNewConstMetric(handshakesDesc, prometheus.CounterValue, float64(a.resumed.Load()), "true")
+		ch <- prometheus.MustNewConstMetric(handshakesDesc, prometheus.CounterValue, float64(a.full.Load()), "false")
+	}
 	ch <- prometheus.MustNewConstMetric(swapsDesc, prometheus.CounterValue, float64(a.swaps.Load()))
 	epoch := s.epoch
 	ch <- prometheus.MustNewConstMetric(epochDesc, prometheus.GaugeValue, float64(epoch))

@@ -74,8 +74,10 @@ type KeyStatus struct {
 }
 
 // Status reports what the agent serves now. It takes no lock.
-func (a *Agent) Status() Status {
-	s := a.snap.Load()
+func (a *Agent) Status() Status { return a.statusOf(a.snap.Load()) }
+
+// statusOf describes s, a snapshot the agent published, now.
+func (a *Agent) statusOf(s *snapshot) Status {
 	now := a.clock.Now()
 	st := Status{ServingSince: s.at, Swaps: a.swaps.Load()}
 	if s.hasRing {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -106,7 +105,7 @@ var _ = Describe("A fleet sharing a staged ring", Ordered, func() {
 		Expect(err).NotTo(HaveOccurred())
 
 		By("capturing a ticket issued under the active key " + old)
-		kept := &firstTicket{}
+		kept := &fleet.FirstTicket{}
 		first := fleet.Connect(ctx, f.Replicas[0].Addr, clientConfig(kept), 5*time.Second)
 		Expect(first.Err).To(BeEmpty())
 		Expect(first.ActiveKey).To(Equal(old))
@@ -135,7 +134,7 @@ var _ = Describe("A fleet sharing a staged ring", Ordered, func() {
 		Expect(resumesOn(ctx, f, kept)).To(HaveEach(false), "a ticket under an expired key resumed")
 
 		By("checking that resumption itself still works on every replica")
-		fresh := &firstTicket{}
+		fresh := &fleet.FirstTicket{}
 		Expect(fleet.Connect(ctx, f.Replicas[0].Addr, clientConfig(fresh), 5*time.Second).Err).To(BeEmpty())
 		Expect(resumesOn(ctx, f, fresh)).To(HaveEach(true))
 	}, NodeTimeout(time.Minute))
@@ -263,6 +262,12 @@ func rotateBackToBack(ctx context.Context, ns, name string, n int) []fleet.Rotat
 // connections since t, so that the load covers the fleet's final state too.
 func awaitMore(ctx context.Context, load *fleet.Load, t time.Time, n int) {
 	GinkgoHelper()
+	awaitMoreOf(ctx, load, clients, t, n)
+}
+
+// awaitMoreOf is awaitMore for a load of a given number of clients.
+func awaitMoreOf(ctx context.Context, load *fleet.Load, clients int, t time.Time, n int) {
+	GinkgoHelper()
 	Eventually(ctx, func() map[int]int {
 		per := map[int]int{}
 		for _, s := range load.Result().Since(t).Samples {
@@ -305,33 +310,4 @@ func clientConfig(cache tls.ClientSessionCache) *tls.Config {
 		MinVersion: tls.VersionTLS13, ClientSessionCache: cache,
 		NextProtos: []string{"http/1.1"},
 	}
-}
-
-// firstTicket is a session cache that keeps the first ticket it is given
-// and ignores every later one, so each connection presents that same ticket,
-// however old, as a client holding on to a session would.
-type firstTicket struct {
-	mu sync.Mutex
-	cs *tls.ClientSessionState
-}
-
-func (c *firstTicket) Get(string) (*tls.ClientSessionState, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cs, c.cs != nil
-}
-
-func (c *firstTicket) Put(_ string, cs *tls.ClientSessionState) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cs == nil && cs != nil {
-		c.cs = cs
-	}
-}
-
-// Held reports whether a ticket was kept.
-func (c *firstTicket) Held() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cs != nil
 }

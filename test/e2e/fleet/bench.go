@@ -9,6 +9,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 )
 
 // BenchConfig shapes make bench-fleet.
@@ -30,6 +32,9 @@ type BenchConfig struct {
 	RotateEvery time.Duration
 	// Versions are the TLS versions to run, in order.
 	Versions []uint16
+	// Nginx adds the nginx fleets: with the ringmaster-agent sidecar on a
+	// staged ring, and with nginx's own per-process keys.
+	Nginx bool
 }
 
 // Variant names one way of keying a fleet.
@@ -45,15 +50,25 @@ const (
 	PerReplica
 	// Unstaged shares keys without staging: a new key encrypts at once.
 	Unstaged
+	// NginxStaged is nginx fed ringmaster's staged ring by the
+	// ringmaster-agent sidecar.
+	NginxStaged
+	// NginxOwn is nginx's default: each replica keeps the ticket keys
+	// OpenSSL made when it loaded its configuration.
+	NginxOwn
 )
 
-var variants = []Variant{Staged, PerReplica, Unstaged}
+var (
+	goVariants    = []Variant{Staged, PerReplica, Unstaged}
+	nginxVariants = []Variant{NginxStaged, NginxOwn}
+)
 
 func (v Variant) String() string {
-	return [...]string{"(i) ringmaster, shared staged ring", "(ii) Go default, per-replica keys", "(iii) shared keys, no staging"}[v]
+	return [...]string{"(i) ringmaster, shared staged ring", "(ii) Go default, per-replica keys", "(iii) shared keys, no staging",
+		"(iv) nginx + ringmaster-agent, staged ring", "(v) nginx default, per-process keys"}[v]
 }
 
-func (v Variant) short() string { return [...]string{"(i)", "(ii)", "(iii)"}[v] }
+func (v Variant) short() string { return [...]string{"(i)", "(ii)", "(iii)", "(iv)", "(v)"}[v] }
 
 // BenchRow is one variant's figures under one TLS version, over every round.
 type BenchRow struct {
@@ -70,6 +85,9 @@ type BenchRow struct {
 	CPUPer1k float64
 	// CPU is the replicas' processor time over every round.
 	CPU time.Duration
+	// SidecarCPU is the sidecars' processor time over every round: not in
+	// CPU, which counts the servers.
+	SidecarCPU time.Duration
 }
 
 // benchFleet is a fleet under test and, for the variants that rotate, its
@@ -110,6 +128,10 @@ func (e *Env) Bench(ctx context.Context, cfg BenchConfig, out, progress io.Write
 	if cfg.RotateEvery < activation+2*time.Second {
 		return nil, fmt.Errorf("a rotation every %s is too short: ringmaster's rotate-now takes activationDelay %s and a second", cfg.RotateEvery, activation)
 	}
+	variants := goVariants
+	if cfg.Nginx {
+		variants = append(slices.Clone(variants), nginxVariants...)
+	}
 	var fleets []*benchFleet
 	defer func() {
 		for _, b := range fleets {
@@ -148,8 +170,16 @@ func (e *Env) Bench(ctx context.Context, cfg BenchConfig, out, progress io.Write
 				if err != nil {
 					return nil, err
 				}
+				sidecarBefore, err := b.fleet.SidecarCPU()
+				if err != nil {
+					return nil, err
+				}
 				res := StartLoad(ctx, b.fleet.LoadConfig(ver, cfg.Clients, conns, cfg.Interval)).Wait()
 				after, err := b.fleet.CPU()
+				if err != nil {
+					return nil, err
+				}
+				sidecarAfter, err := b.fleet.SidecarCPU()
 				if err != nil {
 					return nil, err
 				}
@@ -172,8 +202,9 @@ func (e *Env) Bench(ctx context.Context, cfg BenchConfig, out, progress io.Write
 				rots := b.rotationsIn(start, time.Now())
 				row.Rotations += rots
 				row.CPU += after - before
+				row.SidecarCPU += sidecarAfter - sidecarBefore
 				perRound[b.variant] = append(perRound[b.variant], (after-before).Seconds()*1000/float64(s.Reconnects))
-				fmt.Fprintf(progress, "  %s round %d/%d %-36s %5d reconnects, %5.1f%% resumed, %d rotations, %.2f CPU s\n",
+				fmt.Fprintf(progress, "  %s round %d/%d %-44s %5d reconnects, %5.1f%% resumed, %d rotations, %.2f CPU s\n",
 					versionName(ver), round+1, cfg.Rounds, b.variant, s.Reconnects, 100*s.ResumptionRate(), rots, (after - before).Seconds())
 			}
 		}
@@ -185,7 +216,7 @@ func (e *Env) Bench(ctx context.Context, cfg BenchConfig, out, progress io.Write
 		}
 	}
 	for _, ver := range cfg.Versions {
-		writeTable(out, cfg, activation, ver, rows)
+		writeTable(out, cfg, activation, ver, variants, rows)
 	}
 	return rows, nil
 }
@@ -239,6 +270,20 @@ func (e *Env) startBenchFleet(ctx context.Context, v Variant, delays []time.Dura
 		}
 	case PerReplica:
 		b.fleet, err = e.StartFleet(ctx, FleetConfig{Name: "bench-per-replica", Delays: delays})
+	case NginxStaged:
+		const ns = "bench-nginx"
+		ring, cerr := e.Cluster.CreateRing(ctx, RingSpec{Namespace: ns, Name: "web", RotationInterval: time.Hour, ActivationDelay: activation, RetainedKeys: 3,
+			Formats: []v1alpha1.KeyFormat{"go", "nginx"}})
+		if cerr != nil {
+			return nil, cerr
+		}
+		b.fleet, err = e.StartFleet(ctx, FleetConfig{Name: ns, Delays: delays, Namespace: ns, Secret: ring.ProjectionSecretName(), Ring: ns + "/web", Server: Nginx})
+		b.rotate = func(ctx context.Context) error {
+			_, err := e.Cluster.Rotate(ctx, ns, "web")
+			return err
+		}
+	case NginxOwn:
+		b.fleet, err = e.StartFleet(ctx, FleetConfig{Name: "bench-nginx-own", Delays: delays, Server: Nginx})
 	case Unstaged:
 		const ns, secret = "bench-unstaged", "shared-ticket-keys"
 		pub := NewUnstagedPublisher(e.Cluster, ns, secret, 4)
@@ -257,7 +302,7 @@ func (e *Env) startBenchFleet(ctx context.Context, v Variant, delays []time.Dura
 	return b, nil
 }
 
-func writeTable(out io.Writer, cfg BenchConfig, activation time.Duration, ver uint16, rows []BenchRow) {
+func writeTable(out io.Writer, cfg BenchConfig, activation time.Duration, ver uint16, variants []Variant, rows []BenchRow) {
 	byVariant := map[Variant]BenchRow{}
 	for _, r := range rows {
 		if r.Version == ver {
@@ -278,16 +323,20 @@ func writeTable(out io.Writer, cfg BenchConfig, activation time.Duration, ver ui
 			r.CPUPer1k, s.P50.Round(10*time.Microsecond), s.P99.Round(10*time.Microsecond))
 	}
 	w.Flush()
-	i := byVariant[Staged]
-	for _, other := range []Variant{PerReplica, Unstaged} {
-		o, ok := byVariant[other]
-		if !ok {
+	for _, pair := range [][2]Variant{{Staged, PerReplica}, {Staged, Unstaged}, {NginxStaged, NginxOwn}} {
+		i, ok1 := byVariant[pair[0]]
+		o, ok2 := byVariant[pair[1]]
+		if !ok1 || !ok2 {
 			continue
 		}
-		fmt.Fprintf(out, "  (i)/%s: resumption rate %s, full handshakes %s, server CPU per reconnect %s\n", other.short(),
+		fmt.Fprintf(out, "  %s/%s: resumption rate %s, full handshakes %s, server CPU per reconnect %s\n", pair[0].short(), pair[1].short(),
 			ratio(i.Summary.ResumptionRate(), o.Summary.ResumptionRate()),
 			ratio(float64(i.Summary.Full), float64(o.Summary.Full)),
 			ratio(i.CPUPer1k, o.CPUPer1k))
+	}
+	if r, ok := byVariant[NginxStaged]; ok && r.Summary.Reconnects > 0 {
+		fmt.Fprintf(out, "  (iv)'s sidecars used %.3f CPU s / 1k reconnects more, not counted above\n",
+			r.SidecarCPU.Seconds()*1000/float64(r.Summary.Reconnects))
 	}
 }
 

@@ -17,6 +17,8 @@ type Binaries struct {
 	Server string
 	// ControlPlane is hack/controlplane: etcd and kube-apiserver.
 	ControlPlane string
+	// Sidecar is cmd/ringmaster-agent, beside each nginx or HAProxy.
+	Sidecar string
 }
 
 // ModuleRoot returns the directory of this module's go.mod, found by the go
@@ -33,14 +35,15 @@ func ModuleRoot(ctx context.Context) (string, error) {
 	return filepath.Dir(gomod), nil
 }
 
-// Build compiles the operator, examples/server and hack/controlplane into dir
-// with one go build, which links the three in parallel.
+// Build compiles the operator, examples/server, hack/controlplane and
+// cmd/ringmaster-agent into dir with one go build, which links them in
+// parallel.
 func Build(ctx context.Context, dir string) (Binaries, error) {
 	root, err := ModuleRoot(ctx)
 	if err != nil {
 		return Binaries{}, err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), ".", "./examples/server", "./hack/controlplane")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), ".", "./examples/server", "./hack/controlplane", "./cmd/ringmaster-agent")
 	cmd.Dir = root
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -51,5 +54,6 @@ func Build(ctx context.Context, dir string) (Binaries, error) {
 		Operator:     filepath.Join(dir, "ringmaster"),
 		Server:       filepath.Join(dir, "server"),
 		ControlPlane: filepath.Join(dir, "controlplane"),
+		Sidecar:      filepath.Join(dir, "ringmaster-agent"),
 	}, nil
 }

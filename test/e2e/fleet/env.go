@@ -75,7 +75,7 @@ func Setup(ctx context.Context, opts Options) (env *Env, err error) {
 	if e.PKI, err = NewPKI(opts.KeyType); err != nil {
 		return nil, err
 	}
-	say("Building the operator, examples/server and hack/controlplane into %s", work)
+	say("Building the operator, examples/server, hack/controlplane and ringmaster-agent into %s", work)
 	if e.Bins, err = Build(ctx, work); err != nil {
 		return nil, err
 	}

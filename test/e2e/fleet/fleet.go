@@ -26,30 +26,58 @@ type FleetConfig struct {
 	Delays []time.Duration
 	// Namespace and Secret name the projection Secret the replicas mount.
 	// An empty Secret runs the replicas without ticket keys: crypto/tls then
-	// keeps per-process keys of its own, the default every Go server has.
+	// keeps per-process keys of its own, the default every Go server has,
+	// and nginx and HAProxy keep theirs.
 	Namespace, Secret string
+	// Ring, if set, is the ring the replicas' sidecars pin (--ring).
+	Ring string
+	// Server is what each replica runs: examples/server by default, or
+	// nginx or HAProxy, each with a ringmaster-agent sidecar when Secret is
+	// set.
+	Server ServerKind
 }
 
-// Replica is one examples/server process and its volume.
+// Replica is one server process and its volume: examples/server, or nginx
+// or HAProxy and their sidecar.
 type Replica struct {
 	Index int
+	// Dir is the replica's projected volume, which the stand-in kubelet
+	// writes.
 	Dir   string
 	Delay time.Duration
 	// Addr is its HTTPS address on loopback.
 	Addr string
-	// StatusAddr is its plain-HTTP address on loopback, serving /metrics
-	// and the agent's status (agent.StatusPath).
+	// StatusAddr is examples/server's plain-HTTP address on loopback,
+	// serving /metrics and the agent's status (agent.StatusPath).
 	StatusAddr string
-	Proc       *Proc
+	// Proc is the server: examples/server, nginx's master, HAProxy.
+	Proc *Proc
+
+	// Shared is the directory nginx or HAProxy shares with its sidecar
+	// (the pod's emptyDir), Conf holds its configuration and logs.
+	Shared, Conf string
+	// Sidecar is the replica's ringmaster-agent, SidecarAddr where it
+	// serves /healthz, /readyz and /metrics; nil and empty for
+	// examples/server and for a fleet without ring.
+	Sidecar     *Proc
+	SidecarAddr string
 }
 
 // Fleet is replicas behind a round-robin balancer, fed by a projection
 // syncer.
 type Fleet struct {
 	Name     string
+	Server   ServerKind
 	Replicas []*Replica
 	Syncer   *Syncer // nil without ticket keys
 	LB       *Balancer
+
+	sup  *Supervisor
+	bins Binaries
+	// ring is the sidecars' --ring; keyed says whether the fleet has ticket
+	// keys (a Secret) at all.
+	ring  string
+	keyed bool
 
 	pki      *PKI
 	health   *http.Client
@@ -67,7 +95,10 @@ func (e *Env) StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	if len(cfg.Delays) == 0 {
 		return nil, errors.New("fleet: no replicas")
 	}
-	f := &Fleet{Name: cfg.Name, pki: e.PKI, health: &http.Client{
+	if err := CheckServer(cfg.Server); err != nil {
+		return nil, err
+	}
+	f := &Fleet{Name: cfg.Name, Server: cfg.Server, sup: e.Sup, bins: e.Bins, ring: cfg.Ring, keyed: cfg.Secret != "", pki: e.PKI, health: &http.Client{
 		Timeout: 5 * time.Second,
 		Transport: &http.Transport{
 			TLSClientConfig:   &tls.Config{RootCAs: e.PKI.Roots, ServerName: ServerName},
@@ -86,7 +117,7 @@ func (e *Env) StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 			return nil, errors.Join(err, f.Stop())
 		}
 		f.Replicas = append(f.Replicas, &Replica{Index: i, Dir: dir, Delay: d})
-		targets = append(targets, Target{Dir: dir, Delay: d, Extra: e.PKI.Files()})
+		targets = append(targets, Target{Dir: dir, Delay: d, Extra: e.serverFiles(cfg.Server)})
 	}
 
 	require := "keys,cert"
@@ -96,7 +127,7 @@ func (e *Env) StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		for _, r := range f.Replicas {
 			w, err := atomicdir.NewWriter(r.Dir)
 			if err == nil {
-				err = w.Write(e.PKI.Files())
+				err = w.Write(e.serverFiles(cfg.Server))
 			}
 			if err != nil {
 				return nil, errors.Join(err, f.Stop())
@@ -114,6 +145,17 @@ func (e *Env) StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		}
 	}
 
+	if cfg.Server != GoServer {
+		for _, r := range f.Replicas {
+			if err := f.startServerReplica(ctx, r); err != nil {
+				return nil, errors.Join(err, f.Stop())
+			}
+		}
+		if err := f.startBalancer(); err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
 	for _, r := range f.Replicas {
 		p, err := e.Sup.Start(fmt.Sprintf("%s-replica-%d", cfg.Name, r.Index), e.Bins.Server, []string{
 			"-dir", r.Dir, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-require", require,
@@ -138,16 +180,25 @@ func (e *Env) StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 		}
 		r.Addr = addr
 	}
+	if err := f.startBalancer(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// startBalancer puts a balancer in front of the replicas; on failure it
+// stops the fleet.
+func (f *Fleet) startBalancer() error {
 	backends := make([]string, len(f.Replicas))
 	for i, r := range f.Replicas {
 		backends[i] = r.Addr
 	}
 	lb, err := StartBalancer(backends)
 	if err != nil {
-		return nil, errors.Join(err, f.Stop())
+		return errors.Join(err, f.Stop())
 	}
 	f.LB = lb
-	return f, nil
+	return nil
 }
 
 func (f *Fleet) waitFirstDelivery(ctx context.Context) error {
@@ -188,8 +239,10 @@ func (f *Fleet) stopNow() error {
 		errs = append(errs, f.LB.Close())
 	}
 	for _, r := range f.Replicas {
-		if r.Proc != nil {
-			errs = append(errs, r.Proc.Stop())
+		for _, p := range []*Proc{r.Proc, r.Sidecar} {
+			if p != nil {
+				errs = append(errs, p.Stop())
+			}
 		}
 	}
 	if f.stop != nil {
@@ -199,11 +252,16 @@ func (f *Fleet) stopNow() error {
 	return errors.Join(errs...)
 }
 
-// Health reads every replica's /healthz: the agent's Status.
+// Health reads every replica's /healthz: the agent's Status. For nginx and
+// HAProxy it is their sidecar's, which describes the keys the server holds.
 func (f *Fleet) Health(ctx context.Context) ([]agent.Status, error) {
 	out := make([]agent.Status, len(f.Replicas))
 	for i, r := range f.Replicas {
-		st, err := f.healthOf(ctx, r.Addr)
+		url := "https://" + r.Addr + "/healthz"
+		if f.Server != GoServer {
+			url = "http://" + r.SidecarAddr + "/healthz"
+		}
+		st, err := f.healthOf(ctx, url)
 		if err != nil {
 			return nil, fmt.Errorf("replica %d: %w", i, err)
 		}
@@ -212,14 +270,20 @@ func (f *Fleet) Health(ctx context.Context) ([]agent.Status, error) {
 	return out, nil
 }
 
-func (f *Fleet) healthOf(ctx context.Context, addr string) (agent.Status, error) {
-	return ReadHealth(ctx, f.health, addr)
+func (f *Fleet) healthOf(ctx context.Context, url string) (agent.Status, error) {
+	return ReadHealthURL(ctx, f.health, url)
 }
 
 // ReadHealth reads the /healthz of the examples/server at addr (the agent's
 // Status) with c, which must trust the replica's certificate.
 func ReadHealth(ctx context.Context, c *http.Client, addr string) (agent.Status, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+addr+"/healthz", nil)
+	return ReadHealthURL(ctx, c, "https://"+addr+"/healthz")
+}
+
+// ReadHealthURL reads an agent's Status from url with c: an
+// examples/server's /healthz, or a sidecar's.
+func ReadHealthURL(ctx context.Context, c *http.Client, url string) (agent.Status, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return agent.Status{}, err
 	}
@@ -305,13 +369,32 @@ func orDash(s string) string {
 	return s
 }
 
-// CPU returns the processor time the replicas have used so far, summed.
+// CPU returns the processor time the replicas' servers have used so far,
+// summed: each process with its children (nginx's workers, those that
+// are running and those that have exited).
 func (f *Fleet) CPU() (time.Duration, error) {
 	var sum time.Duration
 	for _, r := range f.Replicas {
-		t, err := r.Proc.CPU()
+		t, err := r.Proc.TreeCPU()
 		if err != nil {
 			return 0, fmt.Errorf("replica %d: %w", r.Index, err)
+		}
+		sum += t
+	}
+	return sum, nil
+}
+
+// SidecarCPU returns the processor time the replicas' sidecars have used so
+// far, summed; 0 without sidecars.
+func (f *Fleet) SidecarCPU() (time.Duration, error) {
+	var sum time.Duration
+	for _, r := range f.Replicas {
+		if r.Sidecar == nil {
+			continue
+		}
+		t, err := r.Sidecar.CPU()
+		if err != nil {
+			return 0, fmt.Errorf("sidecar %d: %w", r.Index, err)
 		}
 		sum += t
 	}

@@ -27,7 +27,9 @@ func TestParseHello(t *testing.T) {
 	}{
 		{body: "hello from 127.0.0.1:43121: epoch 3, active key 3f9a1c0d, resumed true\n", backend: "127.0.0.1:43121", epoch: 3, key: "3f9a1c0d"},
 		{body: "hello from [::1]:8443: epoch 12, active key , resumed false", backend: "[::1]:8443", epoch: 12, key: ""},
+		{body: "hello from 127.0.0.1:8443\n", backend: "127.0.0.1:8443"}, // nginx's, HAProxy's
 		{body: "hello from 127.0.0.1:1: epoch x, active key k, resumed true", wantErr: true},
+		{body: "hello from \n", wantErr: true},
 		{body: "404 page not found", wantErr: true},
 		{body: "", wantErr: true},
 	} {

@@ -59,6 +59,9 @@ type Proc struct {
 	cmd  *exec.Cmd
 	done chan struct{} // closed once the process has been reaped
 	err  error         // Wait's result, set before done closes
+	// killed is set by Kill: the process died by the harness's hand, which
+	// Stop does not report.
+	killed bool
 
 	mu    sync.Mutex
 	lines []string
@@ -268,6 +271,9 @@ func (p *Proc) Stop() error {
 		<-p.done
 		return fmt.Errorf("%s (pid %d) ignored SIGTERM for %s and was killed", p.Name, p.PID, grace)
 	}
+	if p.killed {
+		return nil
+	}
 	var exit *exec.ExitError
 	if errors.As(p.err, &exit) {
 		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM {
@@ -280,6 +286,20 @@ func (p *Proc) Stop() error {
 	if p.err != nil {
 		return fmt.Errorf("%s (pid %d): %w; log %s:\n%s", p.Name, p.PID, p.err, p.Log, p.LogTail(10))
 	}
+	return nil
+}
+
+// Kill ends the process with SIGKILL, by its pid, and reaps it: no chance
+// to tidy up, as a container killed for running out of memory.
+func (p *Proc) Kill() error {
+	if exited, _ := p.Exited(); exited {
+		return nil
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("kill %s (pid %d): %w", p.Name, p.PID, err)
+	}
+	<-p.done
+	p.killed = true
 	return nil
 }
 
@@ -298,24 +318,50 @@ func (p *Proc) LogTail(n int) string {
 
 // CPU returns the processor time the process has used so far, user plus
 // system, from /proc/PID/stat.
-func (p *Proc) CPU() (time.Duration, error) { return cpuTime(p.PID) }
+func (p *Proc) CPU() (time.Duration, error) { return cpuTime(p.PID, false) }
+
+// TreeCPU returns the processor time the process and its descendants have
+// used so far: each one's user and system time, and that of its children
+// that have exited (nginx's workers, once their master has reaped them).
+func (p *Proc) TreeCPU() (time.Duration, error) {
+	sum, err := cpuTime(p.PID, true)
+	if err != nil {
+		return 0, err
+	}
+	for _, pid := range descendants(p.PID) {
+		if t, err := cpuTime(pid, true); err == nil { // it may have exited since
+			sum += t
+		}
+	}
+	return sum, nil
+}
 
 // clockTick is the unit of the times in /proc/PID/stat: USER_HZ, which Linux
 // fixes at 100 for every architecture's user-space ABI.
 const clockTick = 10 * time.Millisecond
 
-func cpuTime(pid int) (time.Duration, error) {
+// cpuTime reads a process's user and system time from /proc/PID/stat, and
+// with children that of its children that have exited and been waited for.
+func cpuTime(pid int, children bool) (time.Duration, error) {
 	f, err := statFields(pid)
 	if err != nil {
 		return 0, err
 	}
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	utime, err1 := strconv.ParseUint(f[11], 10, 64)
-	stime, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
+	// f[0] is field 3 (state); utime, stime, cutime and cstime are fields
+	// 14 to 17.
+	n := 2
+	if children {
+		n = 4
 	}
-	return time.Duration(utime+stime) * clockTick, nil
+	var ticks uint64
+	for _, field := range f[11 : 11+n] {
+		v, err := strconv.ParseUint(field, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * clockTick, nil
 }
 
 func startTime(pid int) (uint64, error) {

@@ -27,17 +27,23 @@ type RingSpec struct {
 	// Confirmation, when set, promotes each staged key only once the pods it
 	// selects hold it (Fleet.RegisterPods makes pods of a fleet's replicas).
 	Confirmation *v1alpha1.Confirmation
+	// Formats are spec.distribution.formats; nil means go alone.
+	Formats []v1alpha1.KeyFormat
 }
 
 // Object returns the TicketKeyRing to create.
 func (s RingSpec) Object() *v1alpha1.TicketKeyRing {
+	formats := s.Formats
+	if formats == nil {
+		formats = []v1alpha1.KeyFormat{"go"}
+	}
 	return &v1alpha1.TicketKeyRing{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name},
 		Spec: v1alpha1.TicketKeyRingSpec{
 			RotationInterval: metav1.Duration{Duration: s.RotationInterval},
 			ActivationDelay:  metav1.Duration{Duration: s.ActivationDelay},
 			RetainedKeys:     s.RetainedKeys,
-			Distribution:     v1alpha1.Distribution{Formats: []v1alpha1.KeyFormat{"go"}},
+			Distribution:     v1alpha1.Distribution{Formats: formats},
 			Confirmation:     s.Confirmation,
 		},
 	}

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/pkg/agent"
+)
+
+// nginxConf is the include the sidecar writes for nginx: one
+// ssl_session_ticket_key directive per key, in serving order, naming the
+// key's file, nginx.<id>.key. nginx reads the files only when it loads its
+// configuration, keeps every key listed for decryption, and encrypts with
+// the first.
+const nginxConf = "nginx-ticket-keys.conf"
+
+const (
+	nginxMaster = "nginx: master process"
+	nginxWorker = "nginx: worker process"
+)
+
+// nginx feeds an nginx in the same pod, whose processes the sidecar sees
+// (shareProcessNamespace: true): it writes the key files and the include,
+// and reloads nginx gracefully (SIGHUP to the master, which starts new
+// workers with the new configuration and lets the old ones finish their
+// connections). The key files are named by key id, so that the include,
+// written last, switches from one complete set to the next.
+type nginx struct {
+	// dir is the shared directory as the sidecar sees it; serverDir as nginx
+	// does, for the paths in the include.
+	dir, serverDir string
+	pidFile        string
+	// check, if set, runs before each reload (nginx -t, where the sidecar
+	// can run nginx); a failure skips the reload.
+	check []string
+	probe *prober
+
+	// master is the master last reloaded, and loaded the include it was
+	// reloaded with.
+	master process
+	loaded []byte
+}
+
+func (n *nginx) apply(ctx context.Context, keys []agent.TicketKey) (applied, error) {
+	var conf bytes.Buffer
+	conf.WriteString("# Written by ringmaster-agent at every change of the ring; do not edit.\n# The first key encrypts new tickets; every key decrypts.\n")
+	files := make([]file, 0, len(keys)+1)
+	defer func() {
+		for _, f := range files {
+			clear(f.data)
+		}
+	}()
+	for _, k := range keys {
+		d := derive(k, keyring.FormatNginx)
+		name := "nginx." + k.ID + ".key"
+		files = append(files, file{name: name, data: d[:]})
+		fmt.Fprintf(&conf, "ssl_session_ticket_key %s; # %s\n", filepath.Join(n.serverDir, name), k.State)
+	}
+	files = append(files, file{name: nginxConf, data: bytes.Clone(conf.Bytes())})
+	changed, err := writeFiles(n.dir, files)
+	if err == nil {
+		// Only once the include no longer names them.
+		err = removeStale(n.dir, "nginx.", ".key", files)
+	}
+	if err != nil {
+		return applied{}, fail(causeWrite, "%w", err)
+	}
+	held := applied{held: ids(keys)}
+
+	master, err := n.findMaster()
+	if err != nil {
+		return applied{}, err
+	}
+	if !changed && master == n.master && bytes.Equal(conf.Bytes(), n.loaded) {
+		return held, nil
+	}
+	if err := n.checkFiles(ctx, files); err != nil {
+		return applied{}, err
+	}
+	before, err := children(master, nginxWorker)
+	if err != nil {
+		return applied{}, fail(causeNoServer, "list nginx workers: %w", err)
+	}
+	if err := syscall.Kill(master.pid, syscall.SIGHUP); err != nil {
+		return applied{}, fail(causeSignal, "signal the nginx master (pid %d): %w", master.pid, err)
+	}
+	// nginx starts new workers only if the new configuration loaded; if it
+	// did not, its error log says why, and the old workers keep serving.
+	// The old workers then go on with the connections they have, but stop
+	// accepting: each renames itself "... is shutting down" just before it
+	// closes its listening sockets. Until then a new connection may still
+	// reach an old worker, and its old keys.
+	for {
+		now, err := children(master, nginxWorker)
+		if err != nil {
+			return applied{}, fail(causeNoServer, "list nginx workers: %w", err)
+		}
+		if switched(now, before) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return applied{}, fail(causeNotTaken, "nginx (pid %d) started no worker with the new configuration: see its error log", master.pid)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if n.probe != nil && len(keys) > 0 {
+		d := derive(keys[0], keyring.FormatNginx)
+		err := confirm(ctx, n.probe, d[:keyNameSize])
+		clear(d[:])
+		if err != nil {
+			return applied{}, err
+		}
+	}
+	n.master, n.loaded = master, bytes.Clone(conf.Bytes())
+	held.took = true
+	return held, nil
+}
+
+// findMaster returns the nginx master named by the pid file.
+func (n *nginx) findMaster() (process, error) {
+	b, err := os.ReadFile(n.pidFile)
+	if err != nil {
+		return process{}, fail(causeNoServer, "nginx is not running: %w", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return process{}, fail(causeNoServer, "pid file %s holds no pid", n.pidFile)
+	}
+	p, ok := lookup(pid, nginxMaster)
+	if !ok {
+		// A stale pid file: nginx was killed, and the pid may be another
+		// process's by now.
+		return process{}, fail(causeNoServer, "pid %d of %s is not an nginx master process", pid, n.pidFile)
+	}
+	return p, nil
+}
+
+// checkFiles checks, before a reload, that every file reads back as
+// written, and runs the check command.
+func (n *nginx) checkFiles(ctx context.Context, files []file) error {
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(n.dir, f.name))
+		same := err == nil && bytes.Equal(b, f.data)
+		clear(b)
+		if !same {
+			return fail(causeCheck, "%s does not read back as written (%v)", f.name, err)
+		}
+	}
+	if len(n.check) == 0 {
+		return nil
+	}
+	out, err := exec.CommandContext(ctx, n.check[0], n.check[1:]...).CombinedOutput()
+	if err != nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		return fail(causeCheck, "%s: %v: %s", strings.Join(n.check, " "), err, lines[len(lines)-1])
+	}
+	return nil
+}
+
+// switched reports whether nginx has moved to new workers: one of now was
+// not there before, and every worker from before that still runs is
+// shutting down.
+func switched(now, before map[process]string) bool {
+	fresh := false
+	for p, cmd := range now {
+		_, old := before[p]
+		fresh = fresh || !old
+		if old && cmd == nginxWorker {
+			return false
+		}
+	}
+	return fresh
+}
