@@ -33,6 +33,8 @@
 //	              (reloads, reload errors by cause, the epoch and active key
 //	              age the server holds, readiness)
 //	GET /healthz  JSON: what the server holds, and what the sidecar read
+//	GET /ringmaster/v1/status  the same, where the operator asks what the
+//	              pod holds before it promotes a staged key (spec.confirmation)
 //	GET /readyz   200 once the server holds the keys the agent serves now,
 //	              503 otherwise
 //

@@ -238,16 +238,20 @@ func (s *sidecar) collectors() []prometheus.Collector {
 	}
 }
 
-// handler serves /healthz (the report as JSON; 200 while the sidecar runs)
-// and /readyz (200 only when the server holds the keys the agent serves
-// now, 503 otherwise).
+// handler serves /healthz (the report as JSON; 200 while the sidecar runs),
+// the same report at agent.StatusPath, where the operator asks what the pod
+// holds before it promotes a staged key (its keys are the server's), and
+// /readyz (200 only when the server holds the keys the agent serves now,
+// 503 otherwise).
 func (s *sidecar) handler(metrics http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", metrics)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+	report := func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(s.report())
-	})
+	}
+	mux.HandleFunc("GET /healthz", report)
+	mux.HandleFunc("GET "+agent.StatusPath, report)
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		r := s.report()
 		if !r.Ready {

@@ -79,13 +79,12 @@ var Images = []Image{{
 	Default:    true,
 }, {
 	// The sidecar for servers not written in Go (DESIGN: cmd/ringmaster-agent).
-	// Built once its package exists.
 	Name:       "ringmaster-agent",
 	Repository: "ghcr.io/ringmaster-io/ringmaster-agent",
 	Binaries:   map[string]string{"/ringmaster-agent": "./cmd/ringmaster-agent"},
 	Entrypoint: []string{"/ringmaster-agent"},
 	Default:    true,
-	Optional:   true,
+	Optional:   false,
 }, {
 	// The single-node cluster's sandbox image (hack/cluster), not a product.
 	Name:       "pause",
