@@ -167,7 +167,7 @@ func (d *demo) startFleet(ctx context.Context) error {
 	d.step(fmt.Sprintf("Starting %d replicas of examples/server, each embedding pkg/agent", d.replicas))
 	fmt.Printf("  No kubelet runs here. A stand-in (test/e2e/fleet.Syncer) watches Secret %s/%s through the\n", demoNS, ring.ProjectionSecretName())
 	fmt.Printf("  API server and writes it into each replica's volume the kubelet's way, replica i after its own delay.\n")
-	d.fleet, err = d.env.StartFleet(ctx, fleet.FleetConfig{Name: "demo", Delays: delays, Namespace: demoNS, Secret: ring.ProjectionSecretName()})
+	d.fleet, err = d.env.StartFleet(ctx, fleet.Config{Name: "demo", Delays: delays, Namespace: demoNS, Secret: ring.ProjectionSecretName()})
 	if err != nil {
 		return err
 	}
@@ -309,7 +309,7 @@ func (d *demo) contrast(ctx context.Context) (fleet.Result, error) {
 	d.step(fmt.Sprintf("For contrast: the same load against %d replicas with Go's default per-replica keys", d.replicas))
 	fmt.Printf("  They run with -require cert and no ring, so each one's crypto/tls mints ticket keys of its own: a ticket\n")
 	fmt.Printf("  resumes only on the replica that issued it, and round robin lands there about 1 time in %d.\n", d.replicas)
-	f, err := d.env.StartFleet(ctx, fleet.FleetConfig{Name: "demo-per-replica", Delays: make([]time.Duration, d.replicas)})
+	f, err := d.env.StartFleet(ctx, fleet.Config{Name: "demo-per-replica", Delays: make([]time.Duration, d.replicas)})
 	if err != nil {
 		return fleet.Result{}, err
 	}

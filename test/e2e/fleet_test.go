@@ -49,7 +49,7 @@ var _ = Describe("A fleet sharing a staged ring", Ordered, func() {
 			RetainedKeys:    3,
 		})
 		Expect(err).NotTo(HaveOccurred())
-		f, err = env.StartFleet(ctx, fleet.FleetConfig{
+		f, err = env.StartFleet(ctx, fleet.Config{
 			Name: "staged", Delays: fleet.Spread(replicas, maxDelay),
 			Namespace: ns, Secret: ring.ProjectionSecretName(),
 		})
@@ -155,7 +155,7 @@ var _ = Describe("A fleet whose activationDelay is below its delivery delay", Or
 			RetainedKeys:    3,
 		})
 		Expect(err).NotTo(HaveOccurred())
-		f, err = env.StartFleet(ctx, fleet.FleetConfig{
+		f, err = env.StartFleet(ctx, fleet.Config{
 			Name: "unstaged", Delays: fleet.Spread(replicas, maxDelay),
 			Namespace: ns, Secret: ring.ProjectionSecretName(),
 		})
@@ -208,7 +208,7 @@ var _ = Describe("A fleet with one replica far behind activationDelay", Ordered,
 		}
 		ring, err := env.Cluster.CreateRing(ctx, spec)
 		Expect(err).NotTo(HaveOccurred())
-		f, err := env.StartFleet(ctx, fleet.FleetConfig{Name: ns, Delays: delays, Namespace: ns, Secret: ring.ProjectionSecretName()})
+		f, err := env.StartFleet(ctx, fleet.Config{Name: ns, Delays: delays, Namespace: ns, Secret: ring.ProjectionSecretName()})
 		Expect(err).NotTo(HaveOccurred())
 		DeferCleanup(f.Stop)
 		Expect(f.RegisterPods(ctx, env.Cluster, ns, map[string]string{"fleet": ns})).To(Succeed())

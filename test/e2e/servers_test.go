@@ -72,7 +72,7 @@ var _ = Describe("nginx and HAProxy behind ringmaster-agent", Ordered, func() {
 		Expect(limited.Message).To(ContainSubstring("haproxy keeps 1 decrypt-only key(s) of the 3 retained"))
 
 		for _, kind := range kinds {
-			f, err := env.StartFleet(ctx, fleet.FleetConfig{
+			f, err := env.StartFleet(ctx, fleet.Config{
 				Name: "servers-" + string(kind), Delays: fleet.Spread(2, maxDelay), Server: kind,
 				Namespace: ns, Secret: ring.ProjectionSecretName(), Ring: ns + "/" + ringName,
 			})

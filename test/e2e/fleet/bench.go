@@ -263,13 +263,13 @@ func (e *Env) startBenchFleet(ctx context.Context, v Variant, delays []time.Dura
 		if cerr != nil {
 			return nil, cerr
 		}
-		b.fleet, err = e.StartFleet(ctx, FleetConfig{Name: ns, Delays: delays, Namespace: ns, Secret: ring.ProjectionSecretName()})
+		b.fleet, err = e.StartFleet(ctx, Config{Name: ns, Delays: delays, Namespace: ns, Secret: ring.ProjectionSecretName()})
 		b.rotate = func(ctx context.Context) error {
 			_, err := e.Cluster.Rotate(ctx, ns, "web")
 			return err
 		}
 	case PerReplica:
-		b.fleet, err = e.StartFleet(ctx, FleetConfig{Name: "bench-per-replica", Delays: delays})
+		b.fleet, err = e.StartFleet(ctx, Config{Name: "bench-per-replica", Delays: delays})
 	case NginxStaged:
 		const ns = "bench-nginx"
 		ring, cerr := e.Cluster.CreateRing(ctx, RingSpec{Namespace: ns, Name: "web", RotationInterval: time.Hour, ActivationDelay: activation, RetainedKeys: 3,
@@ -277,20 +277,20 @@ func (e *Env) startBenchFleet(ctx context.Context, v Variant, delays []time.Dura
 		if cerr != nil {
 			return nil, cerr
 		}
-		b.fleet, err = e.StartFleet(ctx, FleetConfig{Name: ns, Delays: delays, Namespace: ns, Secret: ring.ProjectionSecretName(), Ring: ns + "/web", Server: Nginx})
+		b.fleet, err = e.StartFleet(ctx, Config{Name: ns, Delays: delays, Namespace: ns, Secret: ring.ProjectionSecretName(), Ring: ns + "/web", Server: Nginx})
 		b.rotate = func(ctx context.Context) error {
 			_, err := e.Cluster.Rotate(ctx, ns, "web")
 			return err
 		}
 	case NginxOwn:
-		b.fleet, err = e.StartFleet(ctx, FleetConfig{Name: "bench-nginx-own", Delays: delays, Server: Nginx})
+		b.fleet, err = e.StartFleet(ctx, Config{Name: "bench-nginx-own", Delays: delays, Server: Nginx})
 	case Unstaged:
 		const ns, secret = "bench-unstaged", "shared-ticket-keys"
 		pub := NewUnstagedPublisher(e.Cluster, ns, secret, 4)
 		if _, perr := pub.Rotate(ctx); perr != nil {
 			return nil, perr
 		}
-		b.fleet, err = e.StartFleet(ctx, FleetConfig{Name: ns, Delays: delays, Namespace: ns, Secret: secret})
+		b.fleet, err = e.StartFleet(ctx, Config{Name: ns, Delays: delays, Namespace: ns, Secret: secret})
 		b.rotate = func(ctx context.Context) error {
 			_, err := pub.Rotate(ctx)
 			return err

@@ -17,8 +17,8 @@ import (
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 
-// FleetConfig describes a fleet of examples/server replicas.
-type FleetConfig struct {
+// Config describes a fleet of examples/server replicas.
+type Config struct {
 	// Name names the fleet's directories and logs.
 	Name string
 	// Delays holds each replica's delivery delay; there is one replica per
@@ -91,7 +91,7 @@ type Fleet struct {
 // first delivery, starts one examples/server per replica, and puts a
 // balancer in front of them. Stop ends it; the supervisor also ends its
 // processes.
-func (e *Env) StartFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
+func (e *Env) StartFleet(ctx context.Context, cfg Config) (*Fleet, error) {
 	if len(cfg.Delays) == 0 {
 		return nil, errors.New("fleet: no replicas")
 	}
