@@ -65,14 +65,10 @@ var _ = Describe("ClusterTicketKeyRing", func() {
 		return func() int64 { return get(c).Status.Epoch }
 	}
 	poke := func(c *v1alpha1.ClusterTicketKeyRing) {
-		Eventually(func() error {
-			got := get(c)
-			if got.Annotations == nil {
-				got.Annotations = map[string]string{}
-			}
+		GinkgoHelper()
+		Expect(testenv.Update(ctx, k8s, &v1alpha1.ClusterTicketKeyRing{ObjectMeta: metav1.ObjectMeta{Name: c.Name}}, func(got *v1alpha1.ClusterTicketKeyRing) {
 			got.Annotations["test.ringmaster.io/poke"] = fmt.Sprint(time.Now().UnixNano())
-			return k8s.Update(ctx, got)
-		}, timeout, poll).Should(Succeed())
+		})).To(Succeed())
 	}
 	projection := func(ns string) func() string {
 		return func() string { return trySecret(ctx, ns, "edge-keys").Annotations[v1alpha1.EpochAnnotation] }

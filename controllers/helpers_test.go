@@ -63,14 +63,8 @@ func getRing(ctx context.Context, ring *v1alpha1.TicketKeyRing) *v1alpha1.Ticket
 }
 
 func patchRing(ctx context.Context, ring *v1alpha1.TicketKeyRing, mutate func(*v1alpha1.TicketKeyRing)) {
-	Eventually(func() error {
-		got := getRing(ctx, ring)
-		if got.Annotations == nil {
-			got.Annotations = map[string]string{}
-		}
-		mutate(got)
-		return k8s.Update(ctx, got)
-	}, timeout, poll).Should(Succeed())
+	GinkgoHelper()
+	Expect(testenv.Update(ctx, k8s, &v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: ring.Namespace, Name: ring.Name}}, mutate)).To(Succeed())
 }
 
 // poke makes the controller reconcile now, as its own requeue would once

@@ -217,14 +217,7 @@ func getPolicy(ctx context.Context, name string) *v1alpha1.CertificatePolicy {
 
 func patchPolicy(ctx context.Context, name string, mutate func(*v1alpha1.CertificatePolicy)) {
 	GinkgoHelper()
-	Eventually(func() error {
-		p := getPolicy(ctx, name)
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
-		}
-		mutate(p)
-		return k8s.Update(ctx, p)
-	}, timeout, poll).Should(Succeed())
+	Expect(testenv.Update(ctx, k8s, &v1alpha1.CertificatePolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}, mutate)).To(Succeed())
 }
 
 // poke makes the controller look at a policy now, as its own requeue would

@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/internal/operator"
 )
@@ -82,4 +84,19 @@ func matching(g prometheus.Gatherer, name string, labels map[string]string) ([]*
 		}
 	}
 	return out, nil
+}
+
+// Update reads obj afresh, applies mutate and writes it back, again after a
+// conflict: a spec's change to an object the operator writes too.
+func Update[T client.Object](ctx context.Context, c client.Client, obj T, mutate func(T)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		if obj.GetAnnotations() == nil {
+			obj.SetAnnotations(map[string]string{})
+		}
+		mutate(obj)
+		return c.Update(ctx, obj)
+	})
 }
