@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -60,7 +59,7 @@ func (r *CertificatePolicyReconciler) managedByCertificate(ctx context.Context, 
 	if err := r.Get(ctx, key, crt); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
-	return crt.Spec.SecretName == s.Name && crt.DeletionTimestamp.IsZero(), nil
+	return certpolicy.Manages(crt, s.Name), nil
 }
 
 // observeCertificate records the facts of a cert-manager Certificate and of
@@ -97,16 +96,7 @@ func (r *CertificatePolicyReconciler) observeCertificate(ctx context.Context, ke
 
 // readCertificate parses a Secret's tls.crt and dates its key.
 func (r *CertificatePolicyReconciler) readCertificate(id certpolicy.ID, secret *corev1.Secret, cm *certpolicy.CertManager) certpolicy.Subject {
-	s := certpolicy.Subject{CertManager: cm}
-	c, err := certpolicy.Parse(secret.Data[corev1.TLSCertKey])
-	if err != nil {
-		s.ReadError = fmt.Sprintf("Secret %s/%s: %s: %v", secret.Namespace, secret.Name, corev1.TLSCertKey, err)
-		r.store.Ledger.Release(id.String())
-		return s
-	}
-	s.Cert = &c
-	s.KeySince = certpolicy.KeySince(c, cm, r.store.Ledger.Observe(id.String(), c))
-	return s
+	return r.store.Ledger.Read(id, secret.Namespace, secret.Name, secret.Data[corev1.TLSCertKey], cm)
 }
 
 // observe stores new facts, judges them against every policy, and has each
