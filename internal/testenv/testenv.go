@@ -85,7 +85,14 @@ func (e *Env) Stop() error { return e.env.Stop() }
 // AddAdmin adds a user in system:masters and returns its kubeconfig, for a
 // process such as cert-manager's controllers.
 func (e *Env) AddAdmin(name string) ([]byte, error) {
-	u, err := e.env.AddUser(envtest.User{Name: name, Groups: []string{"system:masters"}}, nil)
+	return e.AddUser(name, "system:masters")
+}
+
+// AddUser adds a user in groups and returns its kubeconfig. Outside
+// system:masters the user may do only what RBAC grants it, as a person
+// running kubectl would.
+func (e *Env) AddUser(name string, groups ...string) ([]byte, error) {
+	u, err := e.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
 	if err != nil {
 		return nil, err
 	}
