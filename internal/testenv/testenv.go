@@ -113,7 +113,7 @@ func (e *Env) OperatorConfig(ctx context.Context) (*rest.Config, error) {
 		}
 	}
 	for _, f := range []string{"role.yaml", "role_binding.yaml"} {
-		if err := e.apply(ctx, filepath.Join(Root(), "config", "rbac", f)); err != nil {
+		if err := e.Apply(ctx, filepath.Join(Root(), "config", "rbac", f)); err != nil {
 			return nil, err
 		}
 	}
@@ -143,8 +143,9 @@ func (e *Env) Token(ctx context.Context, serviceAccount string, audiences []stri
 	return tr.Status.Token, nil
 }
 
-// apply creates every object of a YAML file; those that exist are left.
-func (e *Env) apply(ctx context.Context, path string) error {
+// Apply creates every object of a YAML file, such as the roles of
+// config/rbac; those that exist are left.
+func (e *Env) Apply(ctx context.Context, path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
