@@ -29,6 +29,8 @@ const (
 type PKI struct {
 	// Roots trusts the authority; clients verify the replicas with it.
 	Roots *x509.CertPool
+	// CAPEM is the authority's certificate, as a CA bundle file holds it.
+	CAPEM []byte
 	// CertPEM and KeyPEM are tls.crt and tls.key.
 	CertPEM, KeyPEM []byte
 }
@@ -47,7 +49,7 @@ func NewPKI(kt KeyType) (*PKI, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &PKI{Roots: ca.Pool(), CertPEM: leaf.CertPEM, KeyPEM: leaf.KeyPEM}, nil
+	return &PKI{Roots: ca.Pool(), CAPEM: ca.PEM, CertPEM: leaf.CertPEM, KeyPEM: leaf.KeyPEM}, nil
 }
 
 // Files returns tls.crt and tls.key, the layout of a kubernetes.io/tls

@@ -1,0 +1,319 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/audit"
+	"github.com/ringmaster-io/ringmaster/internal/distribute"
+)
+
+// Exit statuses of audit, as kubectl diff's: 1 when a --fail-on limit is
+// broken, 2 when the audit could not run or cannot vouch for a category
+// --fail-on names.
+const (
+	exitBroken = 1
+	exitFailed = 2
+)
+
+type auditOptions struct {
+	kube    *kube
+	streams genericiooptions.IOStreams
+	now     func() time.Time
+
+	allNamespaces bool
+	failOn        string
+	expiryWindow  time.Duration
+	out           output
+}
+
+func newAuditCommand(k *kube, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &auditOptions{kube: k, streams: streams, now: now}
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Audit key and certificate age: every ring and every certificate a CertificatePolicy selects, problems first",
+		Long: `Audit lists, in one table, problems first:
+
+  - every TicketKeyRing and ClusterTicketKeyRing: the active key and its age
+    against the rotationInterval, when the oldest retained key is destroyed,
+    overdue rotations (the RotationOverdue condition, or no key staged behind
+    the active one by the clock), failed targets, readiness;
+  - with -A, every CertificatePolicy: what it evaluated, its oldest key and
+    soonest expiry, its violations;
+  - every certificate a CertificatePolicy selects: its key's age against the
+    least maxKeyAge of the policies selecting it, its expiry, and the
+    policies' violations.
+
+Rings are read from their status by the clock, as the pods holding them read
+them. Certificate keys are dated as the operator dates them (internal/
+certpolicy): a key carried by several certificates is as old as the earliest;
+a Certificate with rotationPolicy Always has a key as old as its certificate.
+Violations are the operator's, from the policies' status. Reading
+certificates takes the right to list cert-manager Certificates and Secrets;
+without it the audit says so, and shows what the policies' status reports.
+
+--fail-on names categories of problems that make audit exit with status 1,
+for CI and cron jobs: overdue, key-age, expired-soon, violations,
+failed-targets, not-ready, or all. It exits with status 2 when it cannot run,
+or cannot read what one of those categories needs.`,
+		Example: `  # The whole cluster
+  kubectl ringmaster audit -A
+
+  # One namespace, as a team sees it, with more columns
+  kubectl ringmaster audit -n shop -o wide
+
+  # In a cron job: fail on an overdue rotation, an old key or a violation
+  kubectl ringmaster audit -A --fail-on overdue,key-age,violations,failed-targets
+
+  # Certificates expiring within 30 days count as expired-soon
+  kubectl ringmaster audit -A --expiry-window 720h --fail-on expired-soon -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.run(cmd.Context()); err != nil {
+				if _, ok := err.(*ExitError); ok {
+					return err
+				}
+				return &ExitError{Code: exitFailed, Err: err}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Audit the whole cluster: every namespace, every ClusterTicketKeyRing and CertificatePolicy.")
+	cmd.Flags().StringVar(&o.failOn, "fail-on", "", "Exit with status 1 when a problem of these categories is found: comma-separated overdue, key-age, expired-soon, violations, failed-targets, not-ready, or all.")
+	cmd.Flags().DurationVar(&o.expiryWindow, "expiry-window", 7*24*time.Hour, "A certificate expiring within this window is a problem (expired-soon).")
+	addOutputFlag(cmd, &o.out, true)
+	return cmd
+}
+
+func (o *auditOptions) run(ctx context.Context) error {
+	cats, err := audit.ParseCategories(o.failOn)
+	if err != nil {
+		return fmt.Errorf("--fail-on: %w", err)
+	}
+	if err := o.out.validate(); err != nil {
+		return err
+	}
+	if err := o.kube.connect(); err != nil {
+		return err
+	}
+	ns := ""
+	if !o.allNamespaces {
+		if ns, err = o.kube.namespace(); err != nil {
+			return err
+		}
+	}
+	in, err := o.read(ctx, ns)
+	if err != nil {
+		return err
+	}
+	rep := audit.Build(in)
+
+	for _, n := range rep.Notes {
+		fmt.Fprintf(o.streams.ErrOut, "Warning: %s\n", n.Message)
+	}
+	if o.out.structured() {
+		err = printReport(o.streams.Out, o.out.format, "AuditReport", rep)
+	} else {
+		err = printAudit(o.streams, rep, o.out.format == "wide")
+	}
+	if err != nil || len(cats) == 0 {
+		return err
+	}
+	if broken := rep.Broken(cats); len(broken) > 0 {
+		return &ExitError{Code: exitBroken, Err: fmt.Errorf("%d problem(s) in the --fail-on categories %s", len(broken), o.failOn)}
+	}
+	if blind := rep.Blind(cats); len(blind) > 0 {
+		return &ExitError{Code: exitFailed, Err: fmt.Errorf("the audit cannot vouch for --fail-on %s: %d read(s) were refused (see the warnings)", o.failOn, len(blind))}
+	}
+	return nil
+}
+
+// read gathers what the audit needs. What the user may not read becomes a
+// note; any other error ends the audit.
+func (o *auditOptions) read(ctx context.Context, ns string) (audit.Input, error) {
+	c := o.kube.client
+	in := audit.Input{Now: o.now(), Namespace: ns, ExpiryWindow: o.expiryWindow}
+	where := "in the cluster"
+	if ns != "" {
+		where = "in namespace " + ns
+	}
+	// skip says whether err is a refusal, noted with what it hides.
+	skip := func(err error, what string, blinds ...audit.Category) (bool, error) {
+		switch {
+		case err == nil:
+			return false, nil
+		case refused(err):
+			in.Notes = append(in.Notes, audit.Note{Message: fmt.Sprintf("%s: %v", what, err), Blinds: blinds})
+			return true, nil
+		}
+		return true, err
+	}
+	ringCategories := []audit.Category{audit.Overdue, audit.KeyAge, audit.FailedTargets, audit.NotReady}
+	certCategories := []audit.Category{audit.KeyAge, audit.ExpiredSoon}
+
+	// Namespaces: their labels, for policies' and cluster rings' selectors.
+	var namespace *corev1.Namespace
+	if ns == "" {
+		list := &corev1.NamespaceList{}
+		skipped, err := skip(c.List(ctx, list), "namespaces were not listed, so CertificatePolicies' namespaceSelectors see only the kubernetes.io/metadata.name label", certCategories...)
+		if err != nil {
+			return in, err
+		}
+		if !skipped {
+			in.NamespaceLabels = map[string]map[string]string{}
+			for _, n := range list.Items {
+				in.NamespaceLabels[n.Name] = n.Labels
+			}
+		}
+	} else {
+		n := &corev1.Namespace{}
+		skipped, err := skip(c.Get(ctx, client.ObjectKey{Name: ns}, n), fmt.Sprintf("namespace %s was not read, so every ClusterTicketKeyRing is shown whether or not it delivers there, and CertificatePolicies' namespaceSelectors see only the kubernetes.io/metadata.name label", ns), certCategories...)
+		if err != nil {
+			return in, err
+		}
+		if !skipped {
+			namespace = n
+			in.NamespaceLabels = map[string]map[string]string{ns: n.Labels}
+		}
+	}
+
+	tkrs := &v1alpha1.TicketKeyRingList{}
+	if err := c.List(ctx, tkrs, client.InNamespace(ns)); notServed(err) {
+		return in, fmt.Errorf("ringmaster's CRDs are not installed in this cluster: %w", err)
+	} else if skipped, err := skip(err, "TicketKeyRings "+where+" were not listed", ringCategories...); err != nil {
+		return in, err
+	} else if !skipped {
+		for i := range tkrs.Items {
+			in.Rings = append(in.Rings, audit.FromTicketKeyRing(&tkrs.Items[i]))
+		}
+	}
+	ctkrs := &v1alpha1.ClusterTicketKeyRingList{}
+	if skipped, err := skip(c.List(ctx, ctkrs), "ClusterTicketKeyRings were not listed", ringCategories...); err != nil {
+		return in, err
+	} else if !skipped {
+		for i := range ctkrs.Items {
+			r := &ctkrs.Items[i]
+			if namespace != nil && !deliversTo(r, namespace) {
+				continue
+			}
+			in.Rings = append(in.Rings, audit.FromClusterTicketKeyRing(r))
+		}
+	}
+
+	policies := &v1alpha1.CertificatePolicyList{}
+	if skipped, err := skip(c.List(ctx, policies), "CertificatePolicies were not listed, so no certificate is audited", audit.Violations, audit.KeyAge, audit.ExpiredSoon, audit.NotReady); err != nil || skipped {
+		return in, err
+	}
+	in.Policies = policies.Items
+	if len(in.Policies) == 0 {
+		return in, nil // nothing selects a certificate
+	}
+
+	crts := &cmapi.CertificateList{}
+	switch err := c.List(ctx, crts, client.InNamespace(ns)); {
+	case notServed(err):
+		// Without cert-manager, the operator judges every TLS Secret as a
+		// Secret too.
+		in.CertificatesRead = true
+	default:
+		skipped, err := skip(err, "cert-manager Certificates "+where+" were not listed, so their keys are dated only where a CertificatePolicy's status names them", certCategories...)
+		if err != nil {
+			return in, err
+		}
+		in.Certificates, in.CertificatesRead = crts.Items, !skipped
+	}
+	secrets, err := listTLSSecrets(ctx, o.kube.core.CoreV1().RESTClient(), ns)
+	skipped, err := skip(err, "kubernetes.io/tls Secrets "+where+" were not listed, so certificate keys are dated only where a CertificatePolicy's status names them", certCategories...)
+	if err != nil {
+		return in, err
+	}
+	in.TLSSecrets, in.SecretsRead = secrets, !skipped
+	return in, nil
+}
+
+// deliversTo reports whether a cluster ring's selector takes the namespace,
+// as the operator decides it.
+func deliversTo(r *v1alpha1.ClusterTicketKeyRing, ns *corev1.Namespace) bool {
+	sel, err := metav1.LabelSelectorAsSelector(&r.Spec.NamespaceSelector)
+	return err == nil && len(distribute.Targets(sel, []corev1.Namespace{*ns})) > 0
+}
+
+var auditColumns = []column{
+	{name: "Kind"}, {name: "Namespace"}, {name: "Name"}, {name: "Key"}, {name: "Key Age"}, {name: "Max Age"},
+	{name: "Expires"}, {name: "Problems"},
+	{name: "Key Since", wide: true}, {name: "Expires At", wide: true}, {name: "Policies", wide: true}, {name: "Detail", wide: true},
+}
+
+// printAudit prints the report's table, then each problem in full.
+func printAudit(streams genericiooptions.IOStreams, rep audit.Report, wide bool) error {
+	if len(rep.Rows) == 0 {
+		where := "in the cluster"
+		if rep.Namespace != "" {
+			where = "in namespace " + rep.Namespace
+		}
+		fmt.Fprintf(streams.ErrOut, "No rings or audited certificates found %s.\n", where)
+		return nil
+	}
+	now := rep.Time.Time
+	rows := make([][]any, len(rep.Rows))
+	for i, r := range rep.Rows {
+		var maxAge, expires, expiresAt, since string = "-", "-", "-", "-"
+		if r.MaxKeyAge != nil {
+			maxAge = limit(r.MaxKeyAge.Duration)
+		}
+		if r.Expires != nil {
+			expires, expiresAt = relative(r.Expires.Time, now), stamp(r.Expires.Time)
+		}
+		if r.KeySince != nil {
+			since = stamp(r.KeySince.Time)
+		}
+		rows[i] = []any{r.Kind, orDash(r.Namespace), r.Name, orDash(r.KeyID), age(r.KeySince, now), maxAge,
+			expires, problemSummary(r.Problems), since, expiresAt, orDash(strings.Join(r.Policies, ",")), orDash(r.Detail)}
+	}
+	if err := printTable(streams.Out, wide, auditColumns, rows); err != nil {
+		return err
+	}
+	printProblems(streams.Out, rep.Rows)
+	return nil
+}
+
+// problemSummary names the categories of a row's problems.
+func problemSummary(ps []audit.Problem) string {
+	var cats []audit.Category
+	for _, p := range ps {
+		cats = append(cats, p.Categories...)
+	}
+	var names []string
+	for _, c := range audit.Categories {
+		if slices.Contains(cats, c) {
+			names = append(names, string(c))
+		}
+	}
+	return orDash(strings.Join(names, ","))
+}
+
+func printProblems(w io.Writer, rows []audit.Row) {
+	first := true
+	for _, r := range rows {
+		for _, p := range r.Problems {
+			if first {
+				fmt.Fprintln(w, "\nProblems:")
+				first = false
+			}
+			fmt.Fprintf(w, "  %s: %s\n", r.Ref(), p.Message)
+		}
+	}
+}

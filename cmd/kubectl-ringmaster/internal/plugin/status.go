@@ -1,0 +1,429 @@
+package plugin
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/audit"
+	"github.com/ringmaster-io/ringmaster/internal/distribute"
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+)
+
+// PodEpochSource tells which pods hold which epoch of a ring. None exists
+// yet: pods will report the epoch they hold with issue 14 (the agent's
+// read-only endpoint, which the operator reads). status prints what a
+// source returns once one is set in statusOptions.pods.
+type PodEpochSource interface {
+	PodEpochs(ctx context.Context, ring audit.Ring) ([]PodEpoch, error)
+}
+
+// PodEpoch is the ring one pod holds.
+type PodEpoch struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Node      string `json:"node,omitempty"`
+	Epoch     int64  `json:"epoch"`
+	ActiveKey string `json:"activeKey,omitempty"`
+}
+
+// RingStatus is what status shows of a ring, and prints with -o json or
+// -o yaml. It holds key ids and times, never key bytes.
+type RingStatus struct {
+	Kind      string                       `json:"ringKind"`
+	Namespace string                       `json:"namespace,omitempty"`
+	Name      string                       `json:"name"`
+	Time      metav1.Time                  `json:"time"`
+	Spec      v1alpha1.TicketKeyRingSpec   `json:"spec"`
+	Status    v1alpha1.TicketKeyRingStatus `json:"status"`
+	// RotateRequestedAt is the ring's ringmaster.io/rotate-requested-at
+	// annotation.
+	RotateRequestedAt string `json:"rotateRequestedAt,omitempty"`
+	// Keys are the ring's keys with their state at Time by the clock, as
+	// the pods holding the ring see them.
+	Keys []KeyState `json:"keys"`
+	// Projections and Snapshots are the ring's Secrets, by metadata only.
+	Projections []RingSecret `json:"projections,omitempty"`
+	Snapshots   []RingSecret `json:"snapshots,omitempty"`
+	// Pods are the pods reporting the epoch they hold; PodsReported is
+	// false while no pod can report it (issue 14).
+	Pods         []PodEpoch `json:"pods,omitempty"`
+	PodsReported bool       `json:"podsReported"`
+	Events       []Event    `json:"events,omitempty"`
+	// SecretsListed and EventsListed say whether the user could list the
+	// ring's Secrets and events.
+	SecretsListed bool `json:"secretsListed"`
+	EventsListed  bool `json:"eventsListed"`
+	// Problems are what audit finds with the ring.
+	Problems []audit.Problem `json:"problems,omitempty"`
+	// Notes say what could not be read.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// KeyState is a key of the ring and its state at the status's time.
+type KeyState struct {
+	ID         string        `json:"id"`
+	State      keyring.State `json:"state"`
+	ActiveFrom metav1.Time   `json:"activeFrom"`
+	RetireAt   metav1.Time   `json:"retireAt"`
+	ExpiresAt  metav1.Time   `json:"expiresAt"`
+}
+
+// RingSecret is a Secret of the ring, by its metadata.
+type RingSecret struct {
+	Namespace string      `json:"namespace"`
+	Name      string      `json:"name"`
+	Epoch     string      `json:"epoch"`
+	Created   metav1.Time `json:"created"`
+}
+
+// Event is an event about the ring.
+type Event struct {
+	Type    string      `json:"type"`
+	Reason  string      `json:"reason"`
+	Message string      `json:"message"`
+	Count   int32       `json:"count,omitempty"`
+	Last    metav1.Time `json:"last"`
+}
+
+type statusOptions struct {
+	kube    *kube
+	streams genericiooptions.IOStreams
+	now     func() time.Time
+	// pods is nil until pods report their epoch (issue 14).
+	pods PodEpochSource
+
+	events int
+	out    output
+}
+
+func newStatusCommand(k *kube, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &statusOptions{kube: k, streams: streams, now: now}
+	cmd := &cobra.Command{
+		Use:   "status RING",
+		Short: "Show a ring: conditions, epochs, keys and their times, projection Secrets, recent events",
+		Long: `Status shows one TicketKeyRing (NAME or tkr/NAME), or one ClusterTicketKeyRing
+(ctkr/NAME): its conditions, its epoch and snapshot, its keys with
+their times and their state now by the clock, the projection Secrets pods
+mount and the epoch each carries, the snapshot Secrets, and recent events.
+
+Secrets are listed by metadata alone: their data, the keys, is never read.
+Listing them takes the right to list Secrets; without it status says so.
+Which pods hold which epoch is not reported yet: pods report it with
+issue 14.`,
+		Example: `  # A ring in the current namespace
+  kubectl ringmaster status web
+
+  # A ring in another namespace, as YAML
+  kubectl ringmaster status web -n shop -o yaml
+
+  # A ClusterTicketKeyRing
+  kubectl ringmaster status ctkr/edge`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0]) },
+	}
+	cmd.Flags().IntVar(&o.events, "events", 10, "How many of the ring's most recent events to show.")
+	addOutputFlag(cmd, &o.out, false)
+	return cmd
+}
+
+func (o *statusOptions) run(ctx context.Context, arg string) error {
+	if err := o.out.validate(); err != nil {
+		return err
+	}
+	if err := o.kube.connect(); err != nil {
+		return err
+	}
+	ns, err := o.kube.namespace()
+	if err != nil {
+		return err
+	}
+	ref, err := parseRing(arg, ns)
+	if err != nil {
+		return err
+	}
+	st, err := o.read(ctx, ref)
+	if err != nil {
+		return err
+	}
+	for _, n := range st.Notes {
+		fmt.Fprintf(o.streams.ErrOut, "Warning: %s\n", n)
+	}
+	if o.out.structured() {
+		return printReport(o.streams.Out, o.out.format, "RingStatus", st)
+	}
+	return printStatus(o.streams.Out, st)
+}
+
+func (o *statusOptions) read(ctx context.Context, ref ringRef) (RingStatus, error) {
+	obj, ring, err := o.kube.getRing(ctx, ref)
+	if err != nil {
+		return RingStatus{}, err
+	}
+	now := o.now()
+	st := RingStatus{
+		Kind: ring.Kind, Namespace: ring.Namespace, Name: ring.Name, Time: metav1.NewTime(now),
+		Spec: ring.Spec, Status: ring.Status,
+		RotateRequestedAt: obj.GetAnnotations()[v1alpha1.RotateRequestedAtAnnotation],
+		Problems:          ring.Row(now).Problems,
+	}
+	kr := ring.Keys()
+	for _, k := range kr.Keys {
+		st.Keys = append(st.Keys, KeyState{ID: k.ID, State: kr.StateOf(k, now),
+			ActiveFrom: metav1.NewTime(k.ActiveFrom), RetireAt: metav1.NewTime(k.RetireAt), ExpiresAt: metav1.NewTime(k.ExpiresAt)})
+	}
+
+	var owner distribute.Owner
+	secretsIn := ring.Namespace // a cluster ring's Secrets are in every namespace
+	switch r := obj.(type) {
+	case *v1alpha1.TicketKeyRing:
+		owner = distribute.OwnerOf(r)
+	case *v1alpha1.ClusterTicketKeyRing:
+		owner = distribute.ClusterOwnerOf(r, "")
+	}
+	if st.Projections, err = o.ringSecrets(ctx, secretsIn, owner.ProjectionLabels(), v1alpha1.EpochAnnotation, true); err != nil {
+		if !refused(err) {
+			return st, err
+		}
+		st.Notes = append(st.Notes, fmt.Sprintf("the ring's Secrets were not listed (by metadata: their data is never read): %v", err))
+	} else if st.Snapshots, err = o.ringSecrets(ctx, secretsIn, owner.SnapshotLabels(), v1alpha1.EpochLabel, false); err != nil {
+		return st, err
+	} else {
+		st.SecretsListed = true
+	}
+
+	if o.pods != nil {
+		if st.Pods, err = o.pods.PodEpochs(ctx, ring); err != nil {
+			st.Notes = append(st.Notes, fmt.Sprintf("pods' epochs were not read: %v", err))
+		}
+		st.PodsReported = err == nil
+	}
+
+	if st.Events, err = o.ringEvents(ctx, obj); err != nil {
+		if !refused(err) {
+			return st, err
+		}
+		st.Notes = append(st.Notes, fmt.Sprintf("the ring's events were not listed: %v", err))
+	} else {
+		st.EventsListed = true
+	}
+	return st, nil
+}
+
+// ringSecrets lists Secrets by their metadata alone, through the API's
+// PartialObjectMetadata form: their data is never sent. epochKey is the
+// annotation (projections) or label (snapshots) naming the epoch.
+func (o *statusOptions) ringSecrets(ctx context.Context, ns string, selector map[string]string, epochKey string, annotation bool) ([]RingSecret, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("SecretList"))
+	if err := o.kube.client.List(ctx, list, client.InNamespace(ns), client.MatchingLabels(selector)); err != nil {
+		return nil, err
+	}
+	out := make([]RingSecret, 0, len(list.Items))
+	for _, s := range list.Items {
+		epoch := s.Labels[epochKey]
+		if annotation {
+			epoch = s.Annotations[epochKey]
+		}
+		out = append(out, RingSecret{Namespace: s.Namespace, Name: s.Name, Epoch: epoch, Created: s.CreationTimestamp})
+	}
+	slices.SortFunc(out, func(a, b RingSecret) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(len(a.Name), len(b.Name)), cmp.Compare(a.Name, b.Name))
+	})
+	return out, nil
+}
+
+// ringEvents are the ring's most recent events, oldest first, as kubectl
+// describe lists them. A cluster ring's events are in the default
+// namespace, where events about cluster-scoped objects go.
+func (o *statusOptions) ringEvents(ctx context.Context, obj client.Object) ([]Event, error) {
+	ns := obj.GetNamespace()
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	list := &corev1.EventList{}
+	if err := o.kube.client.List(ctx, list, client.InNamespace(ns), client.MatchingFields{"involvedObject.uid": string(obj.GetUID())}); err != nil {
+		return nil, err
+	}
+	out := make([]Event, 0, len(list.Items))
+	for _, e := range list.Items {
+		// Events written through events.k8s.io carry eventTime, and a
+		// series once repeated; core ones lastTimestamp.
+		last := e.CreationTimestamp
+		for _, t := range []time.Time{e.LastTimestamp.Time, e.EventTime.Time, seriesTime(e.Series)} {
+			if !t.IsZero() && t.After(last.Time) {
+				last = metav1.NewTime(t)
+			}
+		}
+		count := e.Count
+		if e.Series != nil {
+			count = e.Series.Count
+		}
+		out = append(out, Event{Type: e.Type, Reason: e.Reason, Message: e.Message, Count: count, Last: last})
+	}
+	slices.SortStableFunc(out, func(a, b Event) int { return a.Last.Compare(b.Last.Time) })
+	if len(out) > o.events {
+		out = out[len(out)-o.events:]
+	}
+	return out, nil
+}
+
+func seriesTime(s *corev1.EventSeries) time.Time {
+	if s == nil {
+		return time.Time{}
+	}
+	return s.LastObservedTime.Time
+}
+
+func printStatus(w io.Writer, st RingStatus) error {
+	now := st.Time.Time
+	ref := st.Kind + " " + st.Name
+	if st.Namespace != "" {
+		ref = st.Kind + " " + st.Namespace + "/" + st.Name
+	}
+	fmt.Fprintln(w, ref)
+	spec := st.Spec
+	fmt.Fprintf(w, "  Schedule:        a key encrypts for %s, is staged %s before, then decrypts for %d more interval(s)\n",
+		limit(spec.RotationInterval.Duration), limit(spec.ActivationDelay.Duration), spec.RetainedKeys)
+	source := "crypto/rand, in the operator"
+	if spec.SourceRef != nil {
+		source = "ClusterKeySource " + spec.SourceRef.Name
+	}
+	fmt.Fprintf(w, "  Key source:      %s\n", source)
+	fmt.Fprintf(w, "  Epoch:           %d (snapshot %s)\n", st.Status.Epoch, orDash(st.Status.Snapshot))
+	for _, k := range st.Keys {
+		if k.State == keyring.Active {
+			fmt.Fprintf(w, "  Active key:      %s, encrypting for %s of its %s\n", k.ID, age(&k.ActiveFrom, now), limit(spec.RotationInterval.Duration))
+		}
+	}
+	if n := st.Status.NextRotation; n != nil {
+		fmt.Fprintf(w, "  Next rotation:   %s (%s)\n", stamp(n.Time), relative(n.Time, now))
+	}
+	if st.RotateRequestedAt != "" {
+		handled := "handled"
+		if st.RotateRequestedAt != st.Status.LastRotateRequestedAt {
+			handled = "not handled yet"
+		}
+		fmt.Fprintf(w, "  Rotate request:  %s, %s\n", st.RotateRequestedAt, handled)
+	}
+	if st.Kind == audit.KindClusterTicketKeyRing {
+		fmt.Fprintf(w, "  Targets:         %d namespace(s), %d failed\n", st.Status.Targets, len(st.Status.FailedTargets))
+	}
+
+	section(w, "Conditions")
+	var rows [][]any
+	for _, c := range st.Status.Conditions {
+		rows = append(rows, []any{c.Type, string(c.Status), c.Reason, age(&c.LastTransitionTime, now), c.Message})
+	}
+	if err := indented(w, []column{{name: "Type"}, {name: "Status"}, {name: "Reason"}, {name: "Age"}, {name: "Message"}}, rows); err != nil {
+		return err
+	}
+
+	section(w, "Keys, newest first, in their state now")
+	rows = nil
+	for _, k := range st.Keys {
+		rows = append(rows, []any{k.ID, string(k.State), stamp(k.ActiveFrom.Time), stamp(k.RetireAt.Time), stamp(k.ExpiresAt.Time)})
+	}
+	if err := indented(w, []column{{name: "ID"}, {name: "State"}, {name: "Active From"}, {name: "Retire At"}, {name: "Expires At"}}, rows); err != nil {
+		return err
+	}
+
+	if len(st.Status.FailedTargets) > 0 {
+		section(w, "Failed targets")
+		rows = nil
+		for _, f := range st.Status.FailedTargets {
+			rows = append(rows, []any{f.Namespace, f.Reason, f.Message})
+		}
+		if err := indented(w, []column{{name: "Namespace"}, {name: "Reason"}, {name: "Message"}}, rows); err != nil {
+			return err
+		}
+	}
+
+	for _, group := range []struct {
+		title   string
+		secrets []RingSecret
+	}{{"Projection Secrets (pods mount these)", st.Projections}, {"Snapshot Secrets (one per retained epoch)", st.Snapshots}} {
+		section(w, group.title)
+		if !st.SecretsListed || len(group.secrets) == 0 {
+			fmt.Fprintln(w, "  "+unlisted(st.SecretsListed, "Secrets"))
+			continue
+		}
+		rows = nil
+		for _, s := range group.secrets {
+			rows = append(rows, []any{s.Namespace, s.Name, orDash(s.Epoch), age(&s.Created, now)})
+		}
+		if err := indented(w, []column{{name: "Namespace"}, {name: "Name"}, {name: "Epoch"}, {name: "Age"}}, rows); err != nil {
+			return err
+		}
+	}
+
+	section(w, "Pods")
+	if !st.PodsReported {
+		fmt.Fprintln(w, "  not reported: pods do not report the epoch they hold yet (issue 14)")
+	} else {
+		rows = nil
+		for _, p := range st.Pods {
+			rows = append(rows, []any{p.Namespace, p.Pod, orDash(p.Node), fmt.Sprint(p.Epoch), orDash(p.ActiveKey)})
+		}
+		if err := indented(w, []column{{name: "Namespace"}, {name: "Pod"}, {name: "Node"}, {name: "Epoch"}, {name: "Active Key"}}, rows); err != nil {
+			return err
+		}
+	}
+
+	section(w, "Events")
+	if !st.EventsListed || len(st.Events) == 0 {
+		fmt.Fprintln(w, "  "+unlisted(st.EventsListed, "events"))
+	} else {
+		rows = nil
+		for _, e := range st.Events {
+			rows = append(rows, []any{e.Type, e.Reason, age(&e.Last, now), e.Message})
+		}
+		if err := indented(w, []column{{name: "Type"}, {name: "Reason"}, {name: "Age"}, {name: "Message"}}, rows); err != nil {
+			return err
+		}
+	}
+
+	if len(st.Problems) > 0 {
+		section(w, "Problems")
+		for _, p := range st.Problems {
+			fmt.Fprintf(w, "  %s\n", p.Message)
+		}
+	}
+	return nil
+}
+
+// unlisted stands for an empty list: none, or not listed for want of the
+// right.
+func unlisted(listed bool, what string) string {
+	if listed {
+		return "<none>"
+	}
+	return "not listed: you may not list " + what
+}
+
+func section(w io.Writer, title string) { fmt.Fprintf(w, "%s:\n", title) }
+
+// indented prints a table two spaces in, under a section title.
+func indented(w io.Writer, columns []column, rows [][]any) error {
+	var b strings.Builder
+	if err := printTable(&b, false, columns, rows); err != nil {
+		return err
+	}
+	for line := range strings.Lines(b.String()) {
+		if _, err := io.WriteString(w, "  "+line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
