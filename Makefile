@@ -120,6 +120,10 @@ verify: manifests generate fmt lint helm-lint chart-dryrun ## Regenerate everyth
 build: ## Build the operator into bin/ringmaster.
 	go build -o $(BIN)/ringmaster .
 
+.PHONY: build-plugin
+build-plugin: ## Build the kubectl plugin into bin/kubectl-ringmaster; with bin/ on the PATH, run kubectl ringmaster.
+	go build -o $(BIN)/kubectl-ringmaster ./cmd/kubectl-ringmaster
+
 .PHONY: images
 images: ## Build the operator and examples/server images without Docker: reproducible OCI tarballs in bin/images.
 	go run ./hack/images -out $(BIN)/images
