@@ -319,7 +319,7 @@ func TestCertificateRows(t *testing.T) {
 	if !slices.Equal(refs, []string{"Secret shop/old", "Secret shop/renewed"}) {
 		t.Fatalf("rows %q, want the two certificates the status names, no policy rows in a namespace", refs)
 	}
-	if r := rep.Rows[1]; r.KeyID != "" || !r.KeySince.Time.Equal(now.Add(-200*day)) || !strings.HasPrefix(r.Detail, "not read") {
+	if r := rep.Rows[1]; r.KeyID != "" || !r.KeySince.Time.Equal(now.Add(-200*day)) || r.MaxKeyAge == nil || r.MaxKeyAge.Duration != 90*day || !strings.HasPrefix(r.Detail, "not read") {
 		t.Errorf("from status: %+v", r)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/duration"
@@ -142,6 +143,21 @@ func indexPolicies(policies []v1alpha1.CertificatePolicy) policyIndex {
 	return ix
 }
 
+// maxKeyAge is the least maxKeyAge of the policies named; nil when none
+// sets one.
+func (ix policyIndex) maxKeyAge(policies []string) *metav1.Duration {
+	var least time.Duration
+	for _, c := range ix.compiled {
+		if m := c.Rules.MaxKeyAge; m > 0 && slices.Contains(policies, c.Name) && (least == 0 || m < least) {
+			least = m
+		}
+	}
+	if least == 0 {
+		return nil
+	}
+	return durationPtr(least)
+}
+
 // certificateRows are the rows of the certificates some policy selects:
 // those read, judged against each policy's selector as the operator judges
 // them, and those the policies' status names, read or not.
@@ -156,13 +172,9 @@ func certificateRows(in Input) []Row {
 		}
 		nsLabels := namespaceLabels(in.NamespaceLabels, f.ID.Namespace)
 		var selecting []string
-		var limit time.Duration
 		for _, c := range ix.compiled {
 			if c.Selects(f, nsLabels) {
 				selecting = append(selecting, c.Name)
-				if m := c.Rules.MaxKeyAge; m > 0 && (limit == 0 || m < limit) {
-					limit = m
-				}
 			}
 		}
 		for _, p := range ix.judgedBy[f.ID] {
@@ -175,10 +187,7 @@ func certificateRows(in Input) []Row {
 		}
 		slices.Sort(selecting)
 		seen[f.ID] = true
-		row := Row{Kind: string(f.ID.Kind), Namespace: f.ID.Namespace, Name: f.ID.Name, Policies: selecting}
-		if limit > 0 {
-			row.MaxKeyAge = durationPtr(limit)
-		}
+		row := Row{Kind: string(f.ID.Kind), Namespace: f.ID.Namespace, Name: f.ID.Name, Policies: selecting, MaxKeyAge: ix.maxKeyAge(selecting)}
 		switch c := f.Subject.Cert; {
 		case c != nil:
 			since := f.Subject.KeySince
@@ -205,7 +214,8 @@ func certificateRows(in Input) []Row {
 		}
 	}
 	for _, id := range named {
-		row := Row{Kind: string(id.Kind), Namespace: id.Namespace, Name: id.Name, Policies: slices.Sorted(slices.Values(ix.judgedBy[id])),
+		policies := slices.Sorted(slices.Values(ix.judgedBy[id]))
+		row := Row{Kind: string(id.Kind), Namespace: id.Namespace, Name: id.Name, Policies: policies, MaxKeyAge: ix.maxKeyAge(policies),
 			Detail: "not read: as the CertificatePolicies' status reports it"}
 		if t, ok := ix.oldestKey[id]; ok {
 			row.KeySince, row.KeyAge = timePtr(t), durationPtr(in.Now.Sub(t))
