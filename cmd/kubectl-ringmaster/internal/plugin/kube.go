@@ -117,6 +117,19 @@ func parseRing(arg, namespace string) (ringRef, error) {
 	return ringRef{Namespace: namespace, Name: name}, nil
 }
 
+// ring connects and reads a ring argument in the namespace of the flags or
+// the kubeconfig.
+func (k *kube) ring(arg string) (ringRef, error) {
+	if err := k.connect(); err != nil {
+		return ringRef{}, err
+	}
+	ns, err := k.namespace()
+	if err != nil {
+		return ringRef{}, err
+	}
+	return parseRing(arg, ns)
+}
+
 // getRing reads a ring. Its errors say which ring, and what the user may
 // not do.
 func (k *kube) getRing(ctx context.Context, ref ringRef) (client.Object, audit.Ring, error) {

@@ -64,14 +64,7 @@ Ready condition's message). It takes the right to patch the ring
 }
 
 func (o *rotateOptions) run(ctx context.Context, arg string) error {
-	if err := o.kube.connect(); err != nil {
-		return err
-	}
-	ns, err := o.kube.namespace()
-	if err != nil {
-		return err
-	}
-	ref, err := parseRing(arg, ns)
+	ref, err := o.kube.ring(arg)
 	if err != nil {
 		return err
 	}

@@ -142,14 +142,7 @@ func (o *statusOptions) run(ctx context.Context, arg string) error {
 	if err := o.out.validate(); err != nil {
 		return err
 	}
-	if err := o.kube.connect(); err != nil {
-		return err
-	}
-	ns, err := o.kube.namespace()
-	if err != nil {
-		return err
-	}
-	ref, err := parseRing(arg, ns)
+	ref, err := o.kube.ring(arg)
 	if err != nil {
 		return err
 	}

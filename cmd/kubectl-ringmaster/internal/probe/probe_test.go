@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -14,8 +16,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/test/e2e/fleet"
 )
 
-// servers starts n TLS servers on loopback that complete handshakes and
-// hold the connection until the client closes it. keys gives each server's
+// servers starts n HTTPS servers on loopback. keys gives each server's
 // ticket keys: nil keeps crypto/tls's own, per server.
 func servers(t *testing.T, n int, keys func(i int) [][32]byte, disableTickets bool) (addrs []string, ca *testpki.CA) {
 	t.Helper()
@@ -28,34 +29,16 @@ func servers(t *testing.T, n int, keys func(i int) [][32]byte, disableTickets bo
 		t.Fatal(err)
 	}
 	for i := range n {
-		cfg := &tls.Config{Certificates: []tls.Certificate{leaf.TLS}, SessionTicketsDisabled: disableTickets}
+		srv := httptest.NewUnstartedServer(http.NotFoundHandler())
+		srv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf.TLS}, SessionTicketsDisabled: disableTickets}
 		if keys != nil {
-			cfg.SetSessionTicketKeys(keys(i))
+			srv.TLS.SetSessionTicketKeys(keys(i))
 		}
-		ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go serve(ln)
-		addrs = append(addrs, ln.Addr().String())
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		addrs = append(addrs, srv.Listener.Addr().String())
 	}
 	return addrs, ca
-}
-
-func serve(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			_ = c.(*tls.Conn).Handshake()
-			buf := make([]byte, 1)
-			_, _ = c.Read(buf) // until the client closes
-		}()
-	}
 }
 
 func newKey(t *testing.T) [32]byte {
