@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -141,107 +142,130 @@ func (o *auditOptions) run(ctx context.Context) error {
 	return nil
 }
 
-// read gathers what the audit needs. What the user may not read becomes a
-// note; any other error ends the audit.
+// read gathers what the audit needs.
 func (o *auditOptions) read(ctx context.Context, ns string) (audit.Input, error) {
-	c := o.kube.client
-	in := audit.Input{Now: o.now(), Namespace: ns, ExpiryWindow: o.expiryWindow}
-	where := "in the cluster"
+	r := &auditReader{c: o.kube.client, core: o.kube.core.CoreV1().RESTClient(), ns: ns, where: "in the cluster",
+		in: audit.Input{Now: o.now(), Namespace: ns, ExpiryWindow: o.expiryWindow}}
 	if ns != "" {
-		where = "in namespace " + ns
+		r.where = "in namespace " + ns
 	}
-	// skip says whether err is a refusal, noted with what it hides.
-	skip := func(err error, what string, blinds ...audit.Category) (bool, error) {
-		switch {
-		case err == nil:
-			return false, nil
-		case refused(err):
-			in.Notes = append(in.Notes, audit.Note{Message: fmt.Sprintf("%s: %v", what, err), Blinds: blinds})
-			return true, nil
-		}
-		return true, err
+	namespace, err := r.namespaces(ctx)
+	if err == nil {
+		err = r.rings(ctx, namespace)
 	}
-	ringCategories := []audit.Category{audit.Overdue, audit.KeyAge, audit.FailedTargets, audit.NotReady}
-	certCategories := []audit.Category{audit.KeyAge, audit.ExpiredSoon}
+	if err == nil {
+		err = r.certificates(ctx)
+	}
+	return r.in, err
+}
 
-	// Namespaces: their labels, for policies' and cluster rings' selectors.
-	var namespace *corev1.Namespace
-	if ns == "" {
+// auditReader reads as the user. What the user may not read becomes a note
+// saying what it hides; any other error ends the audit.
+type auditReader struct {
+	c     client.Client
+	core  rest.Interface
+	ns    string
+	where string // "in namespace <ns>", or "in the cluster"
+	in    audit.Input
+}
+
+var (
+	ringCategories = []audit.Category{audit.Overdue, audit.KeyAge, audit.FailedTargets, audit.NotReady}
+	certCategories = []audit.Category{audit.KeyAge, audit.ExpiredSoon}
+)
+
+// refused says whether err is a refusal, and notes it with what it hides.
+func (r *auditReader) refused(err error, what string, blinds ...audit.Category) (bool, error) {
+	switch {
+	case err == nil:
+		return false, nil
+	case refused(err):
+		r.in.Notes = append(r.in.Notes, audit.Note{Message: fmt.Sprintf("%s: %v", what, err), Blinds: blinds})
+		return true, nil
+	}
+	return true, err
+}
+
+// namespaces reads the labels of the namespaces audited, for the selectors
+// of policies and cluster rings, and returns the one namespace audited.
+func (r *auditReader) namespaces(ctx context.Context) (*corev1.Namespace, error) {
+	if r.ns == "" {
 		list := &corev1.NamespaceList{}
-		skipped, err := skip(c.List(ctx, list), "namespaces were not listed, so CertificatePolicies' namespaceSelectors see only the kubernetes.io/metadata.name label", certCategories...)
-		if err != nil {
-			return in, err
+		skipped, err := r.refused(r.c.List(ctx, list), "namespaces were not listed, so CertificatePolicies' namespaceSelectors see only the kubernetes.io/metadata.name label", certCategories...)
+		if skipped {
+			return nil, err
 		}
-		if !skipped {
-			in.NamespaceLabels = map[string]map[string]string{}
-			for _, n := range list.Items {
-				in.NamespaceLabels[n.Name] = n.Labels
-			}
+		r.in.NamespaceLabels = map[string]map[string]string{}
+		for _, n := range list.Items {
+			r.in.NamespaceLabels[n.Name] = n.Labels
 		}
-	} else {
-		n := &corev1.Namespace{}
-		skipped, err := skip(c.Get(ctx, client.ObjectKey{Name: ns}, n), fmt.Sprintf("namespace %s was not read, so every ClusterTicketKeyRing is shown whether or not it delivers there, and CertificatePolicies' namespaceSelectors see only the kubernetes.io/metadata.name label", ns), certCategories...)
-		if err != nil {
-			return in, err
-		}
-		if !skipped {
-			namespace = n
-			in.NamespaceLabels = map[string]map[string]string{ns: n.Labels}
-		}
+		return nil, nil
 	}
+	n := &corev1.Namespace{}
+	skipped, err := r.refused(r.c.Get(ctx, client.ObjectKey{Name: r.ns}, n), fmt.Sprintf("namespace %s was not read, so every ClusterTicketKeyRing is shown whether or not it delivers there, and CertificatePolicies' namespaceSelectors see only the kubernetes.io/metadata.name label", r.ns), certCategories...)
+	if skipped {
+		return nil, err
+	}
+	r.in.NamespaceLabels = map[string]map[string]string{r.ns: n.Labels}
+	return n, nil
+}
 
+// rings reads the TicketKeyRings, and the ClusterTicketKeyRings that
+// deliver into namespace (all of them when it is nil).
+func (r *auditReader) rings(ctx context.Context, namespace *corev1.Namespace) error {
 	tkrs := &v1alpha1.TicketKeyRingList{}
-	if err := c.List(ctx, tkrs, client.InNamespace(ns)); notServed(err) {
-		return in, fmt.Errorf("ringmaster's CRDs are not installed in this cluster: %w", err)
-	} else if skipped, err := skip(err, "TicketKeyRings "+where+" were not listed", ringCategories...); err != nil {
-		return in, err
+	err := r.c.List(ctx, tkrs, client.InNamespace(r.ns))
+	if notServed(err) {
+		return fmt.Errorf("ringmaster's CRDs are not installed in this cluster: %w", err)
+	}
+	if skipped, err := r.refused(err, "TicketKeyRings "+r.where+" were not listed", ringCategories...); err != nil {
+		return err
 	} else if !skipped {
 		for i := range tkrs.Items {
-			in.Rings = append(in.Rings, audit.FromTicketKeyRing(&tkrs.Items[i]))
+			r.in.Rings = append(r.in.Rings, audit.FromTicketKeyRing(&tkrs.Items[i]))
 		}
 	}
 	ctkrs := &v1alpha1.ClusterTicketKeyRingList{}
-	if skipped, err := skip(c.List(ctx, ctkrs), "ClusterTicketKeyRings were not listed", ringCategories...); err != nil {
-		return in, err
-	} else if !skipped {
-		for i := range ctkrs.Items {
-			r := &ctkrs.Items[i]
-			if namespace != nil && !deliversTo(r, namespace) {
-				continue
-			}
-			in.Rings = append(in.Rings, audit.FromClusterTicketKeyRing(r))
+	if skipped, err := r.refused(r.c.List(ctx, ctkrs), "ClusterTicketKeyRings were not listed", ringCategories...); skipped {
+		return err
+	}
+	for i := range ctkrs.Items {
+		if ring := &ctkrs.Items[i]; namespace == nil || deliversTo(ring, namespace) {
+			r.in.Rings = append(r.in.Rings, audit.FromClusterTicketKeyRing(ring))
 		}
 	}
+	return nil
+}
 
+// certificates reads the CertificatePolicies and, when there are some, the
+// certificates they may select: cert-manager Certificates and TLS Secrets.
+func (r *auditReader) certificates(ctx context.Context) error {
 	policies := &v1alpha1.CertificatePolicyList{}
-	if skipped, err := skip(c.List(ctx, policies), "CertificatePolicies were not listed, so no certificate is audited", audit.Violations, audit.KeyAge, audit.ExpiredSoon, audit.NotReady); err != nil || skipped {
-		return in, err
+	if skipped, err := r.refused(r.c.List(ctx, policies), "CertificatePolicies were not listed, so no certificate is audited", audit.Violations, audit.KeyAge, audit.ExpiredSoon, audit.NotReady); skipped {
+		return err
 	}
-	in.Policies = policies.Items
-	if len(in.Policies) == 0 {
-		return in, nil // nothing selects a certificate
+	r.in.Policies = policies.Items
+	if len(r.in.Policies) == 0 {
+		return nil // nothing selects a certificate
 	}
 
 	crts := &cmapi.CertificateList{}
-	switch err := c.List(ctx, crts, client.InNamespace(ns)); {
-	case notServed(err):
-		// Without cert-manager, the operator judges every TLS Secret as a
-		// Secret too.
-		in.CertificatesRead = true
-	default:
-		skipped, err := skip(err, "cert-manager Certificates "+where+" were not listed, so their keys are dated only where a CertificatePolicy's status names them", certCategories...)
-		if err != nil {
-			return in, err
-		}
-		in.Certificates, in.CertificatesRead = crts.Items, !skipped
+	if err := r.c.List(ctx, crts, client.InNamespace(r.ns)); notServed(err) {
+		// Without cert-manager the operator judges every TLS Secret as a
+		// Secret, as the audit then does.
+		r.in.CertificatesRead = true
+	} else if skipped, err := r.refused(err, "cert-manager Certificates "+r.where+" were not listed, so their keys are dated only where a CertificatePolicy's status names them", certCategories...); err != nil {
+		return err
+	} else {
+		r.in.Certificates, r.in.CertificatesRead = crts.Items, !skipped
 	}
-	secrets, err := listTLSSecrets(ctx, o.kube.core.CoreV1().RESTClient(), ns)
-	skipped, err := skip(err, "kubernetes.io/tls Secrets "+where+" were not listed, so certificate keys are dated only where a CertificatePolicy's status names them", certCategories...)
+	secrets, err := listTLSSecrets(ctx, r.core, r.ns)
+	skipped, err := r.refused(err, "kubernetes.io/tls Secrets "+r.where+" were not listed, so certificate keys are dated only where a CertificatePolicy's status names them", certCategories...)
 	if err != nil {
-		return in, err
+		return err
 	}
-	in.TLSSecrets, in.SecretsRead = secrets, !skipped
-	return in, nil
+	r.in.TLSSecrets, r.in.SecretsRead = secrets, !skipped
+	return nil
 }
 
 // deliversTo reports whether a cluster ring's selector takes the namespace,

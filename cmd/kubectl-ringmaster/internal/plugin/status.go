@@ -280,13 +280,35 @@ func seriesTime(s *corev1.EventSeries) time.Time {
 }
 
 func printStatus(w io.Writer, st RingStatus) error {
-	now := st.Time.Time
+	printSummary(w, st)
+	for _, sec := range statusSections(st) {
+		fmt.Fprintf(w, "%s:\n", sec.title)
+		if len(sec.rows) == 0 {
+			fmt.Fprintln(w, "  "+sec.empty)
+			continue
+		}
+		if err := indented(w, sec.columns, sec.rows); err != nil {
+			return err
+		}
+	}
+	if len(st.Problems) > 0 {
+		fmt.Fprintln(w, "Problems:")
+		for _, p := range st.Problems {
+			fmt.Fprintf(w, "  %s\n", p.Message)
+		}
+	}
+	return nil
+}
+
+// printSummary prints the ring's name, schedule, epoch, active key, next
+// rotation and rotate request.
+func printSummary(w io.Writer, st RingStatus) {
+	now, spec := st.Time.Time, st.Spec
 	ref := st.Kind + " " + st.Name
 	if st.Namespace != "" {
 		ref = st.Kind + " " + st.Namespace + "/" + st.Name
 	}
 	fmt.Fprintln(w, ref)
-	spec := st.Spec
 	fmt.Fprintf(w, "  Schedule:        a key encrypts for %s, is staged %s before, then decrypts for %d more interval(s)\n",
 		limit(spec.RotationInterval.Duration), limit(spec.ActivationDelay.Duration), spec.RetainedKeys)
 	source := "crypto/rand, in the operator"
@@ -313,87 +335,61 @@ func printStatus(w io.Writer, st RingStatus) error {
 	if st.Kind == audit.KindClusterTicketKeyRing {
 		fmt.Fprintf(w, "  Targets:         %d namespace(s), %d failed\n", st.Status.Targets, len(st.Status.FailedTargets))
 	}
+}
 
-	section(w, "Conditions")
-	var rows [][]any
+// statusSection is a titled table of status; empty stands for no rows.
+type statusSection struct {
+	title   string
+	columns []column
+	rows    [][]any
+	empty   string
+}
+
+func statusSections(st RingStatus) []statusSection {
+	now := st.Time.Time
+	conditions := statusSection{title: "Conditions", empty: "<none>",
+		columns: []column{{name: "Type"}, {name: "Status"}, {name: "Reason"}, {name: "Age"}, {name: "Message"}}}
 	for _, c := range st.Status.Conditions {
-		rows = append(rows, []any{c.Type, string(c.Status), c.Reason, age(&c.LastTransitionTime, now), c.Message})
+		conditions.rows = append(conditions.rows, []any{c.Type, string(c.Status), c.Reason, age(&c.LastTransitionTime, now), c.Message})
 	}
-	if err := indented(w, []column{{name: "Type"}, {name: "Status"}, {name: "Reason"}, {name: "Age"}, {name: "Message"}}, rows); err != nil {
-		return err
-	}
-
-	section(w, "Keys, newest first, in their state now")
-	rows = nil
+	keys := statusSection{title: "Keys, newest first, in their state now", empty: "<none>",
+		columns: []column{{name: "ID"}, {name: "State"}, {name: "Active From"}, {name: "Retire At"}, {name: "Expires At"}}}
 	for _, k := range st.Keys {
-		rows = append(rows, []any{k.ID, string(k.State), stamp(k.ActiveFrom.Time), stamp(k.RetireAt.Time), stamp(k.ExpiresAt.Time)})
+		keys.rows = append(keys.rows, []any{k.ID, string(k.State), stamp(k.ActiveFrom.Time), stamp(k.RetireAt.Time), stamp(k.ExpiresAt.Time)})
 	}
-	if err := indented(w, []column{{name: "ID"}, {name: "State"}, {name: "Active From"}, {name: "Retire At"}, {name: "Expires At"}}, rows); err != nil {
-		return err
-	}
-
+	out := []statusSection{conditions, keys}
 	if len(st.Status.FailedTargets) > 0 {
-		section(w, "Failed targets")
-		rows = nil
+		failed := statusSection{title: "Failed targets", columns: []column{{name: "Namespace"}, {name: "Reason"}, {name: "Message"}}}
 		for _, f := range st.Status.FailedTargets {
-			rows = append(rows, []any{f.Namespace, f.Reason, f.Message})
+			failed.rows = append(failed.rows, []any{f.Namespace, f.Reason, f.Message})
 		}
-		if err := indented(w, []column{{name: "Namespace"}, {name: "Reason"}, {name: "Message"}}, rows); err != nil {
-			return err
-		}
+		out = append(out, failed)
 	}
-
 	for _, group := range []struct {
 		title   string
 		secrets []RingSecret
 	}{{"Projection Secrets (pods mount these)", st.Projections}, {"Snapshot Secrets (one per retained epoch)", st.Snapshots}} {
-		section(w, group.title)
-		if !st.SecretsListed || len(group.secrets) == 0 {
-			fmt.Fprintln(w, "  "+unlisted(st.SecretsListed, "Secrets"))
-			continue
-		}
-		rows = nil
+		sec := statusSection{title: group.title, empty: unlisted(st.SecretsListed, "Secrets"),
+			columns: []column{{name: "Namespace"}, {name: "Name"}, {name: "Epoch"}, {name: "Age"}}}
 		for _, s := range group.secrets {
-			rows = append(rows, []any{s.Namespace, s.Name, orDash(s.Epoch), age(&s.Created, now)})
+			sec.rows = append(sec.rows, []any{s.Namespace, s.Name, orDash(s.Epoch), age(&s.Created, now)})
 		}
-		if err := indented(w, []column{{name: "Namespace"}, {name: "Name"}, {name: "Epoch"}, {name: "Age"}}, rows); err != nil {
-			return err
-		}
+		out = append(out, sec)
 	}
-
-	section(w, "Pods")
-	if !st.PodsReported {
-		fmt.Fprintln(w, "  not reported: pods do not report the epoch they hold yet (issue 14)")
-	} else {
-		rows = nil
-		for _, p := range st.Pods {
-			rows = append(rows, []any{p.Namespace, p.Pod, orDash(p.Node), fmt.Sprint(p.Epoch), orDash(p.ActiveKey)})
-		}
-		if err := indented(w, []column{{name: "Namespace"}, {name: "Pod"}, {name: "Node"}, {name: "Epoch"}, {name: "Active Key"}}, rows); err != nil {
-			return err
-		}
+	pods := statusSection{title: "Pods", empty: "not reported: pods do not report the epoch they hold yet (issue 14)",
+		columns: []column{{name: "Namespace"}, {name: "Pod"}, {name: "Node"}, {name: "Epoch"}, {name: "Active Key"}}}
+	if st.PodsReported {
+		pods.empty = "<none>"
 	}
-
-	section(w, "Events")
-	if !st.EventsListed || len(st.Events) == 0 {
-		fmt.Fprintln(w, "  "+unlisted(st.EventsListed, "events"))
-	} else {
-		rows = nil
-		for _, e := range st.Events {
-			rows = append(rows, []any{e.Type, e.Reason, age(&e.Last, now), e.Message})
-		}
-		if err := indented(w, []column{{name: "Type"}, {name: "Reason"}, {name: "Age"}, {name: "Message"}}, rows); err != nil {
-			return err
-		}
+	for _, p := range st.Pods {
+		pods.rows = append(pods.rows, []any{p.Namespace, p.Pod, orDash(p.Node), fmt.Sprint(p.Epoch), orDash(p.ActiveKey)})
 	}
-
-	if len(st.Problems) > 0 {
-		section(w, "Problems")
-		for _, p := range st.Problems {
-			fmt.Fprintf(w, "  %s\n", p.Message)
-		}
+	events := statusSection{title: "Events", empty: unlisted(st.EventsListed, "events"),
+		columns: []column{{name: "Type"}, {name: "Reason"}, {name: "Age"}, {name: "Message"}}}
+	for _, e := range st.Events {
+		events.rows = append(events.rows, []any{e.Type, e.Reason, age(&e.Last, now), e.Message})
 	}
-	return nil
+	return append(out, pods, events)
 }
 
 // unlisted stands for an empty list: none, or not listed for want of the
@@ -404,8 +400,6 @@ func unlisted(listed bool, what string) string {
 	}
 	return "not listed: you may not list " + what
 }
-
-func section(w io.Writer, title string) { fmt.Fprintf(w, "%s:\n", title) }
 
 // indented prints a table two spaces in, under a section title.
 func indented(w io.Writer, columns []column, rows [][]any) error {
