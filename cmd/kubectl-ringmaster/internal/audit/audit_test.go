@@ -78,7 +78,7 @@ func TestRingRows(t *testing.T) {
 			// been active for 80m with no successor, and the oldest key
 			// expired 20m ago.
 			name: "stale status: the operator is gone", later: 2 * hour,
-			want: []audit.Category{audit.KeyAge, audit.Overdue, audit.Overdue}, message: "has not written the ring's status since",
+			want: []audit.Category{audit.Overdue, audit.KeyAge, audit.Overdue}, message: "has not written the ring's status since",
 			keyID: "cccccccc", keyAge: 80 * minute,
 		},
 		{
@@ -99,6 +99,19 @@ func TestRingRows(t *testing.T) {
 			name:   "a new generation not yet published",
 			mutate: func(r *audit.Ring) { r.Generation = 2 },
 			want:   []audit.Category{audit.NotReady}, message: "not yet published generation 2", keyID: "bbbbbbbb", keyAge: 20 * minute,
+		},
+		{
+			// Every key expired while the key source failed: the operator
+			// destroyed them all, and still says the rotation is overdue.
+			name: "no key left",
+			mutate: func(r *audit.Ring) {
+				r.Status.Keys = nil
+				r.Status.Conditions = []metav1.Condition{
+					cond(v1alpha1.ConditionRotationOverdue, metav1.ConditionTrue, v1alpha1.ReasonVaultUnavailable, "A new key has been due since ...", 1),
+					cond(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonVaultUnavailable, "Minting 2 key(s) failed", 1),
+				}
+			},
+			want: []audit.Category{audit.Overdue, audit.Overdue, audit.NotReady}, message: "the ring holds no key",
 		},
 		{
 			name:   "nothing published yet",

@@ -51,8 +51,13 @@ func (r Ring) Row(now time.Time) Row {
 	row := Row{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name, MaxKeyAge: durationPtr(r.Spec.RotationInterval.Duration)}
 	kr := r.Keys()
 	ready := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionReady)
+	row.Problems = r.overdue(kr, now)
 	if len(kr.Keys) == 0 {
 		row.Detail = "no key published"
+		if r.Status.Epoch > 0 {
+			row.Detail = fmt.Sprintf("epoch %d, no key", r.Status.Epoch)
+			row.Problems = append(row.Problems, problem("the ring holds no key: every key expired and no new one could be minted, so its servers resume no session", Overdue))
+		}
 		row.Problems = append(row.Problems, r.readiness(ready)...)
 		if len(row.Problems) == 0 {
 			row.Problems = append(row.Problems, problem("no key is published yet", NotReady))
@@ -77,13 +82,6 @@ func (r Ring) Row(now time.Time) Row {
 	}
 	row.Detail = strings.Join(detail, ", ")
 
-	overdue := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionRotationOverdue)
-	if overdue != nil && overdue.Status == metav1.ConditionTrue {
-		row.Problems = append(row.Problems, problem(fmt.Sprintf("rotation overdue (%s): %s", overdue.Reason, overdue.Message), Overdue))
-	} else if since, ok := keyring.Overdue(kr, now); ok && now.Sub(since) > Grace {
-		row.Problems = append(row.Problems, problem(fmt.Sprintf("no key is staged behind key %s, active since %s: a new key has been due for %s and the operator has not written the ring's status since (is it running?)",
-			kr.Keys[0].ID, stamp(since), duration.HumanDuration(now.Sub(since))), Overdue))
-	}
 	for _, k := range kr.Keys {
 		if now.Sub(k.ExpiresAt) > Grace {
 			row.Problems = append(row.Problems, problem(fmt.Sprintf("key %s expired at %s and the ring's status still lists it: its destruction is overdue (is the operator running?)",
@@ -103,6 +101,20 @@ func (r Ring) Row(now time.Time) Row {
 	}
 	row.Problems = append(row.Problems, r.readiness(ready)...)
 	return row
+}
+
+// overdue is the problem of a rotation overdue: as the RotationOverdue
+// condition says, or as the clock says when the operator has not written
+// status since a rotation fell due.
+func (r Ring) overdue(kr keyring.Ring, now time.Time) []Problem {
+	if c := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionRotationOverdue); c != nil && c.Status == metav1.ConditionTrue {
+		return []Problem{problem(fmt.Sprintf("rotation overdue (%s): %s", c.Reason, c.Message), Overdue)}
+	}
+	if since, ok := keyring.Overdue(kr, now); ok && now.Sub(since) > Grace {
+		return []Problem{problem(fmt.Sprintf("no key is staged behind key %s, active since %s: a new key has been due for %s and the operator has not written the ring's status since (is it running?)",
+			kr.Keys[0].ID, stamp(since), duration.HumanDuration(now.Sub(since))), Overdue)}
+	}
+	return nil
 }
 
 // readiness is the problem the Ready condition shows, beyond failed targets
