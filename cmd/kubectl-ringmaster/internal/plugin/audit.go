@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -84,7 +85,7 @@ or cannot read what one of those categories needs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.run(cmd.Context()); err != nil {
-				if _, ok := err.(*ExitError); ok {
+				if exit := (*ExitError)(nil); errors.As(err, &exit) {
 					return err
 				}
 				return &ExitError{Code: exitFailed, Err: err}
@@ -294,7 +295,7 @@ func printAudit(streams genericiooptions.IOStreams, rep audit.Report, wide bool)
 	now := rep.Time.Time
 	rows := make([][]any, len(rep.Rows))
 	for i, r := range rep.Rows {
-		var maxAge, expires, expiresAt, since string = "-", "-", "-", "-"
+		maxAge, expires, expiresAt, since := "-", "-", "-", "-"
 		if r.MaxKeyAge != nil {
 			maxAge = limit(r.MaxKeyAge.Duration)
 		}

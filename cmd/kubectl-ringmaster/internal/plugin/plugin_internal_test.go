@@ -45,7 +45,7 @@ func TestLimit(t *testing.T) {
 		90 * 24 * time.Hour: "90d", 36 * time.Hour: "36h", 0: "0s",
 	} {
 		if got := limit(d); got != want {
-			t.Errorf("limit(%v) = %q, want %q", time.Duration(d), got, want)
+			t.Errorf("limit(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -175,8 +174,7 @@ func (o *rotateOptions) await(ctx context.Context, ref ringRef, before audit.Rin
 	case last.Status.LastRotateRequestedAt == value:
 		why = "the operator took the request, and the rotation is not published yet"
 	}
-	return errors.Join(fmt.Errorf("timed out after %s waiting for %s to rotate: %s", o.timeout, ref, why),
-		fmt.Errorf("Ready: %s", readyMessage(last)))
+	return fmt.Errorf("timed out after %s waiting for %s to rotate: %s\nReady: %s", o.timeout, ref, why, readyMessage(last))
 }
 
 // promoted is the next key to encrypt at now: the staged key with the

@@ -91,8 +91,10 @@ type certManagerAnnotations map[string]string
 // UnmarshalJSON implements json.Unmarshaler.
 func (a *certManagerAnnotations) UnmarshalJSON(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return fmt.Errorf("annotations: want an object, got %v (%v)", t, err)
+	if t, err := dec.Token(); err != nil {
+		return fmt.Errorf("annotations: %w", err)
+	} else if t != json.Delim('{') {
+		return fmt.Errorf("annotations: want an object, got %v", t)
 	}
 	out := certManagerAnnotations{}
 	for dec.More() {
