@@ -4,6 +4,7 @@
 //	kubectl ringmaster audit -A          # key and certificate age across the cluster, problems first
 //	kubectl ringmaster status web        # one ring: conditions, keys, projections, events
 //	kubectl ringmaster rotate web        # rotate now, and wait until it is published
+//	kubectl ringmaster revoke web        # emergency: destroy every key, encrypt with a fresh one
 //	kubectl ringmaster probe host:443    # do the servers behind an address share ticket keys?
 //
 // Install it with

@@ -29,9 +29,10 @@ type Category string
 
 // The categories of problems.
 const (
-	// Overdue: a ring's rotation is overdue (its RotationOverdue condition,
-	// or no key staged behind an active key by the clock), or a key past
-	// its expiry is still in the ring.
+	// Overdue: a ring's rotation is overdue (its RotationOverdue or
+	// ConfirmationOverdue condition, or no key staged behind an active key
+	// by the clock), a key past its expiry is still in the ring, or the
+	// ring holds no key.
 	Overdue Category = "overdue"
 	// KeyAge: a ring's active key is older than its rotationInterval, or a
 	// certificate's key older than the least maxKeyAge of the policies

@@ -96,6 +96,17 @@ func TestRingRows(t *testing.T) {
 			keyID: "bbbbbbbb", keyAge: 20 * minute,
 		},
 		{
+			// Under spec.confirmation, a pod has not confirmed the due key
+			// past the timeout; the active key keeps encrypting.
+			name: "confirmation overdue", later: 50 * minute,
+			mutate: func(r *audit.Ring) {
+				r.Status.Keys[0].ActiveFrom, r.Status.Keys[1].RetireAt = at(70*minute), at(70*minute)
+				r.Status.Conditions = append(r.Status.Conditions, cond(v1alpha1.ConditionConfirmationOverdue, metav1.ConditionTrue, v1alpha1.ReasonAwaitingPods, "1 of 3 pods do not hold key cccccccc: shop/web-2 on node-b (connection refused)", 1))
+			},
+			want: []audit.Category{audit.Overdue, audit.KeyAge}, message: "confirmation overdue (AwaitingPods): 1 of 3 pods",
+			keyID: "bbbbbbbb", keyAge: 70 * minute,
+		},
+		{
 			name:   "a new generation not yet published",
 			mutate: func(r *audit.Ring) { r.Generation = 2 },
 			want:   []audit.Category{audit.NotReady}, message: "not yet published generation 2", keyID: "bbbbbbbb", keyAge: 20 * minute,

@@ -103,18 +103,22 @@ func (r Ring) Row(now time.Time) Row {
 	return row
 }
 
-// overdue is the problem of a rotation overdue: as the RotationOverdue
-// condition says, or as the clock says when the operator has not written
-// status since a rotation fell due.
+// overdue are the problems of a rotation overdue: as the RotationOverdue
+// condition says (no key could be minted), as the ConfirmationOverdue
+// condition says (the fleet has not confirmed a due key), or as the clock
+// says when the operator has not written status since a rotation fell due.
 func (r Ring) overdue(kr keyring.Ring, now time.Time) []Problem {
+	var out []Problem
 	if c := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionRotationOverdue); c != nil && c.Status == metav1.ConditionTrue {
-		return []Problem{problem(fmt.Sprintf("rotation overdue (%s): %s", c.Reason, c.Message), Overdue)}
+		out = append(out, problem(fmt.Sprintf("rotation overdue (%s): %s", c.Reason, c.Message), Overdue))
+	} else if since, ok := keyring.Overdue(kr, now); ok && now.Sub(since) > Grace {
+		out = append(out, problem(fmt.Sprintf("no key is staged behind key %s, active since %s: a new key has been due for %s and the operator has not written the ring's status since (is it running?)",
+			kr.Keys[0].ID, stamp(since), duration.HumanDuration(now.Sub(since))), Overdue))
 	}
-	if since, ok := keyring.Overdue(kr, now); ok && now.Sub(since) > Grace {
-		return []Problem{problem(fmt.Sprintf("no key is staged behind key %s, active since %s: a new key has been due for %s and the operator has not written the ring's status since (is it running?)",
-			kr.Keys[0].ID, stamp(since), duration.HumanDuration(now.Sub(since))), Overdue)}
+	if c := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionConfirmationOverdue); c != nil && c.Status == metav1.ConditionTrue {
+		out = append(out, problem(fmt.Sprintf("confirmation overdue (%s): %s", c.Reason, c.Message), Overdue))
 	}
-	return nil
+	return out
 }
 
 // readiness is the problem the Ready condition shows, beyond failed targets

@@ -1,26 +1,106 @@
 package plugin
 
 import (
-	"errors"
+	"cmp"
+	"context"
+	"fmt"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/audit"
 )
 
-// errNoRevoke: the operator has no emergency revoke yet.
-var errNoRevoke = errors.New(`revoke is not available yet: the operator has no emergency revoke. Issue 14 ("an emergency revoke: a compromised key gone in seconds") adds it: a fresh key active at once and every older key destroyed; this command will make that request.
-Until then, "kubectl ringmaster rotate RING" promotes the staged key as soon as it has been staged for activationDelay, and setting the ring's spec.retainedKeys to 0 destroys retired keys when they retire`)
+type revokeOptions struct{ request }
 
-func newRevokeCommand(_ genericiooptions.IOStreams) *cobra.Command {
-	return &cobra.Command{
+func newRevokeCommand(k *kube, streams genericiooptions.IOStreams) *cobra.Command {
+	o := &revokeOptions{request{kube: k, streams: streams, now: time.Now, poll: 500 * time.Millisecond}}
+	cmd := &cobra.Command{
 		Use:   "revoke RING",
-		Short: "Emergency revoke of a ring's keys (not available yet: it arrives with issue 14)",
-		Long: `Revoke will request the emergency revoke of a ring: a fresh key active at once, and
-every older key destroyed, for a suspected compromise. The operator does not
-offer it yet (issue 14), so revoke explains that and exits with status 1.`,
-		Example: `  # Explains that the emergency revoke is not available yet, and exits 1
-  kubectl ringmaster revoke web -n shop`,
-		Args: cobra.MaximumNArgs(1),
-		RunE: func(*cobra.Command, []string) error { return errNoRevoke },
+		Short: "Emergency revoke: destroy every key of a ring at once, and encrypt with a fresh key from now",
+		Long: `Revoke is for a suspected key compromise. It sets the ring's
+ringmaster.io/revoke-requested-at annotation to the current time (RFC 3339),
+as:
+
+  kubectl annotate tkr RING --overwrite ringmaster.io/revoke-requested-at="$(date -u +%FT%TZ)"
+
+The operator handles each value once: it destroys every key of the ring at
+once and publishes a fresh key that encrypts from now, deletes the snapshots
+that held the old keys, records the revoke in status.revocations (with who
+asked: the annotation's field manager, kubectl-ringmaster) and echoes the
+value in status.lastRevokeRequestedAt. Tickets issued before stop resuming as
+soon as the pods take the revoking epoch, and clients fall back to full
+handshakes.
+
+Revoke waits until the revoke is recorded and published, or times out
+saying why. A revoke the operator could not carry out (its key source
+failing, say) leaves the old keys serving: revoke says so. It takes the right
+to patch the ring (ringmaster-ring-editor for a TicketKeyRing).`,
+		Example: `  # Revoke every key of a ring of namespace shop, and wait
+  kubectl ringmaster revoke web -n shop
+
+  # Revoke a ClusterTicketKeyRing's keys
+  kubectl ringmaster revoke ctkr/edge`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0]) },
 	}
+	o.addFlags(cmd, "revoke", 2*time.Minute)
+	return cmd
+}
+
+func (o *revokeOptions) run(ctx context.Context, arg string) error {
+	ref, err := o.kube.ring(arg)
+	if err != nil {
+		return err
+	}
+	obj, before, err := o.kube.getRing(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if len(before.Status.Keys) == 0 {
+		return fmt.Errorf("%s holds no key to revoke: %s", ref, readyMessage(before))
+	}
+	value, err := o.annotate(ctx, obj, v1alpha1.RevokeRequestedAtAnnotation, before.Status.LastRevokeRequestedAt)
+	if err != nil {
+		if refused(err) {
+			return errRefused("revoke the keys of", ref, err)
+		}
+		return fmt.Errorf("request a revoke of %s: %w", ref, err)
+	}
+	fmt.Fprintf(o.streams.Out, "Requested an emergency revoke of %s: %s=%s\n", ref, v1alpha1.RevokeRequestedAtAnnotation, value)
+	if !o.wait {
+		return nil
+	}
+	fmt.Fprintln(o.streams.Out, "Waiting for the operator to carry it out")
+	last, timedOut, err := o.await(ctx, ref, func(ring audit.Ring, _ time.Time) step { return revoked(ref, ring, value) })
+	if err != nil || !timedOut {
+		return err
+	}
+	why := fmt.Sprintf("the operator has not carried it out: the ring's keys are not destroyed and still serve (status.lastRevokeRequestedAt is %q)", last.Status.LastRevokeRequestedAt)
+	if last.Status.LastRevokeRequestedAt == value {
+		why = "the operator carried it out, and the revoking epoch is not published everywhere yet"
+	}
+	return fmt.Errorf("timed out after %s waiting for %s to be revoked: %s\nReady: %s", o.timeout, ref, why, readyMessage(last))
+}
+
+// revoked is whether the revoke requested as value is carried out: echoed,
+// recorded, and its epoch published.
+func revoked(ref ringRef, ring audit.Ring, value string) step {
+	if ring.Status.LastRevokeRequestedAt != value {
+		return step{}
+	}
+	var rev *v1alpha1.Revocation
+	for i, r := range ring.Status.Revocations {
+		if r.RequestedAt == value {
+			rev = &ring.Status.Revocations[i]
+		}
+	}
+	if rev == nil || ring.Status.ActiveKey == nil {
+		return step{say: fmt.Sprintf("The operator carried out the revoke; waiting for its record (epoch %d)", ring.Status.Epoch)}
+	}
+	return step{done: true, say: fmt.Sprintf("Revoked %s at the request of %s: keys %s are destroyed; epoch %d encrypts with fresh key %s from %s. Tickets issued before no longer resume on pods that hold epoch %d.",
+		ref, cmp.Or(rev.RequestedBy, "an unknown client"), strings.Join(rev.Keys, " "), rev.Epoch, ring.Status.ActiveKey.ID, stamp(ring.Status.ActiveKey.ActiveFrom.Time), rev.Epoch)}
 }

@@ -72,6 +72,9 @@ public certificate) is decoded.`,
   # Rotate now and wait until the staged key encrypts
   kubectl ringmaster rotate web -n shop
 
+  # A key may have leaked: destroy every key of the ring at once
+  kubectl ringmaster revoke web -n shop
+
   # Does the fleet behind this address share its ticket keys?
   kubectl ringmaster probe shop.example.com:443`,
 		SilenceErrors: true,
@@ -88,7 +91,7 @@ public certificate) is decoded.`,
 		newAuditCommand(k, streams),
 		newStatusCommand(k, streams),
 		newRotateCommand(k, streams),
-		newRevokeCommand(streams),
+		newRevokeCommand(k, streams),
 		newProbeCommand(streams),
 	)
 	return cmd

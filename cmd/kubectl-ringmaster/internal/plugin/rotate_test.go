@@ -4,6 +4,8 @@ package plugin_test
 
 import (
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -43,7 +45,7 @@ var _ = Describe("rotate", func() {
 	})
 
 	It("times out with the reason when the operator cannot carry the rotation out", func() {
-		published("shop", "stuck")
+		Expect(getRing("shop", "stuck").Status.Keys).NotTo(BeEmpty(), "published in BeforeSuite; its key source gone since")
 		res := run(admin, "rotate", "stuck", "-n", "shop", "--timeout", "15s")
 		Expect(res.Code).To(Equal(1))
 		Expect(res.Out).To(ContainSubstring("Ready is False (KeySourceNotFound): "))
@@ -63,10 +65,50 @@ var _ = Describe("rotate", func() {
 })
 
 var _ = Describe("revoke", func() {
-	It("explains that the emergency revoke arrives with issue 14, and exits 1", func() {
-		res := run(admin, "revoke", "web", "-n", "shop")
+	It("destroys every key at once at a team's request, and says so once the operator has recorded it", func(ctx SpecContext) {
+		Expect(k8s.Create(ctx, ring("shop", "payments", time.Hour, time.Minute))).To(Succeed())
+		before := published("shop", "payments")
+		var old []string
+		for _, k := range before.Status.Keys {
+			old = append(old, k.ID)
+		}
+
+		res := run(team, "revoke", "payments", "-n", "shop")
+		Expect(res.Code).To(Equal(0), res.Err)
+		Expect(res.Out).To(HavePrefix("Requested an emergency revoke of TicketKeyRing shop/payments: ringmaster.io/revoke-requested-at="))
+		Expect(res.Out).To(ContainSubstring("Revoked TicketKeyRing shop/payments at the request of kubectl-ringmaster: keys " + strings.Join(old, " ") + " are destroyed; epoch "))
+
+		after := getRing("shop", "payments")
+		value := after.Annotations[v1alpha1.RevokeRequestedAtAnnotation]
+		Expect(after.Status.LastRevokeRequestedAt).To(Equal(value))
+		Expect(after.Status.Revocations).To(HaveLen(1))
+		rev := after.Status.Revocations[0]
+		Expect(rev.RequestedBy).To(Equal("kubectl-ringmaster"), "the plugin's writes carry its field manager")
+		Expect(rev.Keys).To(ConsistOf(old))
+		for _, k := range after.Status.Keys {
+			Expect(old).NotTo(ContainElement(k.ID), "a key that survived the revoke")
+		}
+		Expect(res.Out).To(ContainSubstring("epoch %d encrypts with fresh key %s", rev.Epoch, after.Status.ActiveKey.ID))
+
+		st := run(admin, "status", "payments", "-n", "shop")
+		Expect(st.Out).To(ContainSubstring("  Revoke request:  " + value + ", carried out\n"))
+		Expect(st.Out).To(MatchRegexp(`(?m)^  ` + regexp.QuoteMeta(value) + `\s+kubectl-ringmaster\s+` + strconv.FormatInt(rev.Epoch, 10) + `\s+` + strings.Join(old, " ") + `$`))
+		Expect(st.Out).To(MatchRegexp(`(?m)^  Warning\s+Revoked\s`))
+	})
+
+	It("says plainly when the operator could not carry the revoke out, and the old keys still serve", func() {
+		Expect(getRing("shop", "stuck").Status.Keys).NotTo(BeEmpty(), "published in BeforeSuite; its key source gone since")
+		res := run(admin, "revoke", "stuck", "-n", "shop", "--timeout", "15s")
 		Expect(res.Code).To(Equal(1))
-		Expect(res.Err).To(HavePrefix("error: revoke is not available yet: the operator has no emergency revoke. Issue 14"))
-		Expect(res.Out).To(BeEmpty())
+		Expect(res.Out).To(ContainSubstring("Ready is False (KeySourceNotFound): "))
+		Expect(res.Err).To(HavePrefix("error: timed out after 15s waiting for TicketKeyRing shop/stuck to be revoked: the operator has not carried it out: the ring's keys are not destroyed and still serve"))
+		Expect(res.Err).To(ContainSubstring("Ready: False (KeySourceNotFound): "))
+	})
+
+	It("refuses a viewer with a readable message", func() {
+		res := run(viewer, "revoke", "web", "-n", "shop")
+		Expect(res.Code).To(Equal(1))
+		Expect(res.Err).To(ContainSubstring(`error: you may not revoke the keys of TicketKeyRing shop/web: ticketkeyrings.ringmaster.io "web" is forbidden: User "viewer" cannot patch resource "ticketkeyrings"`))
+		Expect(getRing("shop", "web").Status.Revocations).To(BeEmpty())
 	})
 })

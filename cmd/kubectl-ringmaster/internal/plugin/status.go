@@ -21,23 +21,6 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 )
 
-// PodEpochSource tells which pods hold which epoch of a ring. None exists
-// yet: pods will report the epoch they hold with issue 14 (the agent's
-// read-only endpoint, which the operator reads). status prints what a
-// source returns once one is set in statusOptions.pods.
-type PodEpochSource interface {
-	PodEpochs(ctx context.Context, ring audit.Ring) ([]PodEpoch, error)
-}
-
-// PodEpoch is the ring one pod holds.
-type PodEpoch struct {
-	Namespace string `json:"namespace"`
-	Pod       string `json:"pod"`
-	Node      string `json:"node,omitempty"`
-	Epoch     int64  `json:"epoch"`
-	ActiveKey string `json:"activeKey,omitempty"`
-}
-
 // RingStatus is what status shows of a ring, and prints with -o json or
 // -o yaml. It holds key ids and times, never key bytes.
 type RingStatus struct {
@@ -56,11 +39,10 @@ type RingStatus struct {
 	// Projections and Snapshots are the ring's Secrets, by metadata only.
 	Projections []RingSecret `json:"projections,omitempty"`
 	Snapshots   []RingSecret `json:"snapshots,omitempty"`
-	// Pods are the pods reporting the epoch they hold; PodsReported is
-	// false while no pod can report it (issue 14).
-	Pods         []PodEpoch `json:"pods,omitempty"`
-	PodsReported bool       `json:"podsReported"`
-	Events       []Event    `json:"events,omitempty"`
+	// RevokeRequestedAt is the ring's ringmaster.io/revoke-requested-at
+	// annotation.
+	RevokeRequestedAt string  `json:"revokeRequestedAt,omitempty"`
+	Events            []Event `json:"events,omitempty"`
 	// SecretsListed and EventsListed say whether the user could list the
 	// ring's Secrets and events.
 	SecretsListed bool `json:"secretsListed"`
@@ -101,8 +83,6 @@ type statusOptions struct {
 	kube    *kube
 	streams genericiooptions.IOStreams
 	now     func() time.Time
-	// pods is nil until pods report their epoch (issue 14).
-	pods PodEpochSource
 
 	events int
 	out    output
@@ -118,10 +98,12 @@ func newStatusCommand(k *kube, streams genericiooptions.IOStreams) *cobra.Comman
 their times and their state now by the clock, the projection Secrets pods
 mount and the epoch each carries, the snapshot Secrets, and recent events.
 
+Under spec.confirmation, it shows what the ring's pods report of the staged
+key, as the operator asks them: how many hold it, and which do not, on which
+node and why. It lists the ring's emergency revokes.
+
 Secrets are listed by metadata alone: their data, the keys, is never read.
-Listing them takes the right to list Secrets; without it status says so.
-Which pods hold which epoch is not reported yet: pods report it with
-issue 14.`,
+Listing them takes the right to list Secrets; without it status says so.`,
 		Example: `  # A ring in the current namespace
   kubectl ringmaster status web
 
@@ -169,6 +151,7 @@ func (o *statusOptions) read(ctx context.Context, ref ringRef) (RingStatus, erro
 		Kind: ring.Kind, Namespace: ring.Namespace, Name: ring.Name, Time: metav1.NewTime(now),
 		Spec: ring.Spec, Status: ring.Status,
 		RotateRequestedAt: obj.GetAnnotations()[v1alpha1.RotateRequestedAtAnnotation],
+		RevokeRequestedAt: obj.GetAnnotations()[v1alpha1.RevokeRequestedAtAnnotation],
 		Problems:          ring.Row(now).Problems,
 	}
 	kr := ring.Keys()
@@ -194,13 +177,6 @@ func (o *statusOptions) read(ctx context.Context, ref ringRef) (RingStatus, erro
 		return st, err
 	} else {
 		st.SecretsListed = true
-	}
-
-	if o.pods != nil {
-		if st.Pods, err = o.pods.PodEpochs(ctx, ring); err != nil {
-			st.Notes = append(st.Notes, fmt.Sprintf("pods' epochs were not read: %v", err))
-		}
-		st.PodsReported = err == nil
 	}
 
 	if st.Events, err = o.ringEvents(ctx, obj); err != nil {
@@ -332,6 +308,17 @@ func printSummary(w io.Writer, st RingStatus) {
 		}
 		fmt.Fprintf(w, "  Rotate request:  %s, %s\n", st.RotateRequestedAt, handled)
 	}
+	if st.RevokeRequestedAt != "" {
+		handled := "carried out"
+		if st.RevokeRequestedAt != st.Status.LastRevokeRequestedAt {
+			handled = "not carried out yet"
+		}
+		fmt.Fprintf(w, "  Revoke request:  %s, %s\n", st.RevokeRequestedAt, handled)
+	}
+	if c := spec.Confirmation; c != nil {
+		fmt.Fprintf(w, "  Confirmation:    a due key waits for every pod %s to hold it, up to %s, then: %s\n",
+			metav1.FormatLabelSelector(&c.PodSelector), limit(c.Timeout.Duration), c.OnTimeout)
+	}
 	if st.Kind == audit.KindClusterTicketKeyRing {
 		fmt.Fprintf(w, "  Targets:         %d namespace(s), %d failed\n", st.Status.Targets, len(st.Status.FailedTargets))
 	}
@@ -376,20 +363,43 @@ func statusSections(st RingStatus) []statusSection {
 		}
 		out = append(out, sec)
 	}
-	pods := statusSection{title: "Pods", empty: "not reported: pods do not report the epoch they hold yet (issue 14)",
-		columns: []column{{name: "Namespace"}, {name: "Pod"}, {name: "Node"}, {name: "Epoch"}, {name: "Active Key"}}}
-	if st.PodsReported {
-		pods.empty = "<none>"
-	}
-	for _, p := range st.Pods {
-		pods.rows = append(pods.rows, []any{p.Namespace, p.Pod, orDash(p.Node), fmt.Sprint(p.Epoch), orDash(p.ActiveKey)})
+	out = append(out, podsSection(st))
+	if len(st.Status.Revocations) > 0 {
+		revocations := statusSection{title: "Revocations, newest first",
+			columns: []column{{name: "Requested At"}, {name: "By"}, {name: "Epoch"}, {name: "Keys Destroyed"}}}
+		for _, r := range st.Status.Revocations {
+			revocations.rows = append(revocations.rows, []any{r.RequestedAt, orDash(r.RequestedBy), fmt.Sprint(r.Epoch), strings.Join(r.Keys, " ")})
+		}
+		out = append(out, revocations)
 	}
 	events := statusSection{title: "Events", empty: unlisted(st.EventsListed, "events"),
 		columns: []column{{name: "Type"}, {name: "Reason"}, {name: "Age"}, {name: "Message"}}}
 	for _, e := range st.Events {
 		events.rows = append(events.rows, []any{e.Type, e.Reason, age(&e.Last, now), e.Message})
 	}
-	return append(out, pods, events)
+	return append(out, events)
+}
+
+// podsSection is what the ring's pods report of its staged key, under
+// spec.confirmation: the operator asks every selected, ready pod.
+func podsSection(st RingStatus) statusSection {
+	sec := statusSection{title: "Pods", columns: []column{{name: "Namespace"}, {name: "Pod"}, {name: "Node"}, {name: "Reason"}}}
+	c, conf := st.Spec.Confirmation, st.Status.Confirmation
+	switch {
+	case c == nil:
+		sec.empty = "not asked: the ring has no spec.confirmation, under which the operator asks its pods which keys they hold"
+	case conf == nil:
+		sec.empty = fmt.Sprintf("pods %s are asked on port %s once a staged key falls due; none is awaiting them",
+			metav1.FormatLabelSelector(&c.PodSelector), c.Port.String())
+	default:
+		sec.title = fmt.Sprintf("Pods (selected by %s, asked on port %s %s): %d of %d ready pod(s) hold staged key %s",
+			metav1.FormatLabelSelector(&c.PodSelector), c.Port.String(), age(&conf.CheckedAt, st.Time.Time)+" ago", conf.Holding, conf.Pods, conf.StagedKey)
+		sec.empty = "every one holds it"
+		for _, p := range conf.Missing {
+			sec.rows = append(sec.rows, []any{p.Namespace, p.Name, orDash(p.Node), p.Reason})
+		}
+	}
+	return sec
 }
 
 // unlisted stands for an empty list: none, or not listed for want of the

@@ -30,7 +30,7 @@ var _ = Describe("status", func() {
 		}
 		Expect(res.Out).To(MatchRegexp(`(?m)^  shop\s+web-ticket-keys\s+` + strconv.FormatInt(r.Status.Epoch, 10) + `\s`))
 		Expect(res.Out).To(MatchRegexp(`(?m)^  shop\s+` + r.Status.Snapshot + `\s`))
-		Expect(res.Out).To(ContainSubstring("Pods:\n  not reported: pods do not report the epoch they hold yet (issue 14)\n"))
+		Expect(res.Out).To(ContainSubstring("Pods:\n  not asked: the ring has no spec.confirmation, under which the operator asks its pods which keys they hold\n"))
 		Expect(res.Out).To(MatchRegexp(`(?m)^  Normal\s+Rotated\s+\S+\s+Published epoch 1 `), "the operator's events on the ring")
 
 		projection := &corev1.Secret{}
@@ -59,7 +59,6 @@ var _ = Describe("status", func() {
 		Expect(st.Status.FailedTargets).To(ConsistOf(HaveField("Namespace", "legacy")))
 		Expect(st.Problems).To(ContainElement(HaveField("Message", ContainSubstring("legacy (SecretConflict"))))
 		Expect(st.Events).NotTo(BeEmpty(), "a cluster ring's events are in the default namespace")
-		Expect(st.PodsReported).To(BeFalse())
 	})
 
 	It("tells a viewer, who may not list Secrets nor events, what it could not read", func() {
