@@ -33,9 +33,51 @@ type request struct {
 	timeout time.Duration
 }
 
+func newRequest(k *kube, streams genericiooptions.IOStreams) request {
+	return request{kube: k, streams: streams, now: time.Now, poll: 500 * time.Millisecond}
+}
+
 func (r *request) addFlags(cmd *cobra.Command, what string, timeout time.Duration) {
 	cmd.Flags().BoolVar(&r.wait, "wait", true, "Wait until the "+what+" is published.")
 	cmd.Flags().DurationVar(&r.timeout, "timeout", timeout, "How long to wait.")
+}
+
+// requestKind is one kind of request: the annotation it sets, and what a
+// ring must hold to take it.
+type requestKind struct {
+	annotation string
+	// noun names the request ("a rotation"), verb what the user may not do
+	// without the right to patch the ring ("rotate").
+	noun, verb string
+	// echoed is the last value of the annotation the operator handled.
+	echoed func(v1alpha1.TicketKeyRingStatus) string
+	// check says why the ring cannot take the request, if it cannot.
+	check func(ref ringRef, ring audit.Ring) error
+}
+
+// send reads the ring an argument names, checks that it can take the
+// request, and makes it. It returns the ring as it was, and the value set.
+func (r *request) send(ctx context.Context, arg string, k requestKind) (ringRef, audit.Ring, string, error) {
+	ref, err := r.kube.ring(arg)
+	if err != nil {
+		return ref, audit.Ring{}, "", err
+	}
+	obj, before, err := r.kube.getRing(ctx, ref)
+	if err == nil {
+		err = k.check(ref, before)
+	}
+	if err != nil {
+		return ref, before, "", err
+	}
+	value, err := r.annotate(ctx, obj, k.annotation, k.echoed(before.Status))
+	switch {
+	case refused(err):
+		return ref, before, "", errRefused(k.verb, ref, err)
+	case err != nil:
+		return ref, before, "", fmt.Errorf("request %s of %s: %w", k.noun, ref, err)
+	}
+	fmt.Fprintf(r.streams.Out, "Requested %s of %s: %s=%s\n", k.noun, ref, k.annotation, value)
+	return ref, before, value, nil
 }
 
 // annotate sets annotation on the ring to the current time in RFC 3339,

@@ -17,7 +17,7 @@ import (
 type revokeOptions struct{ request }
 
 func newRevokeCommand(k *kube, streams genericiooptions.IOStreams) *cobra.Command {
-	o := &revokeOptions{request{kube: k, streams: streams, now: time.Now, poll: 500 * time.Millisecond}}
+	o := &revokeOptions{newRequest(k, streams)}
 	cmd := &cobra.Command{
 		Use:   "revoke RING",
 		Short: "Emergency revoke: destroy every key of a ring at once, and encrypt with a fresh key from now",
@@ -51,28 +51,22 @@ to patch the ring (ringmaster-ring-editor for a TicketKeyRing).`,
 	return cmd
 }
 
-func (o *revokeOptions) run(ctx context.Context, arg string) error {
-	ref, err := o.kube.ring(arg)
-	if err != nil {
-		return err
-	}
-	obj, before, err := o.kube.getRing(ctx, ref)
-	if err != nil {
-		return err
-	}
-	if len(before.Status.Keys) == 0 {
-		return fmt.Errorf("%s holds no key to revoke: %s", ref, readyMessage(before))
-	}
-	value, err := o.annotate(ctx, obj, v1alpha1.RevokeRequestedAtAnnotation, before.Status.LastRevokeRequestedAt)
-	if err != nil {
-		if refused(err) {
-			return errRefused("revoke the keys of", ref, err)
+// revocation is the emergency revoke request.
+var revocation = requestKind{
+	annotation: v1alpha1.RevokeRequestedAtAnnotation, noun: "an emergency revoke", verb: "revoke the keys of",
+	echoed: func(s v1alpha1.TicketKeyRingStatus) string { return s.LastRevokeRequestedAt },
+	check: func(ref ringRef, ring audit.Ring) error {
+		if len(ring.Status.Keys) == 0 {
+			return fmt.Errorf("%s holds no key to revoke: %s", ref, readyMessage(ring))
 		}
-		return fmt.Errorf("request a revoke of %s: %w", ref, err)
-	}
-	fmt.Fprintf(o.streams.Out, "Requested an emergency revoke of %s: %s=%s\n", ref, v1alpha1.RevokeRequestedAtAnnotation, value)
-	if !o.wait {
 		return nil
+	},
+}
+
+func (o *revokeOptions) run(ctx context.Context, arg string) error {
+	ref, _, value, err := o.send(ctx, arg, revocation)
+	if err != nil || !o.wait {
+		return err
 	}
 	fmt.Fprintln(o.streams.Out, "Waiting for the operator to carry it out")
 	last, timedOut, err := o.await(ctx, ref, func(ring audit.Ring, _ time.Time) step { return revoked(ref, ring, value) })

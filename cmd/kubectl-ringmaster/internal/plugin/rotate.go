@@ -17,7 +17,7 @@ import (
 type rotateOptions struct{ request }
 
 func newRotateCommand(k *kube, streams genericiooptions.IOStreams) *cobra.Command {
-	o := &rotateOptions{request{kube: k, streams: streams, now: time.Now, poll: 500 * time.Millisecond}}
+	o := &rotateOptions{newRequest(k, streams)}
 	cmd := &cobra.Command{
 		Use:   "rotate RING",
 		Short: "Rotate a ring now, and wait until the staged key encrypts and a new key is staged",
@@ -50,28 +50,22 @@ TicketKeyRing).`,
 	return cmd
 }
 
-func (o *rotateOptions) run(ctx context.Context, arg string) error {
-	ref, err := o.kube.ring(arg)
-	if err != nil {
-		return err
-	}
-	obj, before, err := o.kube.getRing(ctx, ref)
-	if err != nil {
-		return err
-	}
-	if before.Status.Epoch == 0 {
-		return fmt.Errorf("%s has no published key to rotate yet: %s", ref, readyMessage(before))
-	}
-	value, err := o.annotate(ctx, obj, v1alpha1.RotateRequestedAtAnnotation, before.Status.LastRotateRequestedAt)
-	if err != nil {
-		if refused(err) {
-			return errRefused("rotate", ref, err)
+// rotation is the rotate-now request.
+var rotation = requestKind{
+	annotation: v1alpha1.RotateRequestedAtAnnotation, noun: "a rotation", verb: "rotate",
+	echoed: func(s v1alpha1.TicketKeyRingStatus) string { return s.LastRotateRequestedAt },
+	check: func(ref ringRef, ring audit.Ring) error {
+		if ring.Status.Epoch == 0 {
+			return fmt.Errorf("%s has no published key to rotate yet: %s", ref, readyMessage(ring))
 		}
-		return fmt.Errorf("request a rotation of %s: %w", ref, err)
-	}
-	fmt.Fprintf(o.streams.Out, "Requested a rotation of %s: %s=%s\n", ref, v1alpha1.RotateRequestedAtAnnotation, value)
-	if !o.wait {
 		return nil
+	},
+}
+
+func (o *rotateOptions) run(ctx context.Context, arg string) error {
+	ref, before, value, err := o.send(ctx, arg, rotation)
+	if err != nil || !o.wait {
+		return err
 	}
 	fmt.Fprintln(o.streams.Out, "Waiting for the operator to take the request")
 	var wasActive time.Time
