@@ -113,11 +113,8 @@ func published(ns, name string) *v1alpha1.TicketKeyRing {
 
 func patchRing(ctx context.Context, ns, name string, mutate func(*v1alpha1.TicketKeyRing)) {
 	GinkgoHelper()
-	Eventually(func() error {
-		r := getRing(ns, name)
-		mutate(r)
-		return k8s.Update(ctx, r)
-	}, timeout, poll).Should(Succeed())
+	r := &v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	Expect(testenv.Update(ctx, k8s, r, mutate)).To(Succeed())
 }
 
 // The certificates policy edge judges, with the operator's verdicts:
