@@ -62,16 +62,7 @@ var _ = Describe("A fleet sharing a staged ring", Ordered, func() {
 	It("resumes every reconnect, on whichever replica, through three rotations", func(ctx SpecContext) {
 		first, err := env.Cluster.GetRing(ctx, ns, ringName)
 		Expect(err).NotTo(HaveOccurred())
-		load := fleet.StartLoad(ctx, f.LoadConfig(tls.VersionTLS13, clients, connsPerClient, interval))
-		defer load.Stop()
-
-		rots := rotateBackToBack(ctx, ns, ringName, rotations)
-		last := rots[len(rots)-1]
-		_, err = f.WaitServing(ctx, "serving "+last.To, fleet.ServingKey(last.To, last.Epoch))
-		Expect(err).NotTo(HaveOccurred())
-		awaitMore(ctx, load, time.Now(), 5)
-		res := load.Stop()
-
+		rots, res := rotateUnderLoad(ctx, f, ns, ringName)
 		sum := res.Summary()
 		GinkgoWriter.Printf("%d connections, %d reconnects (%d to another replica), %d resumed (%.2f%%), %d full, %d failed; active keys seen %v\n",
 			sum.Conns, sum.Reconnects, sum.Moved, sum.Resumed, 100*sum.ResumptionRate(), sum.Full, sum.Failures, res.ActiveKeys())
@@ -215,14 +206,7 @@ var _ = Describe("A fleet with one replica far behind activationDelay", Ordered,
 		_, err = f.WaitServing(ctx, "serving the ring's first epoch", fleet.ServingKey(fleet.ActiveKey(ring), ring.Status.Epoch))
 		Expect(err).NotTo(HaveOccurred())
 
-		load := fleet.StartLoad(ctx, f.LoadConfig(tls.VersionTLS13, clients, connsPerClient, interval))
-		defer load.Stop()
-		rots := rotateBackToBack(ctx, ns, "web", rotations)
-		last := rots[len(rots)-1]
-		_, err = f.WaitServing(ctx, "serving "+last.To, fleet.ServingKey(last.To, last.Epoch))
-		Expect(err).NotTo(HaveOccurred())
-		awaitMore(ctx, load, time.Now(), 5)
-		res := load.Stop()
+		_, res := rotateUnderLoad(ctx, f, ns, "web")
 		sum := res.Summary()
 		GinkgoWriter.Printf("confirmation %v: %d reconnects (%d moved), %d resumed (%.2f%%), %d full, %d failed; by replica: %v\n",
 			confirm, sum.Reconnects, sum.Moved, sum.Resumed, 100*sum.ResumptionRate(), sum.Full, sum.Failures, byReplica(f, res))
@@ -241,6 +225,21 @@ var _ = Describe("A fleet with one replica far behind activationDelay", Ordered,
 		Expect(sum.ResumptionRate()).To(BeNumerically("<", 0.995), "the late replica held every key in time after all; %s", by)
 	}, NodeTimeout(3*time.Minute))
 })
+
+// rotateUnderLoad rotates the ring back to back while the suite's load runs
+// against the fleet, and stops the load once every replica serves the last
+// key and every client has connected a few more times.
+func rotateUnderLoad(ctx context.Context, f *fleet.Fleet, ns, name string) ([]fleet.Rotation, fleet.Result) {
+	GinkgoHelper()
+	load := fleet.StartLoad(ctx, f.LoadConfig(tls.VersionTLS13, clients, connsPerClient, interval))
+	defer load.Stop()
+	rots := rotateBackToBack(ctx, ns, name, rotations)
+	last := rots[len(rots)-1]
+	_, err := f.WaitServing(ctx, "serving "+last.To, fleet.ServingKey(last.To, last.Epoch))
+	Expect(err).NotTo(HaveOccurred())
+	awaitMore(ctx, load, time.Now(), 5)
+	return rots, load.Stop()
+}
 
 // rotateBackToBack requests n rotations, each as soon as the operator has
 // handled the previous one (the staged key promoted, a new one staged): as
