@@ -119,10 +119,8 @@ func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) v1alpha1.TicketKeyRingS
 	overdue := metav1.Condition{Type: v1alpha1.ConditionRotationOverdue, Status: metav1.ConditionFalse,
 		Reason: v1alpha1.ReasonOnSchedule, Message: "No rotation is overdue", ObservedGeneration: o.Generation}
 	if since, ok := OverdueSince(o); ok {
-		k := o.Current.Keys[0]
 		overdue.Status, overdue.Reason = metav1.ConditionTrue, o.Source.Reason
-		overdue.Message = fmt.Sprintf("A new key has been due since %s; key %s keeps encrypting meanwhile and expired keys are still destroyed on time",
-			since.UTC().Format(time.RFC3339), k.ID)
+		overdue.Message = overdueMessage(since, o)
 	}
 	meta.SetStatusCondition(&s.Conditions, overdue)
 	meta.SetStatusCondition(&s.Conditions, retention(o))
@@ -177,6 +175,17 @@ func confirmationOverdue(s *v1alpha1.TicketKeyRingStatus, o Outcome) {
 			activeID(o.Ring, o.Now), strings.Join(names, "; "))
 	}
 	meta.SetStatusCondition(&s.Conditions, c)
+}
+
+// overdueMessage says since when a key has been due and what encrypts
+// meanwhile: the last active key, or nothing once every key has expired and
+// been destroyed.
+func overdueMessage(since time.Time, o Outcome) string {
+	due := since.UTC().Format(time.RFC3339)
+	if k, ok := o.Ring.Active(o.Now); ok {
+		return fmt.Sprintf("A new key has been due since %s; key %s keeps encrypting meanwhile and expired keys are still destroyed on time", due, k.ID)
+	}
+	return fmt.Sprintf("A new key has been due since %s; every key has expired and been destroyed, so no key encrypts and servers resume no session until one is minted", due)
 }
 
 func activeID(r keyring.Ring, now time.Time) string {

@@ -119,6 +119,20 @@ func TestBuild(t *testing.T) {
 			},
 		},
 		{
+			name:  "every key expired while the source failed: nothing encrypts, and the message says so",
+			out:   Outcome{Now: t0.Add(30 * time.Hour), Ring: keyring.Ring{Epoch: 1}, Current: withoutStaged(ring), Snapshot: "web-e1", Targets: 1, Source: vault},
+			ready: metav1.ConditionFalse, reason: v1alpha1.ReasonVaultUnavailable, overdue: metav1.ConditionTrue,
+			check: func(t *testing.T, s v1alpha1.TicketKeyRingStatus) {
+				c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionRotationOverdue)
+				if !strings.Contains(c.Message, "no key encrypts") || strings.Contains(c.Message, "keeps encrypting") {
+					t.Errorf("overdue %+v", c)
+				}
+				if len(s.Keys) != 0 || s.ActiveKey != nil {
+					t.Errorf("keys listed after all expired: %+v", s.Keys)
+				}
+			},
+		},
+		{
 			name:  "halted by an unreadable snapshot: only Ready changes",
 			prev:  v1alpha1.TicketKeyRingStatus{Epoch: 4, Snapshot: "web-e4"},
 			out:   Outcome{Now: t0, Halted: &Problem{Reason: v1alpha1.ReasonInvalidSnapshot, Message: "snapshot shop/web-e4: not JSON"}},
