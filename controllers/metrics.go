@@ -16,6 +16,21 @@ var rotationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Epochs published (result=success) and attempts that published nothing (result=failure).",
 }, []string{"result"})
 
+// sharedWritesTotal counts writes of shared rings' entries in Vault.
+// Labels: result ("won", or "lost" to another operator's check-and-set).
+var sharedWritesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "ringmaster_shared_ring_writes_total",
+	Help: "Writes of a shared ring's next version to Vault: won, or lost to another cluster's operator (which this one then adopts).",
+}, []string{"result"})
+
+// sharedPropagationSeconds observes how long after another cluster wrote a
+// shared ring's version this cluster published it.
+var sharedPropagationSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+	Name:    "ringmaster_shared_ring_propagation_seconds",
+	Help:    "Seconds from a shared ring version's write in Vault by another cluster to its publication in this one.",
+	Buckets: []float64{0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120},
+})
+
 // ringGauges exports, per ring, the newest epoch and the age of the key that
 // encrypts now. The age is computed at scrape time from the active key's
 // activeFrom, so it keeps growing between reconciles, as a key's age does.

@@ -28,6 +28,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
 	"github.com/ringmaster-io/ringmaster/internal/schedule"
+	"github.com/ringmaster-io/ringmaster/internal/sharedring"
 )
 
 // Rings share one reconcile, whatever their kind: they differ only in where
@@ -59,6 +60,7 @@ type rings struct {
 	// Asker asks pods what they hold (spec.confirmation).
 	Asker  *confirm.Asker
 	gauges *ringGauges
+	sweeps sweeper
 }
 
 // ring is one ring of either kind, as the shared reconcile sees it.
@@ -94,15 +96,18 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 	}
 	out.Current = history.Current()
 	out.Current.Name = in.owner.RingName()
+	newest := newestSnapshot(snaps)
+	src := r.keySource(ctx, in)
+	sh := r.share(ctx, in, src, out.Current, newest, now)
 
 	confirmed, err := r.confirm(ctx, in, policy, &out)
 	if err != nil {
 		return in.status, reconcile.Result{}, err
 	}
-	plan, next, req, mintErr := r.plan(ctx, in, history, policy, confirmed, &out)
-	newest := newestSnapshot(snaps)
-	if plan.Changed {
-		next.Epoch = keyring.NextEpoch(out.Current, in.status.Epoch)
+	plan, next, req, mintErr := r.plan(ctx, in, history, policy, confirmed, src, sh, &out)
+	publish, syncErr := r.decide(ctx, sh, &plan, &next, &req, mintErr, &out)
+	if publish {
+		next.Epoch = max(keyring.NextEpoch(out.Current, in.status.Epoch), req.Shared)
 		snap, problem, err := r.publish(ctx, in, next, plan, req)
 		if problem != nil {
 			// Nothing new is published, but older snapshots holding keys
@@ -110,6 +115,7 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 			rotationsTotal.WithLabelValues("failure").Inc()
 			out.Publish, out.Ring, out.Snapshot, out.RotateRequest, out.RevokeRequest, out.Revocation = problem, out.Current, in.status.Snapshot, "", "", nil
 			destroyErr := r.destroy(ctx, history.Stale(out.Current), snaps)
+			out.Shared = sh.report()
 			return r.finish(ctx, in, out), reconcile.Result{RequeueAfter: conflictRetry}, errors.Join(mintError(mintErr), err, destroyErr)
 		}
 		if mintErr == nil {
@@ -120,11 +126,24 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 		}
 		newest = snap
 	}
+	if !publish && sh != nil {
+		next = out.Current // planned from the entry, and not published
+	}
 	out.Ring, out.Snapshot = next, in.owner.SnapshotName(next.Epoch)
+	out.Shared = sh.report()
 
 	var targetErr error
 	out.Failed, targetErr = r.distribute(ctx, in, newest)
 	destroyErr := r.destroy(ctx, history.Stale(next), snaps)
+	return r.finish(ctx, in, out), r.requeue(now, policy, plan, sh, syncErr, out),
+		errors.Join(mintError(mintErr), targetErr, destroyErr, r.sweep(ctx, sh))
+}
+
+// requeue is when the ring must be looked at again: when its plan says, and
+// sooner for a failed target, a staged key awaiting its fleet, or a shared
+// ring (its entry is read every sharedring.SyncPeriod, at once after a
+// lost race).
+func (r *rings) requeue(now time.Time, policy keyring.Policy, plan keyring.Plan, sh *sharing, syncErr error, out ringstatus.Outcome) reconcile.Result {
 	res := reconcile.Result{RequeueAfter: schedule.After(now, plan.RequeueAt)}
 	if len(out.Failed) > 0 {
 		res.RequeueAfter = min(conflictRetry, res.RequeueAfter)
@@ -132,7 +151,40 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 	if plan.Awaiting {
 		res.RequeueAfter = min(confirmPoll, res.RequeueAfter)
 	}
-	return r.finish(ctx, in, out), res, errors.Join(mintError(mintErr), targetErr, destroyErr)
+	if sh != nil {
+		res.RequeueAfter = min(sharedring.SyncPeriod(policy.ActivationDelay), res.RequeueAfter)
+	}
+	if errors.Is(syncErr, mint.ErrLostRace) {
+		res.RequeueAfter = lostRaceRetry
+	}
+	return res
+}
+
+// decide says whether to publish next. A ring that is not shared publishes
+// what its plan changed. A shared ring first brings its entry in Vault in
+// line (sync); when Vault fails it, the ring fails closed: the plan falls
+// back on destroying expired keys.
+func (r *rings) decide(ctx context.Context, sh *sharing, plan *keyring.Plan, next *keyring.Ring, req *distribute.Requests, mintErr error, out *ringstatus.Outcome) (bool, error) {
+	if sh == nil || sh.err != nil || mintErr != nil {
+		req.Shared = sh.localVersion()
+		return plan.Changed, nil
+	}
+	publish, version, err := r.sync(ctx, sh, *next, *req, out)
+	req.Shared = version
+	if err != nil {
+		// Nothing of this plan is published: a request it carried out is
+		// carried out again, or found carried out by the winner, next time.
+		out.RotateRequest, out.RevokeRequest, out.Revocation = "", "", nil
+	}
+	if err == nil || errors.Is(err, mint.ErrLostRace) {
+		return publish, err
+	}
+	rotationsTotal.WithLabelValues("failure").Inc()
+	sh.err = err
+	out.Source = sh.problem()
+	*plan = plan.WithoutMint(out.Now, out.Current)
+	*next, req.Shared = plan.Ring, sh.localVersion()
+	return plan.Changed, nil
 }
 
 // readRecord reads the ring's history from its snapshots and its policy from
@@ -157,17 +209,24 @@ func readRecord(in ring, snaps []*corev1.Secret) (keyring.History, keyring.Polic
 // when it fails, the plan falls back on one that only destroys what has
 // expired, so that forward secrecy never waits for the source. rotation is
 // the rotate-now request the new epoch carries out, if any.
-func (r *rings) plan(ctx context.Context, in ring, history keyring.History, policy keyring.Policy, confirmed bool, out *ringstatus.Outcome) (plan keyring.Plan, next keyring.Ring, req distribute.Requests, mintErr error) {
+func (r *rings) plan(ctx context.Context, in ring, history keyring.History, policy keyring.Policy, confirmed bool, src keySource, sh *sharing, out *ringstatus.Outcome) (plan keyring.Plan, next keyring.Ring, req distribute.Requests, mintErr error) {
 	rotate := in.obj.GetAnnotations()[v1alpha1.RotateRequestedAtAnnotation]
 	revoke := in.obj.GetAnnotations()[v1alpha1.RevokeRequestedAtAnnotation]
 	inputs := keyring.Inputs{
-		RotateNow:   history.CarryOut(rotate, in.status.LastRotateRequestedAt),
-		Revoke:      history.CarryOutRevoke(revoke, in.status.LastRevokeRequestedAt),
+		RotateNow:   history.CarryOut(rotate, in.status.LastRotateRequestedAt) && !sh.handled(rotate),
+		Revoke:      history.CarryOutRevoke(revoke, in.status.LastRevokeRequestedAt) && !sh.revoked(revoke),
 		StagedSince: history.StagedSince,
 		Confirmed:   confirmed,
 	}
-	plan = keyring.Next(out.Now, policy, out.Current, inputs)
-	next, mintErr = r.mint(ctx, in, plan)
+	if err := sh.blocked(); err != nil {
+		// A shared ring that cannot use its entry fails closed: it mints
+		// nothing and only destroys what expired.
+		out.Source = sh.problem()
+		plan = keyring.Plan{}.WithoutMint(out.Now, out.Current)
+		return plan, plan.Ring, req, nil
+	}
+	plan = keyring.Next(out.Now, policy, sh.base(out.Current), inputs)
+	next, mintErr = r.mint(ctx, src, plan)
 	switch {
 	case mintErr != nil:
 		rotationsTotal.WithLabelValues("failure").Inc()
@@ -181,6 +240,14 @@ func (r *rings) plan(ctx context.Context, in ring, history keyring.History, poli
 			RequestedBy: ringstatus.RequestedBy(in.obj.GetManagedFields(), v1alpha1.RevokeRequestedAtAnnotation)}
 	case inputs.RotateNow:
 		req.Rotate = rotate
+	}
+	// A request another cluster carried out in the shared entry is
+	// recorded with the epoch that adopts it.
+	if req.Rotate == "" && sh.handled(rotate) {
+		req.Rotate = rotate
+	}
+	if req.Revoke == "" && sh.revoked(revoke) {
+		req.Revoke = revoke
 	}
 	// A request is echoed once carried out, now or by an epoch on record:
 	// the status read may lag the record, and must not bring back an older
@@ -265,38 +332,55 @@ func mintError(err error) error {
 	return fmt.Errorf("mint keys: %w", err)
 }
 
+// keySource is a ring's key source as one reconcile found it: a nil cks
+// mints from crypto/rand; err says why the ring may not use it.
+type keySource struct {
+	cks *v1alpha1.ClusterKeySource
+	err error
+}
+
+// keySource reads the ClusterKeySource the ring names, if any, and checks
+// that the ring may use it.
+func (r *rings) keySource(ctx context.Context, in ring) keySource {
+	ref := in.spec.SourceRef
+	if ref == nil {
+		return keySource{}
+	}
+	cks := &v1alpha1.ClusterKeySource{}
+	if err := r.Get(ctx, types.NamespacedName{Name: ref.Name}, cks); err != nil {
+		if apierrors.IsNotFound(err) {
+			return keySource{err: mint.NotFound(ref.Name)}
+		}
+		return keySource{err: err}
+	}
+	var nsLabels labels.Set
+	if in.namespace != "" {
+		ns := &corev1.Namespace{}
+		if err := r.Get(ctx, types.NamespacedName{Name: in.namespace}, ns); err != nil {
+			return keySource{err: err}
+		}
+		nsLabels = ns.Labels
+	}
+	if err := mint.Allowed(cks, in.namespace, nsLabels); err != nil {
+		return keySource{err: err}
+	}
+	return keySource{cks: cks}
+}
+
 // mint gives the plan's new keys their secrets, all or none, from the
 // ring's key source.
-func (r *rings) mint(ctx context.Context, in ring, plan keyring.Plan) (keyring.Ring, error) {
+func (r *rings) mint(ctx context.Context, src keySource, plan keyring.Plan) (keyring.Ring, error) {
 	if plan.Mint == 0 {
 		return plan.Ring, nil
 	}
-	var cks *v1alpha1.ClusterKeySource
-	if ref := in.spec.SourceRef; ref != nil {
-		cks = &v1alpha1.ClusterKeySource{}
-		if err := r.Get(ctx, types.NamespacedName{Name: ref.Name}, cks); err != nil {
-			if apierrors.IsNotFound(err) {
-				return keyring.Ring{}, mint.NotFound(ref.Name)
-			}
-			return keyring.Ring{}, err
-		}
-		var nsLabels labels.Set
-		if in.namespace != "" {
-			ns := &corev1.Namespace{}
-			if err := r.Get(ctx, types.NamespacedName{Name: in.namespace}, ns); err != nil {
-				return keyring.Ring{}, err
-			}
-			nsLabels = ns.Labels
-		}
-		if err := mint.Allowed(cks, in.namespace, nsLabels); err != nil {
-			return keyring.Ring{}, err
-		}
+	if src.err != nil {
+		return keyring.Ring{}, src.err
 	}
-	src, err := r.Sources.For(ctx, cks)
+	source, err := r.Sources.For(ctx, src.cks)
 	if err != nil {
 		return keyring.Ring{}, err
 	}
-	return r.Sources.Fill(ctx, src, plan)
+	return r.Sources.Fill(ctx, source, plan)
 }
 
 // publish creates the epoch's immutable snapshot Secret. It returns a

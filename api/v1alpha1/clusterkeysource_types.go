@@ -54,6 +54,49 @@ type VaultSource struct {
 	// auth is how the operator logs in to Vault: exactly one method.
 	// +required
 	Auth VaultAuth `json:"auth"`
+
+	// sharedRings, when set, shares every ring that names this key source
+	// with the other clusters whose key sources name the same location: the
+	// ring's state (its keys, their times, the requests carried out) lives
+	// in a Vault KV v2 entry, and every cluster serves the keys it holds.
+	// One cluster writes each rotation, with check-and-set on the version it
+	// read; the others adopt it. A TicketKeyRing's entry is
+	// <path>/namespaces/<namespace>/<name>, a ClusterTicketKeyRing's
+	// <path>/cluster/<name>, so a tenant reaches only its own namespace's
+	// entries. Each operator reads the entry every activationDelay/4
+	// (between 1s and 30s): a ring's activationDelay must cover that plus
+	// delivery to pods in the slowest cluster.
+	// +optional
+	SharedRings *VaultSharedRings `json:"sharedRings,omitempty"`
+}
+
+// VaultSharedRings is where in Vault's KV v2 engine shared rings live.
+type VaultSharedRings struct {
+	// mount is where the KV version 2 secrets engine is mounted.
+	// +kubebuilder:default="secret"
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_.-]+(/[a-zA-Z0-9_.-]+)*$`
+	// +optional
+	Mount string `json:"mount,omitempty"`
+
+	// path under the mount that holds the rings' entries, e.g.
+	// ringmaster/prod. The operator's Vault policy needs nothing beyond it
+	// (see the README).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_.-]+(/[a-zA-Z0-9_.-]+)*$`
+	// +required
+	Path string `json:"path"`
+
+	// maxVersions is how many versions Vault keeps of each ring's entry;
+	// older ones are removed for good. Versions that hold a key the newest
+	// no longer has (an expired or revoked key) are destroyed sooner, as
+	// soon as an operator sees the newer version.
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MaxVersions int32 `json:"maxVersions,omitempty"`
 }
 
 // CABundleSource names a PEM bundle in a Secret or a ConfigMap of the

@@ -84,6 +84,15 @@ const (
 	// ReasonVaultConfig: the Vault settings or a Secret they reference are
 	// missing or invalid.
 	ReasonVaultConfig = "VaultConfigInvalid"
+	// ReasonSharedRingRolledBack: the ring's shared entry in Vault is older
+	// than the version this cluster already serves (Vault lost data or was
+	// restored from a backup): the cluster keeps its keys and publishes
+	// nothing new.
+	ReasonSharedRingRolledBack = "SharedRingRolledBack"
+	// ReasonSharedRingUnsupported: the ring's spec asks for something a
+	// shared ring cannot do (spec.confirmation, which one cluster's fleet
+	// cannot give for all).
+	ReasonSharedRingUnsupported = "SharedRingUnsupported"
 )
 
 // Reasons of a CertificatePolicy's conditions. It also uses ReasonInvalidSpec.

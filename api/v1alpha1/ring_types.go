@@ -244,6 +244,38 @@ type TicketKeyRingStatus struct {
 	// +kubebuilder:validation:MaxItems=10
 	// +optional
 	Revocations []Revocation `json:"revocations,omitempty"`
+
+	// shared is what this cluster last saw of the ring's shared entry in
+	// Vault, when its key source shares rings across clusters.
+	// +optional
+	Shared *SharedRingStatus `json:"shared,omitempty"`
+}
+
+// SharedRingStatus is a ring's view of its entry in Vault's KV v2 engine.
+type SharedRingStatus struct {
+	// path is the entry: <mount>/<path>/namespaces/<namespace>/<name> or
+	// <mount>/<path>/cluster/<name>.
+	Path string `json:"path"`
+	// version is the entry's version whose keys this cluster serves: the
+	// shared epoch, the same in every cluster.
+	// +optional
+	Version int64 `json:"version,omitempty"`
+	// versionTime is when Vault recorded that version.
+	// +optional
+	VersionTime *metav1.Time `json:"versionTime,omitempty"`
+	// lastSyncTime is when the operator last read the entry. While Vault
+	// cannot be read it stays behind, and Ready says why.
+	// +optional
+	LastSyncTime *metav1.Time `json:"lastSyncTime,omitempty"`
+	// propagationDelay is how long after Vault recorded the version this
+	// cluster published it: 0s when this cluster wrote it.
+	// +optional
+	PropagationDelay *metav1.Duration `json:"propagationDelay,omitempty"`
+	// writer says whether this cluster wrote the version ("Local") or
+	// adopted it from another cluster's operator ("Adopted").
+	// +kubebuilder:validation:Enum=Local;Adopted
+	// +optional
+	Writer string `json:"writer,omitempty"`
 }
 
 // ConfirmationStatus is what the ring's pods report of its staged key.

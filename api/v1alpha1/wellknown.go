@@ -19,6 +19,11 @@ const (
 	// due, while the ring holds it for its fleet to confirm (RFC 3339).
 	DueAnnotation = "ringmaster.io/due"
 
+	// SharedVersionAnnotation on a snapshot Secret is the version of the
+	// ring's shared entry in Vault that the epoch serves, for a ring whose
+	// key source shares rings across clusters.
+	SharedVersionAnnotation = "ringmaster.io/shared-version"
+
 	// RotateRequestedAtAnnotation asks for a rotation now. Set it to the
 	// current time (RFC 3339); each new value is handled once and echoed in
 	// status.lastRotateRequestedAt, as `cmctl renew` and Flux's

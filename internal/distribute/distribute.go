@@ -125,6 +125,10 @@ type Requests struct {
 	Rotate string
 	// Revoke is a revoke request (v1alpha1.RevokeRequestedAtAnnotation).
 	Revoke string
+	// Shared is the version of the ring's shared entry in Vault that the
+	// epoch serves (v1alpha1.SharedVersionAnnotation); 0 for a ring that is
+	// not shared.
+	Shared int64
 }
 
 // Snapshot builds the immutable snapshot Secret of r, owned by o:
@@ -161,6 +165,9 @@ func Snapshot(o Owner, r keyring.Ring, req Requests) (*corev1.Secret, error) {
 	}
 	if req.Revoke != "" {
 		ann[v1alpha1.RevokeRequestedAtAnnotation] = req.Revoke
+	}
+	if req.Shared > 0 {
+		ann[v1alpha1.SharedVersionAnnotation] = strconv.FormatInt(req.Shared, 10)
 	}
 	if !r.Due.IsZero() {
 		ann[v1alpha1.DueAnnotation] = r.Due.UTC().Format(time.RFC3339)
@@ -267,6 +274,19 @@ func Record(s *corev1.Secret) keyring.Record {
 		}
 	}
 	return rec
+}
+
+// SharedVersion is the shared entry's version a snapshot Secret serves
+// (v1alpha1.SharedVersionAnnotation), or 0 when it has none or nil.
+func SharedVersion(s *corev1.Secret) int64 {
+	if s == nil {
+		return 0
+	}
+	v, err := strconv.ParseInt(s.Annotations[v1alpha1.SharedVersionAnnotation], 10, 64)
+	if err != nil || v < 0 {
+		return 0
+	}
+	return v
 }
 
 // SnapshotEpoch is the epoch label of a snapshot Secret, or 0 when missing

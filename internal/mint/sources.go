@@ -1,9 +1,11 @@
 package mint
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,6 +129,27 @@ func (s *Sources) vaultFor(ctx context.Context, cks *v1alpha1.ClusterKeySource) 
 	}
 	s.vault[cks.Name] = cachedVault{key: key, source: src}
 	return src, nil
+}
+
+// Shared returns where a key source keeps shared rings, with its Vault
+// client; nil when the key source does not share rings.
+func (s *Sources) Shared(ctx context.Context, cks *v1alpha1.ClusterKeySource) (*Shared, error) {
+	if cks == nil || cks.Spec.Vault == nil || cks.Spec.Vault.SharedRings == nil {
+		return nil, nil
+	}
+	v, err := s.vaultFor(ctx, cks)
+	if err != nil {
+		return nil, err
+	}
+	sr := cks.Spec.Vault.SharedRings
+	mount := strings.Trim(cmp.Or(sr.Mount, "secret"), "/")
+	return &Shared{vault: v, kv: v.client.KVv2(mount), mount: mount, path: strings.Trim(sr.Path, "/"),
+		maxVersions: cmp.Or(int(sr.MaxVersions), DefaultMaxVersions)}, nil
+}
+
+// WithTimeout bounds one exchange with a key source, as a mint is bounded.
+func (s *Sources) WithTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout())
 }
 
 // Forget drops a deleted key source's client and its token.

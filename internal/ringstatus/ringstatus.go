@@ -77,6 +77,9 @@ type Outcome struct {
 	// keeps fewer decrypt-only keys than retained.
 	Formats      []v1alpha1.KeyFormat
 	RetainedKeys int32
+	// Shared is what the ring saw of its shared entry in Vault; nil for a
+	// ring that is not shared.
+	Shared *v1alpha1.SharedRingStatus
 }
 
 // MaxRevocations bounds status.revocations.
@@ -107,6 +110,7 @@ func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) v1alpha1.TicketKeyRingS
 		s.Revocations = append([]v1alpha1.Revocation{*o.Revocation}, s.Revocations...)[:min(len(s.Revocations)+1, MaxRevocations)]
 	}
 	s.Confirmation = o.Confirmation
+	s.Shared = o.Shared
 	confirmationOverdue(&s, o)
 	s.Targets = int32(o.Targets)
 	failed := slices.Clone(o.Failed)

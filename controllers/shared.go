@@ -1,0 +1,213 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/distribute"
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/mint"
+	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	"github.com/ringmaster-io/ringmaster/internal/sharedring"
+)
+
+// lostRaceRetry is how soon a ring whose write to its shared entry lost
+// the race looks again, to adopt the winner's version.
+const lostRaceRetry = 50 * time.Millisecond
+
+// sharing is a shared ring's entry as one reconcile sees it. Its methods
+// take a nil sharing for a ring that is not shared.
+type sharing struct {
+	store *mint.Shared
+	entry string
+	local sharedring.Local
+	// read is the newest version read; nil when the entry does not exist.
+	read *sharedring.Record
+	// err says why the entry cannot be used this time: Vault could not be
+	// read or answered garbage, the entry went back, or the ring's spec asks
+	// what a shared ring cannot do. The ring then fails closed.
+	err    error
+	status v1alpha1.SharedRingStatus
+}
+
+// share reads the ring's shared entry; nil for a ring whose key source does
+// not share rings (or cannot be used: minting then says why).
+func (r *rings) share(ctx context.Context, in ring, src keySource, local keyring.Ring, newest *corev1.Secret, now time.Time) *sharing {
+	if src.err != nil || src.cks == nil {
+		return nil
+	}
+	store, err := r.Sources.Shared(ctx, src.cks)
+	if store == nil && err == nil {
+		return nil
+	}
+	sh := &sharing{store: store, local: sharedring.Local{Ring: local, Version: distribute.SharedVersion(newest)}, err: err}
+	if in.status.Shared != nil {
+		sh.status = *in.status.Shared
+	}
+	if store == nil {
+		return sh
+	}
+	sh.entry = store.Entry(in.namespace, in.obj.GetName())
+	sh.status.Path = store.Location(sh.entry)
+	if in.spec.Confirmation != nil {
+		sh.err = &mint.Error{Reason: v1alpha1.ReasonSharedRingUnsupported,
+			Err: errors.New("spec.confirmation cannot gate a ring shared across clusters: one cluster's pods cannot confirm for every cluster; remove it or use a key source without sharedRings")}
+		return sh
+	}
+	ctx, cancel := r.Sources.WithTimeout(ctx)
+	defer cancel()
+	if sh.read, sh.err = store.Read(ctx, sh.entry, local.Name); sh.err != nil {
+		return sh
+	}
+	sh.status.LastSyncTime = &metav1.Time{Time: now.Truncate(time.Second)}
+	if _, err := sharedring.Base(sh.local, sh.read); err != nil {
+		sh.err = &mint.Error{Reason: v1alpha1.ReasonSharedRingRolledBack,
+			Err: fmt.Errorf("shared ring %s: %w; delete the entry in Vault to have this cluster seed it again from the keys it serves", sh.status.Path, err)}
+	}
+	return sh
+}
+
+// base is the ring to plan from: the entry's, when it can be used.
+func (sh *sharing) base(local keyring.Ring) keyring.Ring {
+	if sh == nil || sh.err != nil {
+		return local
+	}
+	b, _ := sharedring.Base(sh.local, sh.read) // share refused an entry Base refuses
+	return b
+}
+
+// blocked is why the ring must fail closed this time, if it must.
+func (sh *sharing) blocked() error {
+	if sh == nil {
+		return nil
+	}
+	return sh.err
+}
+
+func (sh *sharing) handled(request string) bool { return sh != nil && sh.read.Handled(request) }
+func (sh *sharing) revoked(request string) bool { return sh != nil && sh.read.Revoked(request) }
+
+// localVersion is the entry's version this cluster serves.
+func (sh *sharing) localVersion() int64 {
+	if sh == nil {
+		return 0
+	}
+	return sh.local.Version
+}
+
+// report is the ring's status.shared after this reconcile; nil for a ring
+// that is not shared.
+func (sh *sharing) report() *v1alpha1.SharedRingStatus {
+	if sh == nil || sh.store == nil {
+		return nil
+	}
+	st := sh.status
+	if st.Version == 0 && sh.err == nil && sh.read != nil && !sh.read.Deleted {
+		st.Version, st.VersionTime = sh.read.Version, &metav1.Time{Time: sh.read.Created.Truncate(time.Second)}
+	}
+	return &st
+}
+
+// problem is the Ready problem of a ring that fails closed.
+func (sh *sharing) problem() *ringstatus.Problem {
+	return &ringstatus.Problem{Reason: mint.ReasonOf(sh.err),
+		Message: fmt.Sprintf("%v. This cluster publishes nothing new and keeps serving its keys; expired keys are still destroyed", sh.err)}
+}
+
+// sync brings the ring's shared entry and this cluster in line with next,
+// planned from the entry: it writes next as the entry's next version when it
+// differs from the entry, and says whether to publish next here, under
+// which entry version. A write that loses the race publishes nothing: the
+// next pass, lostRaceRetry later, adopts the winner's version.
+func (r *rings) sync(ctx context.Context, sh *sharing, next keyring.Ring, req distribute.Requests, out *ringstatus.Outcome) (publish bool, version int64, err error) {
+	version = sh.local.Version
+	if sh.read != nil {
+		version = sh.read.Version
+	}
+	if !sharedring.MustWrite(next, sh.read) {
+		publish = !sharedring.Same(next, out.Current)
+		if publish {
+			sh.adopted(out.Now)
+		}
+		return publish, version, nil
+	}
+	var cas int64
+	if sh.read != nil {
+		cas = sh.read.Version
+	}
+	wctx, cancel := r.Sources.WithTimeout(ctx)
+	defer cancel()
+	rec, err := sh.store.Write(wctx, sh.entry, cas, sh.read.Next(next, req.Rotate, req.Revoke))
+	switch {
+	case errors.Is(err, mint.ErrLostRace):
+		sharedWritesTotal.WithLabelValues("lost").Inc()
+		log.FromContext(ctx).Info("Lost the race to write the shared ring; adopting the winner's version", "entry", sh.status.Path, "version", cas+1)
+		return false, version, err
+	case err != nil:
+		return false, version, err
+	}
+	sharedWritesTotal.WithLabelValues("won").Inc()
+	sh.read = &rec
+	sh.status.Version, sh.status.VersionTime = rec.Version, &metav1.Time{Time: rec.Created.Truncate(time.Second)}
+	sh.status.PropagationDelay, sh.status.Writer = &metav1.Duration{}, "Local"
+	log.FromContext(ctx).Info("Wrote shared ring version", "entry", sh.status.Path, "version", rec.Version)
+	return true, rec.Version, nil
+}
+
+// adopted records that this cluster publishes the version it read, which
+// another cluster wrote.
+func (sh *sharing) adopted(now time.Time) {
+	rec := sh.read
+	if rec == nil {
+		return
+	}
+	delay := max(now.Sub(rec.Created), 0)
+	sh.status.Version, sh.status.VersionTime = rec.Version, &metav1.Time{Time: rec.Created.Truncate(time.Second)}
+	sh.status.PropagationDelay, sh.status.Writer = &metav1.Duration{Duration: delay.Round(time.Millisecond)}, "Adopted"
+	sharedPropagationSeconds.Observe(delay.Seconds())
+}
+
+// sweeper destroys, once per version and operator, the old versions of a
+// shared entry that hold keys its newest version no longer has.
+type sweeper struct {
+	mu    sync.Mutex
+	swept map[string]int64 // entry location -> newest version swept
+}
+
+// sweep destroys the stale versions of the entry, once its newest version
+// is known to this operator.
+func (r *rings) sweep(ctx context.Context, sh *sharing) error {
+	if sh == nil || sh.err != nil || sh.read == nil || sh.read.Deleted {
+		return nil
+	}
+	r.sweeps.mu.Lock()
+	done := r.sweeps.swept[sh.status.Path] >= sh.read.Version
+	r.sweeps.mu.Unlock()
+	if done {
+		return nil
+	}
+	ctx, cancel := r.Sources.WithTimeout(ctx)
+	defer cancel()
+	destroyed, err := sh.store.Sweep(ctx, sh.entry, *sh.read)
+	if err != nil {
+		return fmt.Errorf("destroy old versions of shared ring %s: %w", sh.status.Path, err)
+	}
+	if len(destroyed) > 0 {
+		log.FromContext(ctx).Info("Destroyed shared ring versions holding keys no longer in the ring", "entry", sh.status.Path, "versions", destroyed)
+	}
+	r.sweeps.mu.Lock()
+	if r.sweeps.swept == nil {
+		r.sweeps.swept = map[string]int64{}
+	}
+	r.sweeps.swept[sh.status.Path] = max(r.sweeps.swept[sh.status.Path], sh.read.Version)
+	r.sweeps.mu.Unlock()
+	return nil
+}

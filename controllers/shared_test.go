@@ -1,0 +1,231 @@
+//go:build integration
+
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	vault "github.com/hashicorp/vault/api"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/sharedring"
+	"github.com/ringmaster-io/ringmaster/internal/testenv"
+	"github.com/ringmaster-io/ringmaster/internal/vaulttest"
+)
+
+// sharedPolicy is all a key source sharing rings under ringmaster/ needs:
+// random bytes, and the rings' entries, their metadata and destruction.
+const sharedPolicy = `
+path "sys/tools/random/*"          { capabilities = ["update"] }
+path "secret/data/ringmaster/*"     { capabilities = ["create", "read", "update"] }
+path "secret/metadata/ringmaster/*" { capabilities = ["read", "update"] }
+path "secret/destroy/ringmaster/*"  { capabilities = ["update"] }
+`
+
+// These specs share rings through a real Vault's KV v2 engine, playing the
+// other cluster's operator by writing the entry directly.
+var _ = Describe("Rings shared through Vault KV v2", Ordered, func() {
+	var (
+		ctx context.Context
+		ns  string
+		srv *vaulttest.Server
+		kv  *vault.KVv2
+	)
+
+	BeforeAll(func() {
+		var err error
+		srv, err = vaulttest.Start(GinkgoT().TempDir(), func(c *vault.Client) error { return c.Sys().PutPolicy("shared", sharedPolicy) })
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(srv.Stop)
+		kv = srv.Root.KVv2("secret")
+	})
+
+	BeforeEach(func() {
+		ctx = context.Background()
+		ns = newNamespace(ctx)
+	})
+
+	// sharedSource creates a key source sharing rings under a path of its
+	// own, logged in with a token of sharedPolicy.
+	sharedSource := func() *v1alpha1.ClusterKeySource {
+		tok, err := srv.Root.Auth().Token().Create(&vault.TokenCreateRequest{Policies: []string{"shared"}, TTL: "1h"})
+		Expect(err).NotTo(HaveOccurred())
+		name := fmt.Sprintf("shared-%d", time.Now().UnixNano())
+		Expect(k8s.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: testenv.Namespace, Name: name},
+			Data:       map[string][]byte{"token": []byte(tok.Auth.ClientToken), "ca.crt": srv.CA},
+		})).To(Succeed())
+		cks := &v1alpha1.ClusterKeySource{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: v1alpha1.ClusterKeySourceSpec{NamespaceSelector: allNamespaces, Vault: &v1alpha1.VaultSource{
+				Address:     srv.Addr,
+				Auth:        v1alpha1.VaultAuth{TokenSecretRef: &v1alpha1.KeyRef{Name: name, Key: "token"}},
+				CABundle:    &v1alpha1.CABundleSource{SecretKeyRef: &v1alpha1.KeyRef{Name: name, Key: "ca.crt"}},
+				SharedRings: &v1alpha1.VaultSharedRings{Path: "ringmaster/" + name},
+			}},
+		}
+		Expect(k8s.Create(ctx, cks)).To(Succeed())
+		return cks
+	}
+	sharedRing := func(name string, cks *v1alpha1.ClusterKeySource) *v1alpha1.TicketKeyRing {
+		return createRing(ctx, ns, name, func(r *v1alpha1.TicketKeyRing) {
+			r.Spec.SourceRef = sourceRef(cks.Name)
+			r.Spec.ActivationDelay = metav1.Duration{Duration: 4 * time.Second} // the entry is read every second
+		})
+	}
+	entryOf := func(cks *v1alpha1.ClusterKeySource, ring string) string {
+		return cks.Spec.Vault.SharedRings.Path + "/namespaces/" + ns + "/" + ring
+	}
+	readEntry := func(entry, ring string) sharedring.Record {
+		GinkgoHelper()
+		got, err := kv.Get(ctx, entry)
+		Expect(err).NotTo(HaveOccurred())
+		rec, err := sharedring.Decode(got.Data, ns+"/"+ring)
+		Expect(err).NotTo(HaveOccurred())
+		rec.Version = int64(got.VersionMetadata.Version)
+		return rec
+	}
+	served := func(ring string) func() []string {
+		return func() []string {
+			s := trySecret(ctx, ns, ring+"-ticket-keys")
+			if len(s.Data) == 0 {
+				return nil
+			}
+			return keyIDs(decode(s)) // decode also has the suite look for the keys in the operator's log
+		}
+	}
+	// otherCluster writes the entry's next version as another cluster's
+	// operator would: rotate-now from the version it read.
+	otherCluster := func(entry, ring string, drop bool) keyring.Ring {
+		GinkgoHelper()
+		rec := readEntry(entry, ring)
+		policy := keyring.Policy{RotationInterval: time.Hour, RetainedKeys: 3, ActivationDelay: 4 * time.Second}
+		plan := keyring.Next(fakeClock.Now(), policy, rec.Ring, keyring.Inputs{RotateNow: true})
+		next := plan.Ring
+		if plan.Mint > 0 {
+			var err error
+			next, err = plan.Fill([]keyring.Secret{keyring.Secret([]byte(fmt.Sprintf("%032d", time.Now().UnixNano())))})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		if drop {
+			next.Keys = next.Keys[:len(next.Keys)-1]
+		}
+		data, err := sharedring.Encode(rec.Next(next, "", ""))
+		Expect(err).NotTo(HaveOccurred())
+		_, err = kv.Put(ctx, entry, data, vault.WithCheckAndSet(int(rec.Version)))
+		Expect(err).NotTo(HaveOccurred())
+		return next
+	}
+
+	It("seeds its entry, adopts a version another cluster wrote, and destroys the versions holding a dropped key", func() {
+		cks := sharedSource()
+		ring := sharedRing("web", cks)
+		entry := entryOf(cks, "web")
+		waitEpoch(ctx, ring, 1)
+		rec := readEntry(entry, "web")
+		Expect(rec.Version).To(BeEquivalentTo(1))
+		Expect(served("web")()).To(Equal(keyIDs(rec.Ring)), "the cluster serves what it wrote")
+		st := getRing(ctx, ring).Status.Shared
+		Expect(st).NotTo(BeNil())
+		Expect(st.Path).To(Equal("secret/" + entry))
+		Expect(st.Version).To(BeEquivalentTo(1))
+		Expect(st.Writer).To(Equal("Local"))
+		Expect(getSecret(ctx, ns, "web-e1").Annotations).To(HaveKeyWithValue(v1alpha1.SharedVersionAnnotation, "1"))
+
+		By("adopting version 2, written by another cluster")
+		v2 := otherCluster(entry, "web", false)
+		Eventually(served("web"), timeout, poll).Should(Equal(keyIDs(v2)))
+		Eventually(func() int64 { return getRing(ctx, ring).Status.Shared.Version }, timeout, poll).Should(BeEquivalentTo(2))
+		st = getRing(ctx, ring).Status.Shared
+		Expect(st.Writer).To(Equal("Adopted"))
+		Expect(st.PropagationDelay).NotTo(BeNil())
+		Expect(getSecret(ctx, ns, fmt.Sprintf("web-e%d", getRing(ctx, ring).Status.Epoch)).Annotations).
+			To(HaveKeyWithValue(v1alpha1.SharedVersionAnnotation, "2"))
+		Consistently(func() int {
+			m, err := kv.GetMetadata(ctx, entry)
+			Expect(err).NotTo(HaveOccurred())
+			return m.CurrentVersion
+		}, 3*time.Second, 200*time.Millisecond).Should(Equal(2), "an adopted version is not written again")
+
+		By("destroying, in Vault, every version that holds the key version 3 drops")
+		v3 := otherCluster(entry, "web", true)
+		Eventually(served("web"), timeout, poll).Should(Equal(keyIDs(v3)))
+		Eventually(func(g Gomega) {
+			m, err := kv.GetMetadata(ctx, entry)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(m.MaxVersions).To(Equal(5))
+			g.Expect(m.CASRequired).To(BeTrue())
+			g.Expect(m.Versions["1"].Destroyed).To(BeTrue(), "version 1 holds the dropped key")
+			g.Expect(m.Versions["2"].Destroyed).To(BeTrue(), "version 2 holds the dropped key")
+			g.Expect(m.Versions["3"].Destroyed).To(BeFalse())
+		}, timeout, poll).Should(Succeed())
+		Expect(meta.IsStatusConditionTrue(getRing(ctx, ring).Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
+	})
+
+	It("refuses an entry holding garbage, keeps serving its keys, and recovers once the entry is sound", func() {
+		cks := sharedSource()
+		ring := sharedRing("web", cks)
+		entry := entryOf(cks, "web")
+		waitEpoch(ctx, ring, 1)
+		before := served("web")()
+
+		_, err := kv.Put(ctx, entry, map[string]any{sharedring.RingField: `{"not":"a ring"}`}, vault.WithCheckAndSet(1))
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(ringReason(ctx, ring), timeout, poll).Should(Equal(v1alpha1.ReasonVaultBadResponse))
+		msg := meta.FindStatusCondition(getRing(ctx, ring).Status.Conditions, v1alpha1.ConditionReady).Message
+		Expect(msg).To(And(ContainSubstring(entry), ContainSubstring("version 2"), ContainSubstring("keeps serving")))
+		Consistently(served("web"), 2*time.Second, poll).Should(Equal(before))
+
+		By("a sound version 3")
+		sound := readEntryAt(ctx, kv, entry, 1, ns+"/web")
+		data, err := sharedring.Encode(sound)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = kv.Put(ctx, entry, data, vault.WithCheckAndSet(2))
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(ringReason(ctx, ring), timeout, poll).Should(Equal(v1alpha1.ReasonPublished))
+		Expect(served("web")()).To(Equal(before))
+		Eventually(func() bool {
+			m, err := kv.GetMetadata(ctx, entry)
+			return err == nil && m.Versions["2"].Destroyed
+		}, timeout, poll).Should(BeTrue(), "the unreadable version is destroyed")
+	})
+
+	It("refuses spec.confirmation on a shared ring, and publishes nothing", func() {
+		cks := sharedSource()
+		ring := createRing(ctx, ns, "web", func(r *v1alpha1.TicketKeyRing) {
+			r.Spec.SourceRef = sourceRef(cks.Name)
+			r.Spec.Confirmation = &v1alpha1.Confirmation{Port: intstr.FromInt32(8080)}
+		})
+		Eventually(ringReason(ctx, ring), timeout, poll).Should(Equal(v1alpha1.ReasonSharedRingUnsupported))
+		Expect(trySecret(ctx, ns, "web-ticket-keys").Data).To(BeEmpty())
+		_, err := kv.Get(ctx, entryOf(cks, "web"))
+		Expect(err).To(MatchError(vault.ErrSecretNotFound))
+	})
+})
+
+// readEntryAt reads one version of an entry.
+func readEntryAt(ctx context.Context, kv *vault.KVv2, entry string, version int, ring string) sharedring.Record {
+	GinkgoHelper()
+	got, err := kv.GetVersion(ctx, entry, version)
+	Expect(err).NotTo(HaveOccurred())
+	rec, err := sharedring.Decode(got.Data, ring)
+	Expect(err).NotTo(HaveOccurred())
+	return rec
+}
+
+func keyIDs(r keyring.Ring) []string {
+	out := make([]string, len(r.Keys))
+	for i, k := range r.Keys {
+		out[i] = k.ID
+	}
+	return out
+}

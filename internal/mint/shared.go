@@ -1,0 +1,197 @@
+package mint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	vault "github.com/hashicorp/vault/api"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/sharedring"
+)
+
+// ErrLostRace is the error of a write to a shared ring that another
+// operator's write beat: the entry is no longer at the version read.
+var ErrLostRace = errors.New("another operator wrote the shared ring first")
+
+// Shared is where a key source keeps shared rings: entries of Vault's KV v2
+// engine, read and written with the key source's own Vault client and
+// token.
+type Shared struct {
+	vault       *Vault
+	kv          *vault.KVv2
+	mount, path string
+	maxVersions int
+}
+
+// DefaultMaxVersions is how many versions of an entry Vault keeps when the
+// key source does not say.
+const DefaultMaxVersions = 5
+
+// Entry is the entry of the ring ns/name under the key source's path: a
+// ClusterTicketKeyRing (ns empty) under cluster/, a TicketKeyRing under its
+// own namespace, so that a tenant's ring never names another's entry.
+func (s *Shared) Entry(ns, name string) string {
+	if ns == "" {
+		return s.path + "/cluster/" + name
+	}
+	return s.path + "/namespaces/" + ns + "/" + name
+}
+
+// Location is the entry as status shows it: mount and entry path.
+func (s *Shared) Location(entry string) string { return s.mount + "/" + entry }
+
+// Read returns the entry's newest version, or nil when the entry does not
+// exist. ring is the name the entry's ring must carry.
+func (s *Shared) Read(ctx context.Context, entry, ring string) (*sharedring.Record, error) {
+	var got *vault.KVSecret
+	err := s.vault.do(ctx, "read shared ring "+s.Location(entry), func() (err error) {
+		got, err = s.kv.Get(ctx, entry)
+		return err
+	})
+	if errors.Is(err, vault.ErrSecretNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if got.VersionMetadata == nil || got.VersionMetadata.Version < 1 {
+		return nil, fail(v1alpha1.ReasonVaultBadResponse, "vault answered shared ring %s without a version", s.Location(entry))
+	}
+	meta := got.VersionMetadata
+	if got.Data == nil {
+		return &sharedring.Record{Version: int64(meta.Version), Created: meta.CreatedTime, Deleted: true}, nil
+	}
+	rec, err := sharedring.Decode(got.Data, ring)
+	if err != nil {
+		return nil, fail(v1alpha1.ReasonVaultBadResponse, "shared ring %s version %d: %v", s.Location(entry), meta.Version, err)
+	}
+	rec.Version, rec.Created = int64(meta.Version), meta.CreatedTime
+	return &rec, nil
+}
+
+// Write writes rec as the entry's next version, with check-and-set on cas,
+// the version read (0: the entry must not exist yet). It fails with
+// ErrLostRace when another writer got there first, and returns rec with
+// the version and time Vault gave it otherwise.
+func (s *Shared) Write(ctx context.Context, entry string, cas int64, rec sharedring.Record) (sharedring.Record, error) {
+	data, err := sharedring.Encode(rec)
+	if err != nil {
+		return rec, fmt.Errorf("encode shared ring %s: %w", s.Location(entry), err)
+	}
+	var put *vault.KVSecret
+	err = s.vault.do(ctx, "write shared ring "+s.Location(entry), func() (err error) {
+		put, err = s.kv.Put(ctx, entry, data, vault.WithCheckAndSet(int(cas)))
+		if lostRace(err) {
+			return ErrLostRace
+		}
+		return err
+	})
+	if err != nil {
+		return rec, err
+	}
+	if put == nil || put.VersionMetadata == nil || int64(put.VersionMetadata.Version) != cas+1 {
+		return rec, fail(v1alpha1.ReasonVaultBadResponse, "vault answered the write of shared ring %s without version %d", s.Location(entry), cas+1)
+	}
+	rec.Version, rec.Created = cas+1, put.VersionMetadata.CreatedTime
+	rec.Ring.Epoch = rec.Version
+	return rec, nil
+}
+
+// lostRace tells KV v2's refusal of a check-and-set write.
+func lostRace(err error) bool {
+	var re *vault.ResponseError
+	return errors.As(err, &re) && re.StatusCode == http.StatusBadRequest &&
+		strings.Contains(strings.Join(re.Errors, " "), "check-and-set")
+}
+
+// Sweep destroys, for good, every version of the entry older than current
+// that holds a key current does not have (an expired, revoked or dropped
+// key), or that cannot be read; and it makes the entry keep at most the key
+// source's maxVersions versions and require check-and-set on every write.
+// It returns the versions it destroyed.
+func (s *Shared) Sweep(ctx context.Context, entry string, current sharedring.Record) ([]int64, error) {
+	var meta *vault.KVMetadata
+	if err := s.vault.do(ctx, "read the metadata of shared ring "+s.Location(entry), func() (err error) {
+		meta, err = s.kv.GetMetadata(ctx, entry)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if meta.MaxVersions != s.maxVersions || !meta.CASRequired {
+		if err := s.vault.do(ctx, "set the version limit of shared ring "+s.Location(entry), func() error {
+			return s.kv.PutMetadata(ctx, entry, vault.KVMetadataPutInput{MaxVersions: s.maxVersions, CASRequired: true})
+		}); err != nil {
+			return nil, err
+		}
+	}
+	var stale []int
+	for key, v := range meta.Versions {
+		n, err := strconv.Atoi(key)
+		if err != nil || int64(n) >= current.Version || v.Destroyed {
+			continue
+		}
+		if s.holdsStale(ctx, entry, n, v, current) {
+			stale = append(stale, n)
+		}
+	}
+	if len(stale) == 0 {
+		return nil, nil
+	}
+	slices.Sort(stale)
+	if err := s.vault.do(ctx, "destroy old versions of shared ring "+s.Location(entry), func() error {
+		return s.kv.Destroy(ctx, entry, stale)
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]int64, len(stale))
+	for i, n := range stale {
+		out[i] = int64(n)
+	}
+	return out, nil
+}
+
+// holdsStale reports whether version n must be destroyed: it was deleted
+// (its bytes stay until destroyed), cannot be read, or holds a key current
+// no longer has.
+func (s *Shared) holdsStale(ctx context.Context, entry string, n int, v vault.KVVersionMetadata, current sharedring.Record) bool {
+	if !v.DeletionTime.IsZero() {
+		return true
+	}
+	var got *vault.KVSecret
+	if err := s.vault.do(ctx, "read shared ring "+s.Location(entry), func() (err error) {
+		got, err = s.kv.GetVersion(ctx, entry, n)
+		return err
+	}); err != nil || got == nil || got.Data == nil {
+		return true
+	}
+	old, err := sharedring.Decode(got.Data, current.Ring.Name)
+	return err != nil || sharedring.Stale(old.Ring, current.Ring)
+}
+
+// do runs one request with a token that will outlive it, logging in again
+// once when Vault refuses a token it revoked or let expire. Its errors are
+// classified mint Errors, but for ErrLostRace and ErrSecretNotFound, which
+// it returns as they are.
+func (v *Vault) do(ctx context.Context, what string, req func() error) error {
+	for attempt := 0; ; attempt++ {
+		if err := v.authenticate(ctx); err != nil {
+			return err
+		}
+		err := req()
+		if err == nil || errors.Is(err, ErrLostRace) || errors.Is(err, vault.ErrSecretNotFound) {
+			return err
+		}
+		err = classify(what, err)
+		if Reason(err) == v1alpha1.ReasonVaultPermissionDenied && attempt == 0 {
+			v.forget()
+			continue
+		}
+		return err
+	}
+}
