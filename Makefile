@@ -82,8 +82,8 @@ run-test-cluster:
 		RINGMASTER_CLUSTER=ringmaster-e2e hack/cluster/down.sh; exit $$status
 
 .PHONY: test-e2e
-test-e2e: manifests generate envtest servers ## Run the end-to-end fleet suite on loopback (make test runs it too): control plane, operator binary, a fleet of agent servers under load.
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go test -tags e2e ./test/e2e/... -count=1 -v -ginkgo.v $(TESTFLAGS)
+test-e2e: manifests generate envtest vault servers ## Run the end-to-end suites on loopback (make test runs them too): control plane, operator binary, a fleet of agent servers under load; and a ring shared by two clusters through Vault.
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" go test -tags e2e ./test/e2e/... ./test/multicluster/... -count=1 -v -ginkgo.v $(TESTFLAGS)
 
 .PHONY: bench
 bench: ## Run the agent benchmarks and print the ratios against the baselines of the same run.

@@ -135,7 +135,9 @@ func (r *rings) sync(ctx context.Context, sh *sharing, next keyring.Ring, req di
 	if !sharedring.MustWrite(next, sh.read) {
 		publish = !sharedring.Same(next, out.Current)
 		if publish {
-			sh.adopted(out.Now)
+			// Now, not the reconcile's start: the version may have been
+			// written after it.
+			sh.adopted(r.Clock.Now())
 		}
 		return publish, version, nil
 	}

@@ -199,6 +199,31 @@ var _ = Describe("Rings shared through Vault KV v2", Ordered, func() {
 		}, timeout, poll).Should(BeTrue(), "the unreadable version is destroyed")
 	})
 
+	It("shares a ClusterTicketKeyRing under cluster/, and delivers what its entry holds", func() {
+		cks := sharedSource()
+		name := fmt.Sprintf("edge-%d", time.Now().UnixNano()%100000)
+		Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"edge": name}}})).To(Succeed())
+		spec := defaultSpec()
+		spec.SourceRef = sourceRef(cks.Name)
+		spec.ActivationDelay = metav1.Duration{Duration: 4 * time.Second}
+		spec.Distribution.SecretName = "edge-keys"
+		ctkr := &v1alpha1.ClusterTicketKeyRing{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.ClusterTicketKeyRingSpec{
+			TicketKeyRingSpec: spec, NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"edge": name}},
+		}}
+		Expect(k8s.Create(ctx, ctkr)).To(Succeed())
+		DeferCleanup(func() { _ = k8s.Delete(context.Background(), ctkr) })
+		entry := cks.Spec.Vault.SharedRings.Path + "/cluster/" + name
+		Eventually(func() error { _, err := kv.Get(ctx, entry); return err }, timeout, poll).Should(Succeed())
+		rec := readEntryAt(ctx, kv, entry, 1, name)
+		Eventually(func() []string {
+			s := trySecret(ctx, name, "edge-keys")
+			if len(s.Data) == 0 {
+				return nil
+			}
+			return keyIDs(decode(s))
+		}, timeout, poll).Should(Equal(keyIDs(rec.Ring)))
+	})
+
 	It("refuses spec.confirmation on a shared ring, and publishes nothing", func() {
 		cks := sharedSource()
 		ring := createRing(ctx, ns, "web", func(r *v1alpha1.TicketKeyRing) {

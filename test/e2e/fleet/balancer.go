@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -26,10 +27,20 @@ type Balancer struct {
 
 // StartBalancer listens on a free loopback port and forwards to backends.
 func StartBalancer(backends []string) (*Balancer, error) {
+	return ListenBalancer("127.0.0.1:0", backends)
+}
+
+// ListenBalancer listens on addr, a loopback address, and forwards to
+// backends: a balancer closed and started again on its address is a
+// service that went down and came back.
+func ListenBalancer(addr string, backends []string) (*Balancer, error) {
 	if len(backends) == 0 {
 		return nil, errors.New("balancer: no backends")
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if !isLoopback(addr) {
+		return nil, fmt.Errorf("balancer: %s is not a loopback address", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}

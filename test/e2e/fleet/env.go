@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -49,7 +50,16 @@ type Env struct {
 
 	mu     sync.Mutex
 	fleets []*Fleet
+	// peers are the clusters AddCluster started beside this one.
+	peers []*Env
+	// logs are the logs of every operator started for this cluster, the
+	// current one last.
+	logs []string
 }
+
+// OperatorLogs returns the logs of every operator process started for the
+// cluster, a restarted operator's too, the current one last.
+func (e *Env) OperatorLogs() []string { return slices.Clone(e.logs) }
 
 // Setup builds the binaries, starts the control plane, installs the CRDs and
 // starts the operator. On failure it stops whatever it had started.
@@ -87,6 +97,7 @@ func Setup(ctx context.Context, opts Options) (env *Env, err error) {
 	if e.Operator, err = e.Cluster.StartOperator(ctx, e.Sup, e.Bins, opts.LeaderElect); err != nil {
 		return nil, err
 	}
+	e.logs = append(e.logs, e.Operator.Log)
 	say("Started the operator (pid %d, log %s)", e.Operator.PID, e.Operator.Log)
 	return e, nil
 }
@@ -101,6 +112,11 @@ func (e *Env) Close() error {
 	var errs []error
 	e.mu.Lock()
 	fleets := e.fleets
+	for _, p := range e.peers {
+		p.mu.Lock()
+		fleets = append(fleets, p.fleets...)
+		p.mu.Unlock()
+	}
 	e.mu.Unlock()
 	for _, f := range fleets {
 		errs = append(errs, f.Stop())

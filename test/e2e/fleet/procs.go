@@ -74,8 +74,7 @@ type Proc struct {
 // leaves nothing behind: the control plane, so signalled, stops its etcd and
 // kube-apiserver.
 func (s *Supervisor) Start(name, bin string, args []string, env ...string) (*Proc, error) {
-	logPath := filepath.Join(s.dir, name+".log")
-	logFile, err := os.Create(logPath)
+	logPath, logFile, err := s.newLog(name)
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +130,23 @@ func (s *Supervisor) Start(name, bin string, args []string, env ...string) (*Pro
 		logFile.Close()
 	}()
 	return p, nil
+}
+
+// newLog creates the log of a process named name: name.log, or name-2.log
+// and on for a name started before (an operator restarted, a second
+// cluster's control plane), so that no process writes over another's log.
+func (s *Supervisor) newLog(name string) (string, *os.File, error) {
+	for i := 1; ; i++ {
+		path := filepath.Join(s.dir, name+".log")
+		if i > 1 {
+			path = filepath.Join(s.dir, fmt.Sprintf("%s-%d.log", name, i))
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		return path, f, err
+	}
 }
 
 // Track records a process the harness did not start itself but must see

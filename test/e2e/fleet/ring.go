@@ -29,6 +29,8 @@ type RingSpec struct {
 	Confirmation *v1alpha1.Confirmation
 	// Formats are spec.distribution.formats; nil means go alone.
 	Formats []v1alpha1.KeyFormat
+	// SourceRef names a ClusterKeySource; empty mints from crypto/rand.
+	SourceRef string
 }
 
 // Object returns the TicketKeyRing to create.
@@ -36,6 +38,10 @@ func (s RingSpec) Object() *v1alpha1.TicketKeyRing {
 	formats := s.Formats
 	if formats == nil {
 		formats = []v1alpha1.KeyFormat{"go"}
+	}
+	var ref *v1alpha1.KeySourceReference
+	if s.SourceRef != "" {
+		ref = &v1alpha1.KeySourceReference{Name: s.SourceRef}
 	}
 	return &v1alpha1.TicketKeyRing{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name},
@@ -45,6 +51,7 @@ func (s RingSpec) Object() *v1alpha1.TicketKeyRing {
 			RetainedKeys:     s.RetainedKeys,
 			Distribution:     v1alpha1.Distribution{Formats: formats},
 			Confirmation:     s.Confirmation,
+			SourceRef:        ref,
 		},
 	}
 }
