@@ -56,6 +56,15 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	var err error
 	env, err = testenv.Start()
 	Expect(err).NotTo(HaveOccurred())
+	// A cleanup, not AfterSuite's last step: it runs even when the log
+	// check below fails, so that no kube-apiserver or etcd outlives the
+	// suite.
+	DeferCleanup(func() {
+		if stopMgr != nil {
+			stopMgr()
+		}
+		Expect(env.Stop()).To(Succeed())
+	})
 	k8s = env.Client
 	operatorCfg, err = env.OperatorConfig(ctx)
 	Expect(err).NotTo(HaveOccurred())
@@ -76,12 +85,6 @@ var _ = AfterSuite(func() {
 		}
 	}
 
-	if stopMgr != nil {
-		stopMgr()
-	}
-	if env != nil {
-		Expect(env.Stop()).To(Succeed())
-	}
 })
 
 // startManager starts the operator as main.go builds it, as its own service
