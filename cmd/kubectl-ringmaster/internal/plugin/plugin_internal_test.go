@@ -8,7 +8,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 )
 
 func TestParseRing(t *testing.T) {
@@ -110,5 +113,28 @@ func TestHelp(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("--help does not say %q:\n%s", want, out.String())
 		}
+	}
+}
+
+func TestSharedLine(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	read := &metav1.Time{Time: now.Add(-3 * time.Second)}
+	for _, tc := range []struct {
+		name string
+		sh   v1alpha1.SharedRingStatus
+		want string
+	}{
+		{"written here", v1alpha1.SharedRingStatus{Path: "secret/r/namespaces/shop/web", Version: 7, Writer: "Local", LastSyncTime: read},
+			"version 7 of Vault entry secret/r/namespaces/shop/web, written by this cluster; entry read 3s ago"},
+		{"adopted", v1alpha1.SharedRingStatus{Path: "secret/r/cluster/edge", Version: 8, Writer: "Adopted",
+			PropagationDelay: &metav1.Duration{Duration: 740 * time.Millisecond}, LastSyncTime: read},
+			"version 8 of Vault entry secret/r/cluster/edge, written by another cluster and published here 740ms later; entry read 3s ago"},
+		{"never read", v1alpha1.SharedRingStatus{Path: "secret/r/cluster/edge"}, "version 0 of Vault entry secret/r/cluster/edge"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := sharedLine(&tc.sh, now); got != tc.want {
+				t.Errorf("sharedLine =\n  %s\nwant\n  %s", got, tc.want)
+			}
+		})
 	}
 }

@@ -322,6 +322,25 @@ func printSummary(w io.Writer, st RingStatus) {
 	if st.Kind == audit.KindClusterTicketKeyRing {
 		fmt.Fprintf(w, "  Targets:         %d namespace(s), %d failed\n", st.Status.Targets, len(st.Status.FailedTargets))
 	}
+	if sh := st.Status.Shared; sh != nil {
+		fmt.Fprintf(w, "  Shared:          %s\n", sharedLine(sh, now))
+	}
+}
+
+// sharedLine says which version of its Vault entry a shared ring serves,
+// who wrote it, and when the operator last read the entry.
+func sharedLine(sh *v1alpha1.SharedRingStatus, now time.Time) string {
+	line := fmt.Sprintf("version %d of Vault entry %s", sh.Version, sh.Path)
+	switch {
+	case sh.Writer == "Local":
+		line += ", written by this cluster"
+	case sh.Writer == "Adopted" && sh.PropagationDelay != nil:
+		line += fmt.Sprintf(", written by another cluster and published here %s later", sh.PropagationDelay.Duration)
+	}
+	if sh.LastSyncTime != nil {
+		line += fmt.Sprintf("; entry read %s", relative(sh.LastSyncTime.Time, now))
+	}
+	return line
 }
 
 // statusSection is a titled table of status; empty stands for no rows.
