@@ -130,9 +130,12 @@ var _ = Describe("Enforce with a real cert-manager", func() {
 		_, err = leaf.Verify(x509.VerifyOptions{Roots: roots, DNSName: "web.shop.example.com"})
 		Expect(err).NotTo(HaveOccurred(), "issued by cert-manager's CA")
 		Eventually(func() bool { return certificateReady(ctx, ns.Name, "web") }, timeout, poll).Should(BeTrue())
-		crt := &cmapi.Certificate{}
-		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "web"}, crt)).To(Succeed())
-		Expect(crt.Status.Revision).To(HaveValue(Equal(1)))
+		// cert-manager may write Ready before the revision: wait for both.
+		Eventually(func() *int {
+			crt := &cmapi.Certificate{}
+			Expect(k8s.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "web"}, crt)).To(Succeed())
+			return crt.Status.Revision
+		}, timeout, poll).Should(HaveValue(Equal(1)))
 
 		By("the policy recording one renewal, and compliance")
 		Eventually(func() v1alpha1.CertificatePolicyStatus {
