@@ -312,9 +312,12 @@ func (f *Fleet) metricOf(ctx context.Context, url, series string) (float64, erro
 		return 0, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("/metrics: %s", resp.Status)
+	}
 	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("/metrics: %s: %v", resp.Status, err)
+	if err != nil {
+		return 0, fmt.Errorf("/metrics: %w", err)
 	}
 	return ParseMetric(string(body), series)
 }
