@@ -163,8 +163,8 @@ type Options struct {
 	// which key shares the client sent: one that sent only a hybrid share
 	// gets a HelloRetryRequest, a round trip more, counted in
 	// ringmaster_agent_hello_retry_requests_total. Go clients send an X25519
-	// share beside the hybrid one, and so, by their published fingerprints,
-	// do current Chrome, Firefox and Safari.
+	// share beside the hybrid one; so do recent Chrome, Firefox and Safari,
+	// by the browser ClientHellos that uTLS reproduces (not tested here).
 	//
 	// It has no effect on a TLSConfig whose base rules out X25519 or TLS 1.3
 	// (CurvePreferences without X25519, MaxVersion below TLS 1.3), disables
