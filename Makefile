@@ -91,7 +91,7 @@ bench: ## Run the agent benchmarks and print the ratios against the baselines of
 	go test ./pkg/agent/ -run '^$$' -bench . -benchtime $(BENCHTIME) -count $(BENCHCOUNT) -benchmem | tee $(BIN)/bench.txt | go run ./hack/benchratio
 
 .PHONY: bench-fleet
-bench-fleet: envtest servers ## Compare a fleet's resumption and server CPU: ringmaster's staged ring, per-replica keys, shared keys without staging, and nginx with the sidecar or its own keys; TLS 1.3 and 1.2.
+bench-fleet: envtest servers ## Compare a fleet's resumption and server CPU: ringmaster's staged ring (TLS 1.3 also with X25519 resumption), per-replica keys, shared keys without staging, and nginx with the sidecar or its own keys; TLS 1.3 and 1.2.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/fleet bench $(FLEETFLAGS)
 
 .PHONY: helm-lint

@@ -38,6 +38,11 @@
 //	GET /readyz   200 once the server holds the keys the agent serves now,
 //	              503 otherwise
 //
+// pkg/agent's Options.ClassicalResumption (X25519 alone for resumed TLS 1.3
+// handshakes) does not apply here: the sidecar terminates no TLS, it only
+// hands keys to the server, whose key exchange, resumed or not, is the
+// server's own configuration (nginx's ssl_ecdh_curve, HAProxy's curves).
+//
 // It writes the server's files once before it serves, so that a startup
 // probe on /healthz holds the server back until they exist. It prints
 // "listening on <addr>" to stdout once it serves, so that --listen

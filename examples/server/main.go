@@ -4,6 +4,10 @@
 //
 //	server -dir /var/run/ringmaster -ring shop/web -listen 127.0.0.1:8443 -metrics-listen 127.0.0.1:9090
 //
+// With -classical-resumption, resumed TLS 1.3 handshakes use X25519 alone
+// for their key exchange (agent.Options.ClassicalResumption, whose doc
+// comment says what that trades).
+//
 // It serves:
 //
 //	GET /         a greeting naming the epoch and active key id;
@@ -65,6 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	require := fs.String("require", "keys,cert", "material read from -dir: keys, cert, or keys,cert")
 	ring := fs.String("ring", "", "the ring served, <namespace>/<name> (or <name> for a ClusterTicketKeyRing); empty: the first ring read")
 	resync := fs.Duration("resync", 0, "period of the fallback re-read of -dir (0: the agent's default)")
+	classical := fs.Bool("classical-resumption", false, "resume TLS 1.3 sessions with X25519 alone for the key exchange (agent.Options.ClassicalResumption): less server CPU per resumption, but no post-quantum forward secrecy should a ticket key leak; see the README")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -74,7 +79,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
-	a, err := agent.New(agent.Options{Dir: *dir, Require: files, Ring: *ring, Logger: logger, ResyncPeriod: *resync})
+	a, err := agent.New(agent.Options{Dir: *dir, Require: files, Ring: *ring, Logger: logger, ResyncPeriod: *resync,
+		ClassicalResumption: *classical})
 	if err != nil {
 		return err
 	}

@@ -161,6 +161,69 @@ func TestServerRefusesAnotherRing(t *testing.T) {
 	}
 }
 
+// TestServerClassicalResumption: with -classical-resumption, a full TLS 1.3
+// handshake keeps the hybrid group and a resumed one uses X25519.
+func TestServerClassicalResumption(t *testing.T) {
+	dir := t.TempDir()
+	w, err := atomicdir.NewWriter(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt, key, pool := selfSigned(t)
+	now := time.Now()
+	k := newKey("k", now.Add(-time.Hour), now.Add(time.Hour), now.Add(2*time.Hour))
+	ring, err := keyring.Encode(keyring.Ring{Name: "shop/web", Epoch: 1, IssuedAt: now, Keys: []keyring.Key{k}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(map[string]atomicdir.File{keyring.FileName: {Data: ring}, "tls.crt": {Data: crt}, "tls.key": {Data: key, Mode: 0o600}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out, stdout := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-dir", dir, "-listen", "127.0.0.1:0", "-metrics-listen", "", "-classical-resumption"}, stdout, io.Discard)
+		stdout.Close()
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run returned %v", err)
+		}
+	}()
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() {
+		t.Fatal("no output")
+	}
+	addr, ok := strings.CutPrefix(lines.Text(), "https listening on ")
+	if !ok {
+		t.Fatalf("unexpected output %q", lines.Text())
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true, // a new connection, and handshake, per request
+		TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS13,
+			ClientSessionCache: tls.NewLRUClientSessionCache(4)},
+	}}
+	for i, want := range []struct {
+		resumed bool
+		group   tls.CurveID
+	}{{false, tls.X25519MLKEM768}, {true, tls.X25519}, {true, tls.X25519}} {
+		resp, err := client.Get("https://" + addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body) // and the ticket with it
+		resp.Body.Close()
+		if cs := resp.TLS; cs.DidResume != want.resumed || cs.CurveID != want.group || cs.HelloRetryRequest {
+			t.Errorf("connection %d: resumed %v with %v, HelloRetryRequest %v; want resumed %v with %v and none",
+				i, cs.DidResume, cs.CurveID, cs.HelloRetryRequest, want.resumed, want.group)
+		}
+	}
+}
+
 func newKey(seed string, activeFrom, retireAt, expiresAt time.Time) keyring.Key {
 	k := keyring.NewKey(keyring.Secret(sha256.Sum256([]byte(seed))))
 	k.ActiveFrom, k.RetireAt, k.ExpiresAt = activeFrom, retireAt, expiresAt

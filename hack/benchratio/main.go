@@ -3,8 +3,10 @@
 // Markdown table: resumed TLS 1.3 handshakes per second for (a) a static
 // config, (b) a shared stdlib config rewritten with SetSessionTicketKeys
 // every 1 ms, (c) the agent swapping configs every 1 ms, the ratios (c)/(a)
-// and (c)/(b), full against resumed handshake cost, and the cost of
-// decrypting a ticket under the oldest of 1, 4 and 16 keys.
+// and (c)/(b), full against resumed handshake cost, the cost of decrypting
+// a ticket under the oldest of 1, 4 and 16 keys, and the server's
+// processor time per resumed TLS 1.3 handshake without and with
+// agent.Options.ClassicalResumption (issue 17).
 //
 // Every figure is the median over the runs of -count, so one disturbed run
 // does not move it. Ratios come from two sources: the sequential
@@ -125,6 +127,11 @@ func report(w io.Writer, res results) error {
 	resumedX, _ := must(hs+"X25519", "resumed-us")
 	ratioX, _ := must(hs+"X25519", "full/resumed")
 	ratioXP50, _ := must(hs+"X25519", "full/resumed-p50")
+	const cl = "BenchmarkClassicalResumption"
+	srvHybrid, _ := must(cl, "hybrid-server-us")
+	srvClassical, _ := must(cl, "classical-server-us")
+	srvRatio, _ := must(cl, "classical/hybrid")
+	srvRatioMean, _ := must(cl, "classical/hybrid-mean")
 	var dec [3]float64
 	for i, n := range []int{1, 4, 16} {
 		dec[i], _ = must(fmt.Sprintf("BenchmarkDecryptTicket/oldest-of-%d", n), "ns/op")
@@ -149,6 +156,11 @@ func report(w io.Writer, res results) error {
 	fmt.Fprintf(w, "| resumed | %.0f µs | %.0f µs |\n", resumed, resumedX)
 	fmt.Fprintf(w, "| full / resumed | %.2f× | %.2f× |\n", ratio, ratioX)
 	fmt.Fprintf(w, "| full / resumed, median handshake | %.2f× | %.2f× |\n", ratioP50, ratioXP50)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| resumed TLS 1.3, agent's config, interleaved | X25519MLKEM768 (default) | X25519 (`ClassicalResumption`) | ratio |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	fmt.Fprintf(w, "| server CPU per handshake, median | %.0f µs | %.0f µs | **%.3f** |\n", srvHybrid, srvClassical, srvRatio)
+	fmt.Fprintf(w, "| server CPU per handshake, ratio of the means | | | %.3f |\n", srvRatioMean)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| DecryptTicket, ticket under the oldest key of | time |")
 	fmt.Fprintln(w, "|---|---|")

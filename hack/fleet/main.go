@@ -7,8 +7,10 @@
 //	fleet bench  make bench-fleet: resumption, full handshakes and server CPU
 //	             of ringmaster's staged ring against per-replica keys and
 //	             against shared keys without staging, for TLS 1.3 and 1.2;
-//	             and of nginx fed the ring by ringmaster-agent against
-//	             nginx's own per-process keys.
+//	             of the staged ring with resumed TLS 1.3 handshakes on X25519
+//	             alone (agent.Options.ClassicalResumption); and of nginx fed
+//	             the ring by ringmaster-agent against nginx's own
+//	             per-process keys.
 //
 // Both need KUBEBUILDER_ASSETS (make envtest prints it) and run from inside
 // the module, which they build. Every process they start is stopped by its

@@ -131,6 +131,45 @@ type Options struct {
 	// with the status it now serves. It runs on the goroutine of Start, so it
 	// must not block for long.
 	OnSwap func(Status)
+	// ClassicalResumption, if true, makes resumed TLS 1.3 handshakes use
+	// classical X25519 alone for their key exchange, where Go's default is
+	// the hybrid post-quantum X25519MLKEM768. Full handshakes keep the
+	// hybrid. It is off by default: it trades some security for CPU.
+	//
+	// The gain: TLS 1.3 resumption still runs a fresh key exchange, and the
+	// hybrid one costs most of what resumption would otherwise save. With
+	// X25519, a resumed handshake costs the server about a quarter less CPU
+	// (make bench; the README has the figures).
+	//
+	// The cost: a resumed session's keys mix the ticket's pre-shared key
+	// with the X25519 exchange. The pre-shared key descends from a hybrid
+	// handshake, so an attacker who records traffic today to decrypt it with
+	// a quantum computer later is no better off. What is lost is
+	// post-quantum forward secrecy should the pre-shared key leak: whoever
+	// obtains a ticket key, or a client's session cache, and can later break
+	// X25519 decrypts the resumed sessions it covers. Short key lifetimes
+	// bound that exposure, which is why ringmaster's rings make the option
+	// reasonable.
+	//
+	// The config is chosen from the ClientHello, before crypto/tls knows
+	// whether the ticket decrypts. A client that offers a ticket the server
+	// cannot use (under an expired key, from another ring or server) gets a
+	// full handshake with X25519 alone: no post-quantum protection at all
+	// for that session. ringmaster_agent_classical_full_handshakes_total
+	// counts them.
+	//
+	// It applies to a ClientHello that offers a ticket (a pre_shared_key
+	// extension) and lists X25519 among its groups. crypto/tls does not show
+	// which key shares the client sent: one that sent only a hybrid share
+	// gets a HelloRetryRequest, a round trip more, counted in
+	// ringmaster_agent_hello_retry_requests_total. Go clients send an X25519
+	// share beside the hybrid one; so do recent Chrome, Firefox and Safari,
+	// by the browser ClientHellos that uTLS reproduces (not tested here).
+	//
+	// It has no effect on a TLSConfig whose base rules out X25519 or TLS 1.3
+	// (CurvePreferences without X25519, MaxVersion below TLS 1.3), disables
+	// session tickets, or in FIPS 140-3 mode; TLSConfig then logs why.
+	ClassicalResumption bool
 }
 
 // Agent keeps the tls.Configs returned by TLSConfig serving the newest good
@@ -159,6 +198,8 @@ type Agent struct {
 	resync   time.Duration
 	debounce time.Duration
 	onSwap   func(Status)
+	// classical is Options.ClassicalResumption.
+	classical bool
 
 	// mu serialises writers of fronts and snap, and every use of a
 	// snapshot's secrets; readers of snap's other fields do not take it,
@@ -189,15 +230,19 @@ type Agent struct {
 	// so an activation or expiry falling between the two is never skipped.
 	evaluated time.Time
 
-	started     atomic.Bool
-	reset       atomic.Bool
-	served      atomic.Bool // TLSConfig was called: handshakes are counted
-	kick        chan struct{}
-	swaps       atomic.Uint64
-	lastErr     atomic.Pointer[failure]
-	full        atomic.Uint64
-	resumed     atomic.Uint64
-	errorCounts [numReasons]atomic.Uint64
+	started atomic.Bool
+	reset   atomic.Bool
+	served  atomic.Bool // TLSConfig was called: handshakes are counted
+	kick    chan struct{}
+	swaps   atomic.Uint64
+	lastErr atomic.Pointer[failure]
+	full    atomic.Uint64
+	resumed atomic.Uint64
+	retries atomic.Uint64 // HelloRetryRequests sent
+	// classicalFull counts the full handshakes that the resumed config
+	// served: a ticket offered and not used.
+	classicalFull atomic.Uint64
+	errorCounts   [numReasons]atomic.Uint64
 
 	// readHook runs between resolving ..data and reading the files; tests
 	// use it to race a swap against a read, or to hold a read.
@@ -258,6 +303,7 @@ func New(opts Options) (*Agent, error) {
 		resync:    opts.ResyncPeriod,
 		debounce:  opts.Debounce,
 		onSwap:    opts.OnSwap,
+		classical: opts.ClassicalResumption,
 		pin:       pin{name: opts.Ring},
 		destroyed: map[string]bool{},
 		logged:    map[string]time.Time{},
@@ -542,11 +588,23 @@ func (a *Agent) publish(s *snapshot) {
 // negotiated with base's NextProtos: set them (for example "h2" and
 // "http/1.1"), because the protocols net/http adds to the outer config are
 // not seen by the config GetConfigForClient returns.
+//
+// With Options.ClassicalResumption, each change builds two configs from
+// the same material, the second with X25519 alone for the key exchange,
+// and GetConfigForClient hands it to the ClientHellos that offer a ticket.
 func (a *Agent) TLSConfig(base *tls.Config) *tls.Config {
 	if base == nil {
 		base = &tls.Config{}
 	}
-	f := newFront(base, a.countHandshake)
+	classical := a.classical
+	if classical {
+		ok, why := classicalApplies(base)
+		if !ok {
+			a.log.Warn("ClassicalResumption has no effect on this TLS config: resumed handshakes keep the base config's key exchange", "why", why)
+			classical = false
+		}
+	}
+	f := newFront(base, classical, a.countHandshake)
 	a.served.Store(true)
 	a.mu.Lock()
 	f.cur.Store(f.build(a.snap.Load()))
@@ -559,11 +617,19 @@ func (a *Agent) TLSConfig(base *tls.Config) *tls.Config {
 	return outer
 }
 
-func (a *Agent) countHandshake(cs tls.ConnectionState) {
+// countHandshake counts one handshake; resumedConfig says whether the
+// config for resumptions (Options.ClassicalResumption) served it.
+func (a *Agent) countHandshake(cs tls.ConnectionState, resumedConfig bool) {
 	if cs.DidResume {
 		a.resumed.Add(1)
 	} else {
 		a.full.Add(1)
+		if resumedConfig {
+			a.classicalFull.Add(1)
+		}
+	}
+	if cs.HelloRetryRequest {
+		a.retries.Add(1)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -68,13 +69,14 @@ func (s *benchSetup) static() *tls.Config {
 }
 
 // agentConfig returns an agent over a volume holding the ring and the
-// certificate, and the config it serves.
-func (s *benchSetup) agentConfig(b *testing.B) (*agent.Agent, *tls.Config) {
+// certificate, and the config it serves; classical sets
+// Options.ClassicalResumption.
+func (s *benchSetup) agentConfig(b *testing.B, classical bool) (*agent.Agent, *tls.Config) {
 	b.Helper()
 	v := newVolume(b)
 	v.write(s.ring, s.leaf.crt, s.leaf.key)
 	a, err := agent.New(agent.Options{Dir: v.dir, Require: agent.TicketKeys | agent.Certificate,
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: slog.New(slog.DiscardHandler), ClassicalResumption: classical})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -151,6 +153,59 @@ func pipeHandshake(b *testing.B, server, client *tls.Config) bool {
 	return resumed
 }
 
+// measured is what measuredHandshake saw of one handshake.
+type measured struct {
+	// state is the client's.
+	state tls.ConnectionState
+	// serverCPU is the processor time of the server's side.
+	serverCPU time.Duration
+}
+
+// measuredHandshake is pipeHandshake, measuring the server's processor
+// time: the server's goroutine runs locked to one OS thread, whose CPU
+// clock then counts the server's work alone (its handshake, its ticket,
+// and the scheduler parking and waking it while it waits for the client),
+// neither the client's nor that of any other process on the machine.
+func measuredHandshake(b *testing.B, server, client *tls.Config) measured {
+	c, s := net.Pipe()
+	deadline := time.Now().Add(10 * time.Second)
+	_ = c.SetDeadline(deadline)
+	_ = s.SetDeadline(deadline)
+	type result struct {
+		cpu time.Duration
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		t0, _ := threadCPU()
+		ts := tls.Server(s, server)
+		err := ts.Handshake()
+		if err == nil {
+			_, err = ts.Write([]byte{1})
+		}
+		t1, _ := threadCPU()
+		s.Close()
+		done <- result{t1 - t0, err}
+	}()
+	tc := tls.Client(c, client)
+	err := tc.Handshake()
+	if err == nil {
+		_, err = io.ReadFull(tc, make([]byte, 1))
+	}
+	state := tc.ConnectionState()
+	c.Close()
+	r := <-done
+	if err == nil {
+		err = r.err
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return measured{state: state, serverCPU: r.cpu}
+}
+
 // resumed runs b.N resumed handshakes against server.
 func resumed(b *testing.B, server, client *tls.Config) {
 	b.Helper()
@@ -187,7 +242,7 @@ func BenchmarkResumedTLS13(b *testing.B) {
 		b.ReportMetric(float64(stop())/b.Elapsed().Seconds(), "writes/s")
 	})
 	b.Run("agent-swap-1ms", func(b *testing.B) {
-		a, cfg := s.agentConfig(b)
+		a, cfg := s.agentConfig(b, false)
 		stop := every(time.Millisecond, func() { agent.ForceSwap(a) })
 		resumed(b, cfg, s.client(true))
 		b.ReportMetric(float64(stop())/b.Elapsed().Seconds(), "writes/s")
@@ -205,7 +260,7 @@ func BenchmarkResumedTLS13Interleaved(b *testing.B) {
 	static := s.static()
 	shared := s.static()
 	secrets := s.secrets()
-	a, agentCfg := s.agentConfig(b)
+	a, agentCfg := s.agentConfig(b, false)
 	stopShared := every(time.Millisecond, func() { shared.SetSessionTicketKeys(secrets) })
 	stopAgent := every(time.Millisecond, func() { agent.ForceSwap(a) })
 	defer stopShared()
@@ -269,6 +324,56 @@ func (st *interleaved) rate(v int) float64 {
 func (st *interleaved) p50(v int) float64 {
 	slices.Sort(st.each[v])
 	return float64(st.each[v][len(st.each[v])/2])
+}
+
+// BenchmarkClassicalResumption measures the server's processor time per
+// resumed TLS 1.3 handshake with the agent's default config, whose key
+// exchange is the hybrid X25519MLKEM768, and with
+// Options.ClassicalResumption, whose key exchange is X25519, interleaved
+// handshake by handshake. The clients are Go's default. Every handshake
+// must resume, with the group expected and without a HelloRetryRequest.
+// It reports the median server time of each (robust to a preempted
+// handshake, whose thread clock stops meanwhile but whose caches go cold),
+// their ratio, and the ratio of the means.
+func BenchmarkClassicalResumption(b *testing.B) {
+	if _, ok := threadCPU(); !ok {
+		b.Skip("no per-thread processor clock on this system")
+	}
+	s := newBenchSetup(b)
+	_, hybrid := s.agentConfig(b, false)
+	_, classical := s.agentConfig(b, true)
+	servers := []*tls.Config{hybrid, classical}
+	groups := []tls.CurveID{tls.X25519MLKEM768, tls.X25519}
+	clients := make([]*tls.Config, len(servers))
+	for i, srv := range servers {
+		clients[i] = s.client(true)
+		pipeHandshake(b, srv, clients[i]) // the ticket
+	}
+	cpu := make([][]time.Duration, len(servers))
+	interleave(b, len(servers), func(v int) {
+		m := measuredHandshake(b, servers[v], clients[v])
+		if st := m.state; !st.DidResume || st.CurveID != groups[v] || st.HelloRetryRequest {
+			b.Fatalf("handshake resumed %v with %v, HelloRetryRequest %v; want resumed with %v and none",
+				st.DidResume, st.CurveID, st.HelloRetryRequest, groups[v])
+		}
+		cpu[v] = append(cpu[v], m.serverCPU)
+	})
+	us := func(v int, mean bool) float64 {
+		d := cpu[v]
+		if mean {
+			var sum time.Duration
+			for _, x := range d {
+				sum += x
+			}
+			return float64(sum) / float64(len(d)) / 1e3
+		}
+		slices.Sort(d)
+		return float64(d[len(d)/2]) / 1e3
+	}
+	b.ReportMetric(us(0, false), "hybrid-server-us")
+	b.ReportMetric(us(1, false), "classical-server-us")
+	b.ReportMetric(us(1, false)/us(0, false), "classical/hybrid")
+	b.ReportMetric(us(1, true)/us(0, true), "classical/hybrid-mean")
 }
 
 // BenchmarkHandshakeTLS13 compares a full handshake (ECDSA P-256 signature

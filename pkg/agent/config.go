@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"crypto/fips140"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/binary"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -98,16 +100,37 @@ func (s *snapshot) logAttrs() []any {
 	return attrs
 }
 
-// front is one TLSConfig caller: its base, and the config currently served
-// for it.
-type front struct {
-	base   *tls.Config // a private clone; never served, never mutated
-	verify func(tls.ConnectionState) error
-	cur    atomic.Pointer[tls.Config]
+// extensionPreSharedKey is the id of TLS 1.3's pre_shared_key extension
+// (RFC 8446, Section 4.2.11), which a ClientHello carries when it offers a
+// ticket.
+const extensionPreSharedKey = 41
+
+// configs is what one front serves between two swaps. It is immutable once
+// published.
+type configs struct {
+	full *tls.Config
+	// resumed is full with X25519 alone for the key exchange, served to
+	// ClientHellos that offer a ticket (Options.ClassicalResumption); nil
+	// when the option is off or cannot apply to the front's base.
+	resumed *tls.Config
 }
 
-func newFront(base *tls.Config, count func(tls.ConnectionState)) *front {
-	f := &front{base: base.Clone()}
+// front is one TLSConfig caller: its base, and the configs currently served
+// for it.
+type front struct {
+	base *tls.Config // a private clone; never served, never mutated
+	// classical says whether build makes a resumed config.
+	classical bool
+	// verify and verifyResumed are the VerifyConnection of the full and the
+	// resumed configs.
+	verify, verifyResumed func(tls.ConnectionState) error
+	cur                   atomic.Pointer[configs]
+}
+
+// newFront returns the front of base. count is called once per handshake,
+// with whether the resumed config served it.
+func newFront(base *tls.Config, classical bool, count func(cs tls.ConnectionState, resumedConfig bool)) *front {
+	f := &front{base: base.Clone(), classical: classical}
 	f.base.GetConfigForClient = nil
 	next := base.VerifyConnection
 	// Counting in VerifyConnection is per handshake, full or resumed, on
@@ -115,27 +138,43 @@ func newFront(base *tls.Config, count func(tls.ConnectionState)) *front {
 	// crypto/tls calls it once the server has sent its flight and before it
 	// reads the client's Finished, so a handshake the client aborts at the
 	// very end is still counted; one refused by base's hook is not.
-	f.verify = func(cs tls.ConnectionState) error {
-		if next != nil {
-			if err := next(cs); err != nil {
-				return err
+	verify := func(resumedConfig bool) func(tls.ConnectionState) error {
+		return func(cs tls.ConnectionState) error {
+			if next != nil {
+				if err := next(cs); err != nil {
+					return err
+				}
 			}
+			count(cs, resumedConfig)
+			return nil
 		}
-		count(cs)
-		return nil
 	}
+	f.verify, f.verifyResumed = verify(false), verify(true)
 	return f
 }
 
 // getConfigForClient is the whole per-handshake cost of the agent: one
-// atomic load.
-func (f *front) getConfigForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
-	return f.cur.Load(), nil
+// atomic load, and with Options.ClassicalResumption a scan of the
+// ClientHello's extension ids and then of its groups.
+func (f *front) getConfigForClient(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+	c := f.cur.Load()
+	if c.resumed != nil && hello != nil && offersTicketWithX25519(hello) {
+		return c.resumed, nil
+	}
+	return c.full, nil
 }
 
-// build returns a complete config for s, ready to publish. The caller
+// offersTicketWithX25519 reports whether hello offers a TLS 1.3 ticket (a
+// pre_shared_key extension) and supports X25519. A client that does not
+// list X25519 keeps the full config, whose groups it shares; served
+// X25519 alone, it would fail the handshake.
+func offersTicketWithX25519(hello *tls.ClientHelloInfo) bool {
+	return slices.Contains(hello.Extensions, extensionPreSharedKey) && slices.Contains(hello.SupportedCurves, tls.X25519)
+}
+
+// build returns complete configs for s, ready to publish. The caller
 // holds Agent.mu, which guards s.secrets.
-func (f *front) build(s *snapshot) *tls.Config {
+func (f *front) build(s *snapshot) *configs {
 	c := f.base.Clone() // once per change, never per handshake
 	c.VerifyConnection = f.verify
 	if s.cert != nil {
@@ -147,7 +186,37 @@ func (f *front) build(s *snapshot) *tls.Config {
 		c.SetSessionTicketKeys(s.secrets)
 	}
 	settle(c)
-	return c
+	out := &configs{full: c}
+	if f.classical {
+		// The clone shares c's derived ticket keys and its settled
+		// SessionTicketKey: a ticket either config issued, the other
+		// decrypts, and no handshake writes to it either. Without ticket
+		// keys, both fall back to the outer config's own (see TLSConfig).
+		r := c.Clone()
+		r.VerifyConnection = f.verifyResumed
+		// X25519 alone: crypto/tls ignores the order of CurvePreferences,
+		// choosing a post-quantum group first whenever both sides support
+		// one.
+		r.CurvePreferences = []tls.CurveID{tls.X25519}
+		out.resumed = r
+	}
+	return out
+}
+
+// classicalApplies reports whether Options.ClassicalResumption can apply
+// to a config built from base, and if not, why.
+func classicalApplies(base *tls.Config) (bool, string) {
+	switch {
+	case fips140.Enabled():
+		return false, "FIPS 140-3 mode allows no X25519"
+	case base.SessionTicketsDisabled:
+		return false, "the base config disables session tickets"
+	case base.MaxVersion != 0 && base.MaxVersion < tls.VersionTLS13:
+		return false, "the base config's MaxVersion is below TLS 1.3"
+	case len(base.CurvePreferences) > 0 && !slices.Contains(base.CurvePreferences, tls.X25519):
+		return false, "the base config's CurvePreferences leave X25519 out"
+	}
+	return true, ""
 }
 
 // settle does, before publication, the one write crypto/tls would otherwise

@@ -27,6 +27,18 @@
 // again, so that lock never meets a writer: rotation costs handshakes
 // nothing, unlike calling SetSessionTicketKeys on a config that is serving.
 //
+// # Resumption with classical X25519
+//
+// A Go server resumes a TLS 1.3 session only with a fresh key exchange,
+// by default the hybrid post-quantum X25519MLKEM768, so a resumed handshake
+// pays most of a full one. With Options.ClassicalResumption, each change
+// also builds a second config from the same material, with X25519 alone,
+// and GetConfigForClient hands it to the ClientHellos that offer a ticket
+// (a pre_shared_key extension) and support X25519: still one atomic load,
+// and a scan of the ClientHello's extension ids and groups. Full
+// handshakes keep the hybrid. The option is off by default; its doc
+// comment states what it costs in security.
+//
 // # Bad input
 //
 // A truncated ring, an unknown version, a wrong key length, duplicate ids, a
@@ -86,8 +98,10 @@
 // # Metrics
 //
 // The Agent is a prometheus.Collector exporting
-// ringmaster_agent_handshakes_total{resumed} (once TLSConfig has been
-// called), ringmaster_agent_swaps_total,
+// ringmaster_agent_handshakes_total{resumed},
+// ringmaster_agent_hello_retry_requests_total and
+// ringmaster_agent_classical_full_handshakes_total (these three once
+// TLSConfig has been called), ringmaster_agent_swaps_total,
 // ringmaster_agent_epoch, ringmaster_agent_active_key_age_seconds,
 // ringmaster_agent_certificate_not_after_timestamp_seconds and
 // ringmaster_agent_reload_errors_total{reason}. Handshakes are counted from

@@ -20,6 +20,16 @@ var (
 	handshakesDesc = prometheus.NewDesc("ringmaster_agent_handshakes_total",
 		"TLS handshakes served with the agent's configs, by whether the session was resumed from a ticket.",
 		[]string{"resumed"}, nil)
+	// helloRetriesDesc: ringmaster_agent_hello_retry_requests_total, no
+	// labels; exported once TLSConfig has been called.
+	helloRetriesDesc = prometheus.NewDesc("ringmaster_agent_hello_retry_requests_total",
+		"TLS 1.3 handshakes served with the agent's configs in which the server sent a HelloRetryRequest: the client had sent no key share for the group chosen, and paid a round trip more.",
+		nil, nil)
+	// classicalFullDesc: ringmaster_agent_classical_full_handshakes_total,
+	// no labels; exported once TLSConfig has been called.
+	classicalFullDesc = prometheus.NewDesc("ringmaster_agent_classical_full_handshakes_total",
+		"Full TLS 1.3 handshakes whose client offered a ticket the server could not use, served with X25519 alone under ClassicalResumption: no post-quantum key exchange protected them.",
+		nil, nil)
 	// swapsDesc: ringmaster_agent_swaps_total, no labels.
 	swapsDesc = prometheus.NewDesc("ringmaster_agent_swaps_total",
 		"Configs published after the first, one per change of ring, key order or certificate.",
@@ -44,7 +54,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (a *Agent) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{handshakesDesc, swapsDesc, epochDesc, activeKeyAgeDesc, certNotAfterDesc, reloadErrorsDesc} {
+	for _, d := range []*prometheus.Desc{handshakesDesc, helloRetriesDesc, classicalFullDesc, swapsDesc, epochDesc, activeKeyAgeDesc, certNotAfterDesc, reloadErrorsDesc} {
 		ch <- d
 	}
 }
@@ -57,6 +67,8 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 	if a.served.Load() {
 		ch <- prometheus.MustNewConstMetric(handshakesDesc, prometheus.CounterValue, float64(a.resumed.Load()), "true")
 		ch <- prometheus.MustNewConstMetric(handshakesDesc, prometheus.CounterValue, float64(a.full.Load()), "false")
+		ch <- prometheus.MustNewConstMetric(helloRetriesDesc, prometheus.CounterValue, float64(a.retries.Load()))
+		ch <- prometheus.MustNewConstMetric(classicalFullDesc, prometheus.CounterValue, float64(a.classicalFull.Load()))
 	}
 	ch <- prometheus.MustNewConstMetric(swapsDesc, prometheus.CounterValue, float64(a.swaps.Load()))
 	epoch := s.epoch

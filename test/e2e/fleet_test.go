@@ -75,6 +75,9 @@ var _ = Describe("A fleet sharing a staged ring", Ordered, func() {
 			"%d of %d reconnects paid a full handshake; by replica: %v", sum.Full, sum.Reconnects, byReplica(f, res))
 		Expect(float64(sum.MovedResumed)/float64(sum.Moved)).To(BeNumerically(">=", 0.995),
 			"of %d reconnects to another replica, %d resumed", sum.Moved, sum.MovedResumed)
+		// Go's default key exchange, resumed or not.
+		Expect(res.Groups()).To(HaveKeyWithValue("resumed X25519MLKEM768", sum.Resumed))
+		Expect(sum.Retried).To(BeZero())
 
 		// The load ran through every key: each encrypted tickets that the
 		// other replicas then resumed.
@@ -129,6 +132,89 @@ var _ = Describe("A fleet sharing a staged ring", Ordered, func() {
 		Expect(fleet.Connect(ctx, f.Replicas[0].Addr, clientConfig(fresh), 5*time.Second).Err).To(BeEmpty())
 		Expect(resumesOn(ctx, f, fresh)).To(HaveEach(true))
 	}, NodeTimeout(time.Minute))
+})
+
+// agent.Options.ClassicalResumption (examples/server -classical-resumption):
+// resumed TLS 1.3 handshakes use X25519 alone, full ones keep the hybrid.
+var _ = Describe("A fleet resuming TLS 1.3 with X25519 alone", Ordered, func() {
+	const ns, ringName = "classical", "web"
+	var f *fleet.Fleet
+	dumpOnFailure(&f)
+
+	BeforeAll(func(ctx SpecContext) {
+		ring, err := env.Cluster.CreateRing(ctx, fleet.RingSpec{
+			Namespace: ns, Name: ringName,
+			RotationInterval: 5 * time.Minute, // no scheduled rotation during the suite: only rotate-now
+			ActivationDelay:  2 * maxDelay,
+			RetainedKeys:     3,
+		})
+		Expect(err).NotTo(HaveOccurred())
+		f, err = env.StartFleet(ctx, fleet.Config{
+			Name: "classical", Delays: fleet.Spread(replicas, maxDelay),
+			Namespace: ns, Secret: ring.ProjectionSecretName(),
+			ClassicalResumption: true,
+		})
+		Expect(err).NotTo(HaveOccurred())
+		DeferCleanup(f.Stop)
+		_, err = f.WaitServing(ctx, "serving the ring's first epoch", fleet.ServingKey(fleet.ActiveKey(ring), ring.Status.Epoch))
+		Expect(err).NotTo(HaveOccurred())
+	}, NodeTimeout(2*time.Minute))
+
+	It("keeps the hybrid group for a full handshake, and resumes with X25519 on every replica", func(ctx SpecContext) {
+		for i, r := range f.Replicas {
+			s := fleet.Connect(ctx, r.Addr, clientConfig(nil), 5*time.Second)
+			Expect(s.Err).To(BeEmpty())
+			Expect([]any{s.Resumed, s.Group, s.Retried}).To(Equal([]any{false, tls.X25519MLKEM768, false}), "replica %d, no ticket", i)
+		}
+		kept := &fleet.FirstTicket{}
+		Expect(fleet.Connect(ctx, f.Replicas[0].Addr, clientConfig(kept), 5*time.Second).Err).To(BeEmpty())
+		for i, r := range f.Replicas {
+			s := fleet.Connect(ctx, r.Addr, clientConfig(kept), 5*time.Second)
+			Expect(s.Err).To(BeEmpty())
+			Expect([]any{s.Resumed, s.Group, s.Retried}).To(Equal([]any{true, tls.X25519, false}), "replica %d, a ticket from replica 0", i)
+		}
+	})
+
+	It("resumes every reconnect with X25519, on whichever replica, through three rotations, without a HelloRetryRequest", func(ctx SpecContext) {
+		_, res := rotateUnderLoad(ctx, f, ns, ringName)
+		sum := res.Summary()
+		groups := res.Groups()
+		GinkgoWriter.Printf("%d connections, %d reconnects (%d to another replica), %d resumed (%.2f%%), %d full, %d failed, %d HelloRetryRequests; key exchanges %v\n",
+			sum.Conns, sum.Reconnects, sum.Moved, sum.Resumed, 100*sum.ResumptionRate(), sum.Full, sum.Failures, sum.Retried, groups)
+		Expect(sum.Failures).To(BeZero(), "failed connections: %v", res.Errors())
+		Expect(sum.Reconnects).To(BeNumerically(">=", 1000))
+		Expect(sum.Moved).To(BeNumerically(">=", sum.Reconnects/2))
+		Expect(sum.ResumptionRate()).To(BeNumerically(">=", 0.995),
+			"%d of %d reconnects paid a full handshake; by replica: %v", sum.Full, sum.Reconnects, byReplica(f, res))
+		Expect(float64(sum.MovedResumed)/float64(sum.Moved)).To(BeNumerically(">=", 0.995),
+			"of %d reconnects to another replica, %d resumed", sum.Moved, sum.MovedResumed)
+
+		// The group, case by case: a client's first connection offers no
+		// ticket and keeps the hybrid; every resumption uses X25519; a
+		// reconnect whose ticket no replica could use (none, with staged
+		// keys) would get X25519 alone, which the servers count.
+		Expect(groups).To(HaveKeyWithValue("first X25519MLKEM768", sum.FirstFull))
+		Expect(groups).To(HaveKeyWithValue("resumed X25519", sum.Resumed))
+		Expect(groups["full X25519"]).To(Equal(sum.Full))
+		Expect(sum.Retried).To(BeZero(), "Go clients got a HelloRetryRequest")
+
+		retries, err := f.Metric(ctx, "ringmaster_agent_hello_retry_requests_total")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(retries).To(HaveEach(0.0), "a replica sent a HelloRetryRequest")
+		resumed, err := f.Metric(ctx, `ringmaster_agent_handshakes_total{resumed="true"}`)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(resumed).To(HaveEach(BeNumerically(">", 0)), "a replica resumed nothing")
+		classicalFull, err := f.Metric(ctx, "ringmaster_agent_classical_full_handshakes_total")
+		Expect(err).NotTo(HaveOccurred())
+		total := 0.0
+		for _, v := range classicalFull {
+			total += v
+		}
+		// Connections the load's end cut short are counted by the servers,
+		// not in the samples: at most one per client.
+		Expect(total).To(BeNumerically(">=", sum.Full))
+		Expect(total).To(BeNumerically("<=", sum.Full+clients))
+	}, NodeTimeout(2*time.Minute))
 })
 
 var _ = Describe("A fleet whose activationDelay is below its delivery delay", Ordered, func() {

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +37,9 @@ type Config struct {
 	// nginx or HAProxy, each with a ringmaster-agent sidecar when Secret is
 	// set.
 	Server ServerKind
+	// ClassicalResumption runs examples/server with -classical-resumption:
+	// resumed TLS 1.3 handshakes use X25519 alone. Go servers only.
+	ClassicalResumption bool
 }
 
 // Replica is one server process and its volume: examples/server, or nginx
@@ -98,6 +103,9 @@ func (e *Env) StartFleet(ctx context.Context, cfg Config) (*Fleet, error) {
 	if err := CheckServer(cfg.Server); err != nil {
 		return nil, err
 	}
+	if cfg.ClassicalResumption && cfg.Server != GoServer {
+		return nil, fmt.Errorf("fleet %s: ClassicalResumption is an option of pkg/agent, for Go servers only", cfg.Name)
+	}
 	f := &Fleet{Name: cfg.Name, Server: cfg.Server, sup: e.Sup, bins: e.Bins, ring: cfg.Ring, keyed: cfg.Secret != "", pki: e.PKI, health: &http.Client{
 		Timeout: 5 * time.Second,
 		Transport: &http.Transport{
@@ -157,9 +165,11 @@ func (e *Env) StartFleet(ctx context.Context, cfg Config) (*Fleet, error) {
 		return f, nil
 	}
 	for _, r := range f.Replicas {
-		p, err := e.Sup.Start(fmt.Sprintf("%s-replica-%d", cfg.Name, r.Index), e.Bins.Server, []string{
-			"-dir", r.Dir, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-require", require,
-		})
+		args := []string{"-dir", r.Dir, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-require", require}
+		if cfg.ClassicalResumption {
+			args = append(args, "-classical-resumption")
+		}
+		p, err := e.Sup.Start(fmt.Sprintf("%s-replica-%d", cfg.Name, r.Index), e.Bins.Server, args)
 		if err != nil {
 			return nil, errors.Join(err, f.Stop())
 		}
@@ -272,6 +282,61 @@ func (f *Fleet) Health(ctx context.Context) ([]agent.Status, error) {
 
 func (f *Fleet) healthOf(ctx context.Context, url string) (agent.Status, error) {
 	return ReadHealthURL(ctx, f.health, url)
+}
+
+// Metric reads one series from every replica's /metrics (examples/server's
+// plain-HTTP listener), in replica order. series is the name with its
+// labels as exposed, e.g. ringmaster_agent_handshakes_total{resumed="true"}.
+func (f *Fleet) Metric(ctx context.Context, series string) ([]float64, error) {
+	if f.Server != GoServer {
+		return nil, fmt.Errorf("fleet %s: only examples/server replicas serve the agent's metrics here", f.Name)
+	}
+	out := make([]float64, len(f.Replicas))
+	for i, r := range f.Replicas {
+		v, err := f.metricOf(ctx, "http://"+r.StatusAddr+"/metrics", series)
+		if err != nil {
+			return nil, fmt.Errorf("replica %d: %w", i, err)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+func (f *Fleet) metricOf(ctx context.Context, url, series string) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := f.health.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("/metrics: %s", resp.Status)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, fmt.Errorf("/metrics: %w", err)
+	}
+	return ParseMetric(string(body), series)
+}
+
+// ParseMetric finds series in a Prometheus text exposition and returns its
+// value.
+func ParseMetric(exposition, series string) (float64, error) {
+	for line := range strings.Lines(exposition) {
+		value, ok := strings.CutPrefix(strings.TrimSpace(line), series+" ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", series, err)
+		}
+		return v, nil
+	}
+	return 0, fmt.Errorf("no series %s in the metrics", series)
 }
 
 // ReadHealth reads the /healthz of the examples/server at addr (the agent's

@@ -58,8 +58,12 @@ func TestSummary(t *testing.T) {
 		s(1, 2, "", false, "dial tcp: refused"),
 		s(1, 3, "a", true, ""), // moved from b (the last success), resumed
 	}}
+	for i, g := range []tls.CurveID{tls.X25519MLKEM768, tls.X25519MLKEM768, tls.X25519, tls.X25519, tls.X25519, 0, tls.X25519} {
+		res.Samples[i].Group = g
+	}
+	res.Samples[3].Retried = true
 	got := res.Summary()
-	want := Summary{Conns: 7, Failures: 1, Reconnects: 4, Resumed: 3, Full: 1, FirstFull: 2, Moved: 3, MovedResumed: 2, P50: 2 * time.Millisecond, P99: 4 * time.Millisecond}
+	want := Summary{Conns: 7, Failures: 1, Reconnects: 4, Resumed: 3, Full: 1, FirstFull: 2, Moved: 3, MovedResumed: 2, Retried: 1, P50: 2 * time.Millisecond, P99: 4 * time.Millisecond}
 	if got != want {
 		t.Errorf("Summary() =\n %+v\nwant\n %+v", got, want)
 	}
@@ -72,8 +76,33 @@ func TestSummary(t *testing.T) {
 	if got := res.ByBackend()["b"]; got.Reconnects != 2 || got.Resumed != 2 {
 		t.Errorf("ByBackend()[b] = %+v, want 2 reconnects, both resumed", got)
 	}
+	groups := res.Groups()
+	if len(groups) != 3 || groups["first X25519MLKEM768"] != 2 || groups["resumed X25519"] != 3 || groups["full X25519"] != 1 {
+		t.Errorf("Groups() = %v", groups)
+	}
 	if (Summary{}).ResumptionRate() != 0 {
 		t.Error("ResumptionRate of nothing is not 0")
+	}
+}
+
+func TestParseMetric(t *testing.T) {
+	const exposition = `# HELP ringmaster_agent_handshakes_total TLS handshakes.
+# TYPE ringmaster_agent_handshakes_total counter
+ringmaster_agent_handshakes_total{resumed="false"} 12
+ringmaster_agent_handshakes_total{resumed="true"} 3400
+ringmaster_agent_hello_retry_requests_total 0
+ringmaster_agent_hello_retry_requests_total_extra 9
+`
+	for series, want := range map[string]float64{
+		`ringmaster_agent_handshakes_total{resumed="true"}`: 3400,
+		"ringmaster_agent_hello_retry_requests_total":       0,
+	} {
+		if got, err := ParseMetric(exposition, series); err != nil || got != want {
+			t.Errorf("ParseMetric(%s) = %v, %v; want %v", series, got, err, want)
+		}
+	}
+	if _, err := ParseMetric(exposition, "ringmaster_agent_epoch"); err == nil {
+		t.Error("ParseMetric found a series that is not there")
 	}
 }
 

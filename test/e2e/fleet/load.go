@@ -62,6 +62,11 @@ type Sample struct {
 	Latency time.Duration
 	// Resumed is the client's tls.ConnectionState.DidResume.
 	Resumed bool
+	// Group is the key exchange the handshake negotiated, Retried whether
+	// the server sent a HelloRetryRequest: the client's
+	// tls.ConnectionState.CurveID and HelloRetryRequest.
+	Group   tls.CurveID
+	Retried bool
 	// Err is why the connection failed (dial, handshake or request); the
 	// other fields but Client, Seq and Start are then unset.
 	Err string
@@ -183,7 +188,8 @@ func ConnectVia(ctx context.Context, dial DialFunc, addr string, tc *tls.Config,
 		return s
 	}
 	s.Latency = time.Since(s.Start)
-	s.Resumed = conn.ConnectionState().DidResume
+	cs := conn.ConnectionState()
+	s.Resumed, s.Group, s.Retried = cs.DidResume, cs.CurveID, cs.HelloRetryRequest
 	s.Backend, s.Epoch, s.ActiveKey, err = parseHello(string(body))
 	if err != nil {
 		s.Err = err.Error()
@@ -260,6 +266,9 @@ type Summary struct {
 	// client's previous connection, and MovedResumed those of them that
 	// resumed: a session carried across replicas.
 	Moved, MovedResumed int
+	// Retried counts the successful connections whose server sent a
+	// HelloRetryRequest: a round trip more.
+	Retried int
 	// P50 and P99 are latencies of successful connections.
 	P50, P99 time.Duration
 }
@@ -276,6 +285,9 @@ func (r Result) Summary() Summary {
 			continue
 		}
 		lat = append(lat, x.Latency)
+		if x.Retried {
+			s.Retried++
+		}
 		if x.Seq == 0 {
 			s.FirstFull++
 			prev[x.Client] = x.Backend
@@ -309,6 +321,26 @@ func (s Summary) ResumptionRate() float64 {
 		return 0
 	}
 	return float64(s.Resumed) / float64(s.Reconnects)
+}
+
+// Groups counts the successful connections by the key exchange they
+// negotiated, keyed "resumed <group>", "full <group>" (a reconnect that did
+// not resume) or "first <group>" (a client's first connection).
+func (r Result) Groups() map[string]int {
+	out := map[string]int{}
+	for _, x := range r.Samples {
+		switch {
+		case x.Err != "":
+			continue
+		case x.Seq == 0:
+			out["first "+x.Group.String()]++
+		case x.Resumed:
+			out["resumed "+x.Group.String()]++
+		default:
+			out["full "+x.Group.String()]++
+		}
+	}
+	return out
 }
 
 // Since returns the samples that started at or after t.
