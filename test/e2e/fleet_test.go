@@ -40,23 +40,7 @@ var _ = Describe("A fleet sharing a staged ring", Ordered, func() {
 	dumpOnFailure(&f)
 
 	BeforeAll(func(ctx SpecContext) {
-		ring, err := env.Cluster.CreateRing(ctx, fleet.RingSpec{
-			Namespace: ns, Name: ringName,
-			RotationInterval: 5 * time.Minute, // no scheduled rotation during the suite: only rotate-now
-			// Above the largest delivery delay: every replica holds a key
-			// before any replica encrypts with it.
-			ActivationDelay: 2 * maxDelay,
-			RetainedKeys:    3,
-		})
-		Expect(err).NotTo(HaveOccurred())
-		f, err = env.StartFleet(ctx, fleet.Config{
-			Name: "staged", Delays: fleet.Spread(replicas, maxDelay),
-			Namespace: ns, Secret: ring.ProjectionSecretName(),
-		})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(f.Stop)
-		_, err = f.WaitServing(ctx, "serving the ring's first epoch", fleet.ServingKey(fleet.ActiveKey(ring), ring.Status.Epoch))
-		Expect(err).NotTo(HaveOccurred())
+		f = stagedFleet(ctx, ns, ringName, false)
 	}, NodeTimeout(2*time.Minute))
 
 	It("resumes every reconnect, on whichever replica, through three rotations", func(ctx SpecContext) {
@@ -66,15 +50,7 @@ var _ = Describe("A fleet sharing a staged ring", Ordered, func() {
 		sum := res.Summary()
 		GinkgoWriter.Printf("%d connections, %d reconnects (%d to another replica), %d resumed (%.2f%%), %d full, %d failed; active keys seen %v\n",
 			sum.Conns, sum.Reconnects, sum.Moved, sum.Resumed, 100*sum.ResumptionRate(), sum.Full, sum.Failures, res.ActiveKeys())
-		Expect(sum.Failures).To(BeZero(), "failed connections: %v", res.Errors())
-		Expect(sum.Reconnects).To(BeNumerically(">=", 1000))
-		// Round robin under jittered clients: most reconnects reach another
-		// replica than the one that issued the client's ticket.
-		Expect(sum.Moved).To(BeNumerically(">=", sum.Reconnects/2))
-		Expect(sum.ResumptionRate()).To(BeNumerically(">=", 0.995),
-			"%d of %d reconnects paid a full handshake; by replica: %v", sum.Full, sum.Reconnects, byReplica(f, res))
-		Expect(float64(sum.MovedResumed)/float64(sum.Moved)).To(BeNumerically(">=", 0.995),
-			"of %d reconnects to another replica, %d resumed", sum.Moved, sum.MovedResumed)
+		expectResumedAcross(f, res)
 		// Go's default key exchange, resumed or not.
 		Expect(res.Groups()).To(HaveKeyWithValue("resumed X25519MLKEM768", sum.Resumed))
 		Expect(sum.Retried).To(BeZero())
@@ -142,22 +118,7 @@ var _ = Describe("A fleet resuming TLS 1.3 with X25519 alone", Ordered, func() {
 	dumpOnFailure(&f)
 
 	BeforeAll(func(ctx SpecContext) {
-		ring, err := env.Cluster.CreateRing(ctx, fleet.RingSpec{
-			Namespace: ns, Name: ringName,
-			RotationInterval: 5 * time.Minute, // no scheduled rotation during the suite: only rotate-now
-			ActivationDelay:  2 * maxDelay,
-			RetainedKeys:     3,
-		})
-		Expect(err).NotTo(HaveOccurred())
-		f, err = env.StartFleet(ctx, fleet.Config{
-			Name: "classical", Delays: fleet.Spread(replicas, maxDelay),
-			Namespace: ns, Secret: ring.ProjectionSecretName(),
-			ClassicalResumption: true,
-		})
-		Expect(err).NotTo(HaveOccurred())
-		DeferCleanup(f.Stop)
-		_, err = f.WaitServing(ctx, "serving the ring's first epoch", fleet.ServingKey(fleet.ActiveKey(ring), ring.Status.Epoch))
-		Expect(err).NotTo(HaveOccurred())
+		f = stagedFleet(ctx, ns, ringName, true)
 	}, NodeTimeout(2*time.Minute))
 
 	It("keeps the hybrid group for a full handshake, and resumes with X25519 on every replica", func(ctx SpecContext) {
@@ -181,13 +142,7 @@ var _ = Describe("A fleet resuming TLS 1.3 with X25519 alone", Ordered, func() {
 		groups := res.Groups()
 		GinkgoWriter.Printf("%d connections, %d reconnects (%d to another replica), %d resumed (%.2f%%), %d full, %d failed, %d HelloRetryRequests; key exchanges %v\n",
 			sum.Conns, sum.Reconnects, sum.Moved, sum.Resumed, 100*sum.ResumptionRate(), sum.Full, sum.Failures, sum.Retried, groups)
-		Expect(sum.Failures).To(BeZero(), "failed connections: %v", res.Errors())
-		Expect(sum.Reconnects).To(BeNumerically(">=", 1000))
-		Expect(sum.Moved).To(BeNumerically(">=", sum.Reconnects/2))
-		Expect(sum.ResumptionRate()).To(BeNumerically(">=", 0.995),
-			"%d of %d reconnects paid a full handshake; by replica: %v", sum.Full, sum.Reconnects, byReplica(f, res))
-		Expect(float64(sum.MovedResumed)/float64(sum.Moved)).To(BeNumerically(">=", 0.995),
-			"of %d reconnects to another replica, %d resumed", sum.Moved, sum.MovedResumed)
+		expectResumedAcross(f, res)
 
 		// The group, case by case: a client's first connection offers no
 		// ticket and keeps the hybrid; every resumption uses X25519; a
@@ -312,6 +267,48 @@ var _ = Describe("A fleet with one replica far behind activationDelay", Ordered,
 	}, NodeTimeout(3*time.Minute))
 })
 
+// stagedFleet creates a ring in namespace ns that only rotate-now rotates,
+// with an activationDelay above the largest delivery delay (every replica
+// holds a key before any replica encrypts with it), and a fleet serving it,
+// resuming TLS 1.3 on X25519 alone when classical is set; it waits until
+// every replica serves the first epoch.
+func stagedFleet(ctx context.Context, ns, name string, classical bool) *fleet.Fleet {
+	GinkgoHelper()
+	ring, err := env.Cluster.CreateRing(ctx, fleet.RingSpec{
+		Namespace: ns, Name: name,
+		RotationInterval: 5 * time.Minute, // no scheduled rotation during the suite: only rotate-now
+		ActivationDelay:  2 * maxDelay,
+		RetainedKeys:     3,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	f, err := env.StartFleet(ctx, fleet.Config{
+		Name: ns, Delays: fleet.Spread(replicas, maxDelay),
+		Namespace: ns, Secret: ring.ProjectionSecretName(),
+		ClassicalResumption: classical,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(f.Stop)
+	_, err = f.WaitServing(ctx, "serving the ring's first epoch", fleet.ServingKey(fleet.ActiveKey(ring), ring.Status.Epoch))
+	Expect(err).NotTo(HaveOccurred())
+	return f
+}
+
+// expectResumedAcross checks a load through rotations: no connection
+// failed, at least 1,000 reconnects, most of them to another replica than
+// the one that issued the client's ticket (round robin under jittered
+// clients), and at least 99.5 % resumed, overall and across replicas.
+func expectResumedAcross(f *fleet.Fleet, res fleet.Result) {
+	GinkgoHelper()
+	sum := res.Summary()
+	Expect(sum.Failures).To(BeZero(), "failed connections: %v", res.Errors())
+	Expect(sum.Reconnects).To(BeNumerically(">=", 1000))
+	Expect(sum.Moved).To(BeNumerically(">=", sum.Reconnects/2))
+	Expect(sum.ResumptionRate()).To(BeNumerically(">=", 0.995),
+		"%d of %d reconnects paid a full handshake; by replica: %v", sum.Full, sum.Reconnects, byReplica(f, res))
+	Expect(float64(sum.MovedResumed)/float64(sum.Moved)).To(BeNumerically(">=", 0.995),
+		"of %d reconnects to another replica, %d resumed", sum.Moved, sum.MovedResumed)
+}
+
 // rotateUnderLoad rotates the ring back to back while the suite's load runs
 // against the fleet, and stops the load once every replica serves the last
 // key and every client has connected a few more times.
@@ -353,15 +350,7 @@ func awaitMore(ctx context.Context, load *fleet.Load, t time.Time, n int) {
 // awaitMoreOf is awaitMore for a load of a given number of clients.
 func awaitMoreOf(ctx context.Context, load *fleet.Load, clients int, t time.Time, n int) {
 	GinkgoHelper()
-	Eventually(ctx, func() map[int]int {
-		per := map[int]int{}
-		for _, s := range load.Result().Since(t).Samples {
-			if s.Err == "" {
-				per[s.Client]++
-			}
-		}
-		return per
-	}).WithPolling(100 * time.Millisecond).Should(And(HaveLen(clients), HaveEach(BeNumerically(">=", n))))
+	Expect(load.WaitEach(ctx, clients, t, n)).To(Succeed())
 }
 
 // byReplica renders full handshakes and reconnects per replica.

@@ -533,13 +533,5 @@ func crossings(res fleet.Result, fa *fleet.Fleet) (across, resumed int) {
 // successful connections since t.
 func awaitMore(ctx context.Context, load *fleet.Load, t time.Time, n int) {
 	GinkgoHelper()
-	Eventually(ctx, func() map[int]int {
-		per := map[int]int{}
-		for _, s := range load.Result().Since(t).Samples {
-			if s.Err == "" {
-				per[s.Client]++
-			}
-		}
-		return per
-	}).WithPolling(100 * time.Millisecond).Should(And(HaveLen(8), HaveEach(BeNumerically(">=", n))))
+	Expect(load.WaitEach(ctx, 8, t, n)).To(Succeed())
 }

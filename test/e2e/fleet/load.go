@@ -249,6 +249,31 @@ func (l *Load) Result() Result {
 	return Result{Samples: slices.Clone(l.samples)}
 }
 
+// WaitEach waits until each of the load's clients has made n successful
+// connections that started at or after t, or ctx ends.
+func (l *Load) WaitEach(ctx context.Context, clients int, t time.Time, n int) error {
+	for {
+		per := map[int]int{}
+		for _, s := range l.Result().Since(t).Samples {
+			if s.Err == "" {
+				per[s.Client]++
+			}
+		}
+		done := len(per) == clients
+		for _, c := range per {
+			done = done && c >= n
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not every one of %d clients made %d connections (by client: %v): %w", clients, n, per, ctx.Err())
+		case <-time.After(pollEvery):
+		}
+	}
+}
+
 // Result is the samples of a load.
 type Result struct {
 	Samples []Sample
