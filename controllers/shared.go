@@ -31,6 +31,8 @@ type sharing struct {
 	local sharedring.Local
 	// read is the newest version read; nil when the entry does not exist.
 	read *sharedring.Record
+	// planFrom is the ring to plan from (sharedring.Base), when err is nil.
+	planFrom keyring.Ring
 	// err says why the entry cannot be used this time: Vault could not be
 	// read or answered garbage, the entry went back, or the ring's spec asks
 	// what a shared ring cannot do. The ring then fails closed.
@@ -68,7 +70,7 @@ func (r *rings) share(ctx context.Context, in ring, src keySource, local keyring
 		return sh
 	}
 	sh.status.LastSyncTime = &metav1.Time{Time: now.Truncate(time.Second)}
-	if _, err := sharedring.Base(sh.local, sh.read); err != nil {
+	if sh.planFrom, err = sharedring.Base(sh.local, sh.read); err != nil {
 		sh.err = &mint.Error{Reason: v1alpha1.ReasonSharedRingRolledBack,
 			Err: fmt.Errorf("shared ring %s: %w; delete the entry in Vault to have this cluster seed it again from the keys it serves", sh.status.Path, err)}
 	}
@@ -80,8 +82,7 @@ func (sh *sharing) base(local keyring.Ring) keyring.Ring {
 	if sh == nil || sh.err != nil {
 		return local
 	}
-	b, _ := sharedring.Base(sh.local, sh.read) // share refused an entry Base refuses
-	return b
+	return sh.planFrom
 }
 
 // blocked is why the ring must fail closed this time, if it must.
