@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,6 +62,8 @@ type rings struct {
 	Asker  *confirm.Asker
 	gauges *ringGauges
 	sweeps sweeper
+	// adoptions: see sharing.adoptions.
+	adoptions sync.Map
 }
 
 // ring is one ring of either kind, as the shared reconcile sees it.

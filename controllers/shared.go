@@ -38,6 +38,9 @@ type sharing struct {
 	// what a shared ring cannot do. The ring then fails closed.
 	err    error
 	status v1alpha1.SharedRingStatus
+	// adoptions remembers, per entry, the status of the last version this
+	// operator adopted, should the status write of that pass fail.
+	adoptions *sync.Map
 }
 
 // share reads the ring's shared entry; nil for a ring whose key source does
@@ -50,7 +53,7 @@ func (r *rings) share(ctx context.Context, in ring, src keySource, local keyring
 	if store == nil && err == nil {
 		return nil
 	}
-	sh := &sharing{store: store, local: sharedring.Local{Ring: local, Version: distribute.SharedVersion(newest)}, err: err}
+	sh := &sharing{store: store, local: sharedring.Local{Ring: local, Version: distribute.SharedVersion(newest)}, err: err, adoptions: &r.adoptions}
 	if in.status.Shared != nil {
 		sh.status = *in.status.Shared
 	}
@@ -111,8 +114,15 @@ func (sh *sharing) report() *v1alpha1.SharedRingStatus {
 		return nil
 	}
 	st := sh.status
-	if st.Version == 0 && sh.err == nil && sh.read != nil && !sh.read.Deleted {
+	// The version served is the one read. One the status does not show yet
+	// was adopted by a pass whose status write failed: when it arrived is
+	// known only if this operator adopted it.
+	if sh.err == nil && sh.read != nil && !sh.read.Deleted && st.Version != sh.read.Version {
 		st.Version, st.VersionTime = sh.read.Version, &metav1.Time{Time: sh.read.Created.Truncate(time.Second)}
+		st.Writer, st.PropagationDelay = "Adopted", nil
+		if v, ok := sh.adoptions.Load(st.Path); ok && v.(v1alpha1.SharedRingStatus).Version == st.Version {
+			st.PropagationDelay = v.(v1alpha1.SharedRingStatus).PropagationDelay
+		}
 	}
 	return &st
 }
@@ -176,6 +186,7 @@ func (sh *sharing) adopted(now time.Time) {
 	sh.status.Version, sh.status.VersionTime = rec.Version, &metav1.Time{Time: rec.Created.Truncate(time.Second)}
 	sh.status.PropagationDelay, sh.status.Writer = &metav1.Duration{Duration: delay.Round(time.Millisecond)}, "Adopted"
 	sharedPropagationSeconds.Observe(delay.Seconds())
+	sh.adoptions.Store(sh.status.Path, sh.status)
 }
 
 // sweeper destroys, once per version and operator, the old versions of a
