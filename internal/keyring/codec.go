@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
+	"reflect"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -23,21 +23,58 @@ const Version = 1
 // tell bad input from other failures with errors.Is.
 var ErrInvalidRing = errors.New("invalid ticket key ring")
 
+// fileRing and fileKey are ticketkeys.json as written. The times are read
+// as raw JSON and parsed by Decode, so that an error names the field
+// rather than quoting the text (time.Parse's errors quote it whole).
 type fileRing struct {
 	Version  int       `json:"version"`
 	Ring     string    `json:"ring"`
 	Epoch    int64     `json:"epoch"`
-	IssuedAt time.Time `json:"issuedAt"`
+	IssuedAt stamp     `json:"issuedAt"`
 	Keys     []fileKey `json:"keys"`
 }
 
 type fileKey struct {
-	ID         string    `json:"id"`
-	ActiveFrom time.Time `json:"activeFrom"`
-	RetireAt   time.Time `json:"retireAt"`
-	ExpiresAt  time.Time `json:"expiresAt"`
-	Secret     string    `json:"secret"`
+	ID         string     `json:"id"`
+	ActiveFrom stamp      `json:"activeFrom"`
+	RetireAt   stamp      `json:"retireAt"`
+	ExpiresAt  stamp      `json:"expiresAt"`
+	Secret     wireSecret `json:"secret"`
 }
+
+// stamp is a time of ticketkeys.json: written as time.Time writes itself,
+// read as the raw JSON value, which parse then reads as time.Time would.
+type stamp struct {
+	t   time.Time
+	raw []byte
+}
+
+func (s stamp) MarshalJSON() ([]byte, error) { return s.t.MarshalJSON() }
+
+// UnmarshalJSON keeps any value, null and containers included: parse
+// judges it, and checkStrict has refused containers already.
+func (s *stamp) UnmarshalJSON(b []byte) error {
+	s.raw = bytes.Clone(b)
+	return nil
+}
+
+// parse reads the time as time.Time's UnmarshalJSON does: RFC 3339 in a
+// JSON string, null and absence meaning the zero time.
+func (s stamp) parse() (time.Time, bool) {
+	var t time.Time
+	if s.raw == nil {
+		return t, true
+	}
+	return t, t.UnmarshalJSON(s.raw) == nil
+}
+
+// wireSecret is a secret in base64, as ticketkeys.json carries it. Only
+// encoding/json sees its text: in every fmt verb it is [redacted].
+type wireSecret string
+
+func (wireSecret) String() string                 { return redacted }
+func (wireSecret) GoString() string               { return redacted }
+func (wireSecret) Format(f fmt.State, verb rune) { formatAs(f, verb, redacted) }
 
 // Encode writes r as ticketkeys.json version 1. It validates r first, so a
 // ring that Decode would refuse is never written.
@@ -50,14 +87,14 @@ func Encode(r Ring) ([]byte, error) {
 	if len(r.Keys) > MaxKeys {
 		return nil, invalid("ring has %d keys, more than the %d any ring holds", len(r.Keys), MaxKeys)
 	}
-	f := fileRing{Version: Version, Ring: r.Name, Epoch: r.Epoch, IssuedAt: r.IssuedAt.UTC(), Keys: make([]fileKey, len(r.Keys))}
+	f := fileRing{Version: Version, Ring: r.Name, Epoch: r.Epoch, IssuedAt: stamp{t: r.IssuedAt.UTC()}, Keys: make([]fileKey, len(r.Keys))}
 	for i, k := range r.Keys {
 		f.Keys[i] = fileKey{
 			ID:         k.ID,
-			ActiveFrom: k.ActiveFrom.UTC(),
-			RetireAt:   k.RetireAt.UTC(),
-			ExpiresAt:  k.ExpiresAt.UTC(),
-			Secret:     base64.StdEncoding.EncodeToString(k.Secret[:]),
+			ActiveFrom: stamp{t: k.ActiveFrom.UTC()},
+			RetireAt:   stamp{t: k.RetireAt.UTC()},
+			ExpiresAt:  stamp{t: k.ExpiresAt.UTC()},
+			Secret:     wireSecret(base64.StdEncoding.EncodeToString(k.Secret[:])),
 		}
 	}
 	return json.MarshalIndent(f, "", "  ")
@@ -69,61 +106,72 @@ func Encode(r Ring) ([]byte, error) {
 // other than Encode's, a secret that is not 32 bytes, an id that does not
 // match its secret, duplicate ids, keys out of order or with times out of
 // order, and a ring without keys are all refused with an error naming the
-// problem (and the key id, never its bytes; text from the file is quoted
-// cut short). What Decode accepts, Encode writes back with the same meaning.
+// field and the problem. An error never quotes the file: any field may
+// hold key bytes in a corrupt or hostile file, so it names a key by its
+// index, and by its id only once the id is known to be its secret's.
+// What Decode accepts, Encode writes back with the same meaning.
 func Decode(data []byte) (Ring, error) {
 	// encoding/json would replace invalid UTF-8, match field names
 	// regardless of case and keep the last of duplicate fields: checkStrict
-	// refuses all three before the decoder sees the input.
+	// refuses all three before the decoder sees the input, and malformed
+	// JSON too.
 	if !utf8.Valid(data) {
 		return Ring{}, invalid("parse %s: not valid UTF-8", FileName)
 	}
-	strictErr := checkStrict(data)
-	if strictErr != nil && !errors.Is(strictErr, errMalformed) {
-		return Ring{}, strictErr
+	if err := checkStrict(data); err != nil {
+		return Ring{}, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var f fileRing
 	if err := dec.Decode(&f); err != nil {
-		// A bad time quotes the text it could not parse, at any length.
-		return Ring{}, invalid("parse %s: %s", FileName, clipMessage(err.Error()))
+		return Ring{}, invalid("parse %s: %s", FileName, jsonProblem(err))
 	}
 	// Token, not More: More reports a trailing "}" or "]" as no more data.
 	if _, err := dec.Token(); err != io.EOF {
 		return Ring{}, invalid("parse %s: trailing data after the ring", FileName)
 	}
-	if strictErr != nil { // unreachable: what checkStrict cannot walk, the decoder refuses
-		return Ring{}, invalid("parse %s: malformed", FileName)
-	}
 	if f.Version != Version {
-		return Ring{}, invalid("unsupported version %d (this reader knows version %d)", f.Version, Version)
+		return Ring{}, invalid("unsupported version: this reader knows version %d only", Version)
 	}
-	r := Ring{Name: f.Ring, Epoch: f.Epoch, IssuedAt: f.IssuedAt, Keys: make([]Key, len(f.Keys))}
+	issuedAt, ok := f.IssuedAt.parse()
+	if !ok {
+		return Ring{}, invalid("issuedAt is not an RFC 3339 time")
+	}
+	r := Ring{Name: f.Ring, Epoch: f.Epoch, IssuedAt: issuedAt, Keys: make([]Key, len(f.Keys))}
 	for i, fk := range f.Keys {
 		if !validKeyID(fk.ID) {
-			return Ring{}, invalid("key %d: id %s is not %d lowercase hex digits", i, clip(fk.ID), keyIDLength)
+			return Ring{}, invalid("key %d: id is not %d lowercase hex digits", i, keyIDLength)
 		}
-		raw, err := base64.StdEncoding.DecodeString(fk.Secret)
+		var k Key
+		for _, t := range []struct {
+			name string
+			from stamp
+			to   *time.Time
+		}{{"activeFrom", fk.ActiveFrom, &k.ActiveFrom}, {"retireAt", fk.RetireAt, &k.RetireAt}, {"expiresAt", fk.ExpiresAt, &k.ExpiresAt}} {
+			if *t.to, ok = t.from.parse(); !ok {
+				return Ring{}, invalid("key %d: %s is not an RFC 3339 time", i, t.name)
+			}
+		}
+		raw, err := base64.StdEncoding.DecodeString(string(fk.Secret))
 		if err != nil {
-			return Ring{}, invalid("key %d (id %q): secret is not valid base64", i, fk.ID)
+			return Ring{}, invalid("key %d: secret is not valid base64", i)
 		}
 		// DecodeString skips newlines and ignores the padding bits, so
 		// several texts give one secret: only the one Encode writes reads.
-		canonical := base64.StdEncoding.EncodeToString(raw) == fk.Secret
+		canonical := base64.StdEncoding.EncodeToString(raw) == string(fk.Secret)
 		n := len(raw)
-		var k Key
 		if n == SecretSize {
 			copy(k.Secret[:], raw)
 		}
 		clear(raw)
 		if !canonical {
-			return Ring{}, invalid("key %d (id %q): secret is not in standard padded base64", i, fk.ID)
+			return Ring{}, invalid("key %d: secret is not in standard padded base64", i)
 		}
 		if n != SecretSize {
-			return Ring{}, invalid("key %d (id %q): secret is %d bytes, want %d", i, fk.ID, n, SecretSize)
+			return Ring{}, invalid("key %d: secret is %d bytes, want %d", i, n, SecretSize)
 		}
-		k.ID, k.ActiveFrom, k.RetireAt, k.ExpiresAt = fk.ID, fk.ActiveFrom, fk.RetireAt, fk.ExpiresAt
+		k.ID = fk.ID
 		r.Keys[i] = k
 	}
 	if err := r.Validate(); err != nil {
@@ -135,16 +183,64 @@ func Decode(data []byte) (Ring, error) {
 	return r, nil
 }
 
+// jsonProblem describes an error of encoding/json's decoder without what
+// its message may quote of the input: a number, a character, a field name.
+// checkStrict has refused malformed JSON and unknown fields before, so
+// type errors are what is left.
+func jsonProblem(err error) string {
+	var typ *json.UnmarshalTypeError
+	var syn *json.SyntaxError
+	switch {
+	case errors.As(err, &typ):
+		got, _, _ := strings.Cut(typ.Value, " ") // "number 1e99" quotes the number
+		where := typ.Field
+		if where == "" {
+			where = "the ring"
+		}
+		if got == "number" && typ.Type != nil && typ.Type.Kind() >= reflect.Int && typ.Type.Kind() <= reflect.Int64 {
+			return fmt.Sprintf("%s: not an integer in range", where)
+		}
+		return fmt.Sprintf("%s: a JSON %s where %s belongs", where, got, jsonKind(typ.Type))
+	case errors.As(err, &syn):
+		return fmt.Sprintf("not valid JSON at byte %d", syn.Offset)
+	case errors.Is(err, io.EOF):
+		return "empty"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "unexpected end of input"
+	default:
+		return "not a ring"
+	}
+}
+
+// jsonKind names the JSON type that decodes into t.
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "another type"
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	default:
+		return "another type"
+	}
+}
+
 // Validate checks the invariants every published ring keeps.
 func (r Ring) Validate() error {
 	if r.Name == "" {
 		return invalid("ring name is empty")
 	}
 	if !ValidRingName(r.Name) {
-		return invalid("ring name %s is not \"<namespace>/<name>\" or \"<name>\" as the API names rings", clip(r.Name))
+		return invalid("ring name is not \"<namespace>/<name>\" or \"<name>\" as the API names rings")
 	}
 	if r.Epoch < 1 {
-		return invalid("epoch %d is not positive", r.Epoch)
+		return invalid("epoch is not positive")
 	}
 	if r.IssuedAt.IsZero() {
 		return invalid("issuedAt is missing")
@@ -157,8 +253,10 @@ func (r Ring) Validate() error {
 	}
 	seen := make(map[string]bool, len(r.Keys))
 	for i, k := range r.Keys {
+		// Until the id is known to be its secret's, the key is named by
+		// its index alone: a corrupt file may hold anything in the id.
 		if k.ID != KeyID(k.Secret) {
-			return invalid("key %d (id %q): id does not match its secret", i, k.ID)
+			return invalid("key %d: id does not match its secret", i)
 		}
 		if seen[k.ID] {
 			return invalid("key %d: duplicate id %q", i, k.ID)
@@ -205,36 +303,4 @@ func validKeyID(id string) bool {
 		}
 	}
 	return true
-}
-
-// clip quotes s for an error message, in ASCII and cut to a few dozen bytes:
-// the text comes from the file, and a message ends up in logs and Status,
-// where a look-alike character ("\u212aeys" for "keys") must show.
-func clip(s string) string {
-	const most = 40
-	if len(s) <= most {
-		return strconv.QuoteToASCII(s)
-	}
-	return strconv.QuoteToASCII(s[:most]) + "..."
-}
-
-// clipMessage cuts an error message of the JSON decoder, which may quote
-// the file, to a couple hundred bytes of printable ASCII, with '?' for
-// anything else.
-func clipMessage(msg string) string {
-	const most = 200
-	cut := len(msg) > most
-	if cut {
-		msg = msg[:most]
-	}
-	msg = strings.Map(func(r rune) rune {
-		if r < ' ' || r > '~' {
-			return '?'
-		}
-		return r
-	}, msg)
-	if cut {
-		msg += "..."
-	}
-	return msg
 }

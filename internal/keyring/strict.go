@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"strings"
 )
 
@@ -31,26 +33,44 @@ var ringShape = &shape{fields: map[string]*shape{
 	}}},
 }}
 
-// errMalformed stops checkStrict where the input is not JSON or not of the
-// expected types; the decoder that runs next reports that with its own
-// message.
-var errMalformed = errors.New("malformed")
-
 // checkStrict refuses what encoding/json lets through silently: a field
 // name matched regardless of case (including by Unicode folding: "\u212Aeys"
 // is "keys" to it), a field given twice (it keeps the last), and an unknown
-// field (refused here too, with its name cut short, since the decoder would
-// quote it whole). It walks the tokens once and holds one set of names per
-// open object; it never descends deeper than ringShape, so the nesting of
-// hostile input costs it nothing.
+// field. It refuses malformed JSON and a container where another type
+// belongs too, so that what the decoder then reports is a scalar of the
+// wrong type, which it describes without quoting the input. Its errors name
+// the place ("keys[0]") and never quote a name or a value from the file.
+// It walks the tokens once and holds one set of names per open object; it
+// never descends deeper than ringShape, so the nesting of hostile input
+// costs it nothing.
 func checkStrict(data []byte) error {
-	return walk(json.NewDecoder(bytes.NewReader(data)), ringShape)
+	if len(bytes.TrimSpace(data)) == 0 {
+		return invalid("parse %s: empty", FileName)
+	}
+	return walk(json.NewDecoder(bytes.NewReader(data)), ringShape, "")
 }
 
-func walk(dec *json.Decoder, s *shape) error {
+// malformed reports a token the decoder could not read, by its offset: its
+// own message may quote a character of the input.
+func malformed(dec *json.Decoder, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return invalid("parse %s: unexpected end of input", FileName)
+	}
+	return invalid("parse %s: not valid JSON at byte %d", FileName, dec.InputOffset())
+}
+
+// place names path for a message: "the ring" at the top.
+func place(path string) string {
+	if path == "" {
+		return "the ring"
+	}
+	return path
+}
+
+func walk(dec *json.Decoder, s *shape, path string) error {
 	tok, err := dec.Token()
 	if err != nil {
-		return errMalformed
+		return malformed(dec, err)
 	}
 	d, ok := tok.(json.Delim)
 	switch {
@@ -61,37 +81,42 @@ func walk(dec *json.Decoder, s *shape) error {
 		for dec.More() {
 			tok, err := dec.Token()
 			if err != nil {
-				return errMalformed
+				return malformed(dec, err)
 			}
 			name, _ := tok.(string)
 			if seen[name] {
-				return invalid("parse %s: field %s given twice", FileName, clip(name))
+				// Only a known name gets this far twice: safe to print.
+				return invalid("parse %s: %s: field %q given twice", FileName, place(path), name)
 			}
 			seen[name] = true
 			sub, known := s.fields[name]
 			if !known {
 				for want := range s.fields {
 					if strings.EqualFold(name, want) {
-						return invalid("parse %s: field %s: field names are case-sensitive, want %q", FileName, clip(name), want)
+						return invalid("parse %s: %s: a field name in another case than %q: field names are case-sensitive", FileName, place(path), want)
 					}
 				}
-				return invalid("parse %s: unknown field %s", FileName, clip(name))
+				return invalid("parse %s: %s: unknown field", FileName, place(path))
 			}
-			if err := walk(dec, sub); err != nil {
+			at := name
+			if path != "" {
+				at = path + "." + name
+			}
+			if err := walk(dec, sub, at); err != nil {
 				return err
 			}
 		}
 	case d == '[' && s != nil && s.elem != nil:
-		for dec.More() {
-			if err := walk(dec, s.elem); err != nil {
+		for i := 0; dec.More(); i++ {
+			if err := walk(dec, s.elem, fmt.Sprintf("%s[%d]", path, i)); err != nil {
 				return err
 			}
 		}
 	default:
-		return errMalformed // a container where another type belongs
+		return invalid("parse %s: %s: an object or array where another type belongs", FileName, place(path))
 	}
 	if _, err := dec.Token(); err != nil { // the closing delimiter
-		return errMalformed
+		return malformed(dec, err)
 	}
 	return nil
 }

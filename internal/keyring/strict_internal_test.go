@@ -38,8 +38,8 @@ func TestStrictShapeMatchesTags(t *testing.T) {
 // stops the walk at once instead of descending.
 func TestCheckStrictDepth(t *testing.T) {
 	deep := `{"ring": ` + strings.Repeat("[", 1<<20) + strings.Repeat("]", 1<<20) + `}`
-	if err := checkStrict([]byte(deep)); !errors.Is(err, errMalformed) {
-		t.Errorf("checkStrict = %v, want errMalformed", err)
+	if err := checkStrict([]byte(deep)); !errors.Is(err, ErrInvalidRing) || !strings.Contains(err.Error(), "ring: an object or array where another type belongs") {
+		t.Errorf("checkStrict = %v, want a container where the ring name belongs", err)
 	}
 	if _, err := Decode([]byte(deep)); err == nil {
 		t.Error("Decode accepted deep nesting")
