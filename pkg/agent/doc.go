@@ -54,8 +54,13 @@
 // Nor do these, each under a reason of its own:
 //
 //   - a file that is not a regular file (a named pipe, a device): it is
-//     opened without blocking and refused, and ..data must name an entry of
-//     the directory (ring_invalid, certificate_invalid, directory);
+//     opened without blocking and refused (ring_invalid,
+//     certificate_invalid);
+//   - a symlink that leads out of the directory at any hop: ..data must name
+//     a directory beside it, itself no symlink (directory), and every file
+//     is opened through an os.Root of the directory, so a file that is a
+//     symlink, or a chain of them, leaving it is refused with the link named
+//     (ring_invalid, certificate_invalid);
 //   - ticketkeys.json that keyring.Decode refuses: besides the above, a
 //     field name in another case, a field given twice, invalid UTF-8, a ring
 //     name the API cannot produce (ring_invalid);
@@ -113,5 +118,10 @@
 // # Secrets
 //
 // Key bytes never appear in a log line, an error, Status or a metric; keys
-// are named by their id, a one-way hash.
+// are named by their id, a one-way hash. An error about ticketkeys.json
+// names the field and the problem, never what the file holds there (a
+// corrupt or hostile file may hold key bytes in any field), and names a
+// ring other than the one served without its name. TicketKey, its Secret
+// and the Agent show no key byte in any fmt verb, in log/slog, logr or
+// encoding/json: a key shows as its id, a secret as [redacted].
 package agent

@@ -1,6 +1,15 @@
 package agent
 
-import "time"
+import (
+	"time"
+
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+)
+
+// Secret is the 32 bytes of a ticket key. In text it is [redacted]: in
+// every fmt verb, in log/slog, logr and encoding/json. Slice it
+// (s[:]) for its bytes.
+type Secret = keyring.Secret
 
 // TicketKey is one ticket key the agent serves, secret included: what a
 // program needs to hand the ring to a TLS server not written in Go, as the
@@ -13,7 +22,7 @@ type TicketKey struct {
 	ActiveFrom time.Time
 	ExpiresAt  time.Time
 	// Secret is the key's 32-byte secret, as ticketkeys.json carries it.
-	Secret [32]byte
+	Secret Secret
 }
 
 // ExportTicketKeys calls f with what the agent serves at this instant: its

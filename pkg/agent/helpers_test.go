@@ -471,7 +471,7 @@ func assertNoSecrets(t *testing.T, where, text string, keys ...keyring.Key) {
 			hex.EncodeToString(k.Secret[:]),
 			base64.URLEncoding.EncodeToString(k.Secret[:]),
 			string(k.Secret[:]),
-			strings.Trim(fmt.Sprint(k.Secret), "[]"), // %v of the bytes
+			strings.Trim(fmt.Sprint(k.Secret[:]), "[]"), // %v of the bytes
 		} {
 			if strings.Contains(text, enc) {
 				t.Errorf("%s holds the secret of key %s", where, k.ID)

@@ -33,14 +33,20 @@ func (a *Agent) accept(now time.Time, l loaded) []*loadError {
 // usable at now. It keeps a copy of r's usable keys, and overwrites r's.
 func (a *Agent) acceptRing(now time.Time, r *keyring.Ring) *loadError {
 	defer wipe(r)
-	if len(r.Keys) > keyring.MaxKeys {
-		return &loadError{reasonRingTooLarge, fmt.Errorf("%s: %w: ring %s epoch %d holds %d keys; a ring holds at most %d (%d retained, the active and the staged key)",
-			keyring.FileName, ErrTooManyKeys, r.Name, r.Epoch, len(r.Keys), keyring.MaxKeys, keyring.MaxRetainedKeys)}
+	// The file's ring name is printed only when it is the name pinned: a
+	// valid name may still be anything of the API's alphabet, key bytes in
+	// hex included, in a corrupt or hostile file.
+	name := "the ring"
+	if r.Name == a.pin.name {
+		name = "ring " + r.Name
 	}
-	// r.Name passed keyring.ValidRingName: safe to print as it is.
+	if len(r.Keys) > keyring.MaxKeys {
+		return &loadError{reasonRingTooLarge, fmt.Errorf("%s: %w: %s epoch %d holds %d keys; a ring holds at most %d (%d retained, the active and the staged key)",
+			keyring.FileName, ErrTooManyKeys, name, r.Epoch, len(r.Keys), keyring.MaxKeys, keyring.MaxRetainedKeys)}
+	}
 	if a.pin.name != "" && r.Name != a.pin.name {
-		return &loadError{reasonRingForeign, fmt.Errorf("%s: %w: holds ring %s, this agent serves ring %s",
-			keyring.FileName, ErrForeignRing, r.Name, a.pin.name)}
+		return &loadError{reasonRingForeign, fmt.Errorf("%s: %w: holds another ring than ring %s, the one this agent serves",
+			keyring.FileName, ErrForeignRing, a.pin.name)}
 	}
 	d := digest(r)
 	if a.pin.epoch > 0 {
@@ -70,7 +76,7 @@ func (a *Agent) acceptRing(now time.Time, r *keyring.Ring) *loadError {
 		if len(kept) > 0 {
 			msg += " or was destroyed here"
 		}
-		return &loadError{reasonRingExpired, fmt.Errorf("%s: ring %s epoch %d: %s", keyring.FileName, r.Name, r.Epoch, msg)}
+		return &loadError{reasonRingExpired, fmt.Errorf("%s: %s epoch %d: %s", keyring.FileName, name, r.Epoch, msg)}
 	}
 	a.keptOut(kept, now)
 	next := &keyring.Ring{Name: r.Name, Epoch: r.Epoch, IssuedAt: r.IssuedAt, Keys: keys}
