@@ -552,6 +552,27 @@ func TestBadInputKeepsLastGood(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		{name: "..data through a second symlink out of the directory", reason: "directory", apply: func(t *testing.T, v *volume) {
+			// ..data -> ..hop -> a newer epoch elsewhere: each hop checked.
+			// (Not r6, which the recovery below writes: the writer would
+			// find it in place through ..hop, and write nothing.)
+			elsewhere := newVolume(t)
+			elsewhere.write(encodeRing(t, 7, k3, s.k2, s.k1), c1.crt, c1.key)
+			target, err := os.Readlink(filepath.Join(elsewhere.dir, "..data"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(filepath.Join(elsewhere.dir, target), filepath.Join(v.dir, "..hop")); err != nil {
+				t.Fatal(err)
+			}
+			tmp := filepath.Join(v.dir, "..data_tmp")
+			if err := os.Symlink("..hop", tmp); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(tmp, filepath.Join(v.dir, "..data")); err != nil {
+				t.Fatal(err)
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -118,6 +118,10 @@ type certificate struct {
 // of which resolves ..data anew and could mix generations, for instance a
 // new tls.crt with an old tls.key). If ..data moved meanwhile (the old
 // directory may even be deleted under the read), the read starts over.
+//
+// Confinement: every file is opened through an os.Root of the directory,
+// so that no symlink, at any hop, leads the read out of it (see resolve
+// and readFile).
 func (a *Agent) load(w *fsnotify.Watcher) loaded {
 	if w != nil {
 		a.watch(w)
@@ -126,15 +130,21 @@ func (a *Agent) load(w *fsnotify.Watcher) loaded {
 	var files map[string][]byte
 	var missing map[string]error
 	for attempt := 0; ; attempt++ {
-		root, gen, err := a.resolve()
+		root, err := a.openRoot()
 		if err != nil {
+			return loaded{errs: []*loadError{{reasonDirectory, err}}}
+		}
+		gen, err := a.resolve(root)
+		if err != nil {
+			root.Close()
 			return loaded{errs: []*loadError{{reasonDirectory, err}}}
 		}
 		if a.readHook != nil {
 			a.readHook(attempt)
 		}
-		files, missing = readFiles(root, names)
-		_, again, err := a.resolve()
+		files, missing = a.readFiles(root, gen, names)
+		again, err := a.resolve(root)
+		root.Close()
 		if err == nil && again == gen {
 			break
 		}
@@ -178,42 +188,60 @@ func (a *Agent) fileNames() []string {
 	return names
 }
 
-// resolve returns the directory holding the files and its generation: the
-// target of ..data, or "" for a plain directory without one.
-func (a *Agent) resolve() (root, gen string, err error) {
+// openRoot opens the directory, through which every file is read.
+func (a *Agent) openRoot() (*os.Root, error) {
 	fi, err := os.Stat(a.dir)
 	if err != nil {
-		return "", "", err
+		return nil, err
 	}
 	if !fi.IsDir() {
-		return "", "", fmt.Errorf("%s is not a directory", a.dir)
+		return nil, fmt.Errorf("%s is not a directory", a.dir)
 	}
-	target, err := os.Readlink(filepath.Join(a.dir, dataDir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return a.dir, "", nil
-	}
-	if err != nil {
-		return "", "", fmt.Errorf("resolve %s: %w", dataDir, err)
-	}
-	// The kubelet points ..data at a timestamped directory beside it. A
-	// target elsewhere (an absolute path, a path through other
-	// directories) is not its doing, and would serve files from outside
-	// the volume.
-	if target != filepath.Base(target) || target == "." || target == ".." {
-		return "", "", fmt.Errorf("%s points to %s, not to an entry of %s", dataDir, quote(target), a.dir)
-	}
-	target = filepath.Join(a.dir, target)
-	return target, target, nil
+	return os.OpenRoot(a.dir)
 }
 
-// readFiles reads names from root; a file that cannot be read is reported in
-// missing, with its error, rather than failing the whole read, because the
-// caller first checks whether the read raced a swap.
-func readFiles(root string, names []string) (files map[string][]byte, missing map[string]error) {
+// resolve returns the generation to read: the target of ..data, a
+// directory beside it, or "" for a plain directory without one.
+//
+// The kubelet points ..data at a timestamped directory beside it, itself
+// no symlink. Anything else is refused: a target elsewhere (an absolute
+// path, a path through other directories) would serve files from outside
+// the volume, and so could a chain of links (..data -> ..hop -> /elsewhere),
+// whose later hops, moreover, could change under a read that checks only
+// the first.
+func (a *Agent) resolve(root *os.Root) (gen string, err error) {
+	target, err := root.Readlink(dataDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("resolve %s: %w", dataDir, err)
+	}
+	if target != filepath.Base(target) || target == "." || target == ".." {
+		return "", fmt.Errorf("%s points to %s, not to an entry of %s", dataDir, quote(target), a.dir)
+	}
+	fi, err := root.Lstat(target)
+	if err != nil {
+		return "", fmt.Errorf("resolve %s: %w", dataDir, err)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		return "", fmt.Errorf("%s points to %s, itself a symlink: a chain of links may leave %s, and is refused", dataDir, quote(target), a.dir)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%s points to %s, which is %s, not a directory", dataDir, quote(target), describe(fi.Mode()))
+	}
+	return target, nil
+}
+
+// readFiles reads names from gen, a directory of root; a file that cannot
+// be read is reported in missing, with its error, rather than failing the
+// whole read, because the caller first checks whether the read raced a
+// swap.
+func (a *Agent) readFiles(root *os.Root, gen string, names []string) (files map[string][]byte, missing map[string]error) {
 	files = make(map[string][]byte, len(names))
 	missing = make(map[string]error)
 	for _, n := range names {
-		b, err := readFile(filepath.Join(root, n))
+		b, err := a.readFile(root, filepath.Join(gen, n))
 		if err != nil {
 			missing[n] = err
 			continue
@@ -223,14 +251,19 @@ func readFiles(root string, names []string) (files map[string][]byte, missing ma
 	return files, missing
 }
 
-// readFile reads a regular file without ever blocking on what it opens:
-// O_NONBLOCK makes open(2) return at once even on a FIFO with no writer (or
-// a device), and the type is then checked on the opened descriptor, not by
-// an lstat before the open, which the path could change after. Only a
-// regular file is read.
-func readFile(name string) ([]byte, error) {
-	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+// readFile reads a regular file of root without ever blocking on what it
+// opens: O_NONBLOCK makes open(2) return at once even on a FIFO with no
+// writer (or a device), and the type is then checked on the opened
+// descriptor, not by an lstat before the open, which the path could
+// change after. Only a regular file is read. The file may be a symlink,
+// and so may its target, as long as no hop leaves the directory: os.Root
+// refuses the open otherwise, and leaves names why.
+func (a *Agent) readFile(root *os.Root, name string) ([]byte, error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
+		if why, ok := leaves(root, name); ok {
+			return nil, fmt.Errorf("%s: %s: refused, for it would read a file outside %s", filepath.Base(name), why, a.dir)
+		}
 		return nil, err
 	}
 	defer f.Close()
@@ -268,6 +301,33 @@ func readFile(name string) ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// maxHops bounds the symlinks leaves follows, as the kernel does.
+const maxHops = 40
+
+// leaves follows the symlinks at name, a path of root, hop by hop, and
+// reports the first one whose target lies outside root: absolute, or
+// climbing above it. It only explains a refusal of os.Root's, which is
+// what keeps reads inside.
+func leaves(root *os.Root, name string) (string, bool) {
+	p := name
+	for range maxHops {
+		fi, err := root.Lstat(p)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			return "", false
+		}
+		target, err := root.Readlink(p)
+		if err != nil {
+			return "", false
+		}
+		next := filepath.Join(filepath.Dir(p), target)
+		if filepath.IsAbs(target) || !filepath.IsLocal(next) {
+			return fmt.Sprintf("%s is a symlink to %s", quote(p), quote(target)), true
+		}
+		p = next
+	}
+	return fmt.Sprintf("%s is a chain of more than %d symlinks", quote(name), maxHops), true
 }
 
 func describe(m fs.FileMode) string {
