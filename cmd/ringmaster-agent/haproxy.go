@@ -114,7 +114,7 @@ func (h *haproxy) set(ctx context.Context, ref string, want [keyring.HAProxySlot
 		return false, err
 	}
 	n := bytes.Count(out, []byte(haproxyUpdated))
-	answer := firstLine(out)
+	answer := firstLine(out, sets)
 	clear(out)
 	if n != len(sets) {
 		return false, fail(causeRuntimeAPI, "HAProxy carried out %d of %d set ssl tls-key on %s: %s", n, len(sets), ref, answer)
@@ -255,9 +255,19 @@ func wipeSlots(s [keyring.HAProxySlots][]byte) {
 	}
 }
 
-// firstLine quotes the first line of an answer of HAProxy's to a set, which
-// holds no key, for an error message.
-func firstLine(out []byte) string {
+// firstLine quotes the first line of an answer of HAProxy's to a set, for
+// an error message. HAProxy's answers quote no key, but whatever answers on
+// its socket might: a line holding 16 characters of any of keys (what was
+// set) is not shown.
+func firstLine(out []byte, keys [][]byte) string {
 	line, _, _ := bytes.Cut(bytes.TrimSpace(out), []byte("\n"))
+	const fragment = 16
+	for _, k := range keys {
+		for i := 0; i+fragment <= len(k); i++ {
+			if bytes.Contains(line, k[i:i+fragment]) {
+				return "(an answer quoting the keys set, not shown)"
+			}
+		}
+	}
 	return fmt.Sprintf("%.200q", line)
 }

@@ -124,3 +124,33 @@ func TestWriteFiles(t *testing.T) {
 		t.Errorf("directory holds %v, want %v", names, want)
 	}
 }
+
+// TestFirstLineHidesKeys: an answer to "set ssl tls-key" is quoted in the
+// error, unless it holds 16 characters of a key that was set.
+func TestFirstLineHidesKeys(t *testing.T) {
+	key := []byte("c2VjcmV0IGtleSBtYXRlcmlhbCBvZiA0OCBieXRlcyBmb3IgaGFwcm94eQ==")
+	other := []byte("b3RoZXIga2V5IG1hdGVyaWFsIG9mIDQ4IGJ5dGVzIGZvciBoYXByb3h5IQ==")
+	for _, tc := range []struct {
+		name, answer string
+		shown        bool
+	}{
+		{"HAProxy's refusal", "'set ssl tls-key' received invalid base64 encoded TLS key.\n", true},
+		{"the key echoed", "unknown key " + string(key) + "\n", false},
+		{"the second key echoed", "bad: " + string(other) + "\n", false},
+		{"16 characters of it", "near " + string(key[10:26]), false},
+		{"10 characters of it", "near " + string(key[10:20]), true},
+		{"the key on a later line", "TLS ticket key updated!\n" + string(key), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := firstLine([]byte(tc.answer), [][]byte{key, other})
+			for _, k := range [][]byte{key, other} {
+				if strings.Contains(got, string(k[:16])) || strings.Contains(got, string(k[10:26])) {
+					t.Errorf("firstLine = %s: shows a key", got)
+				}
+			}
+			if shown := strings.Contains(got, strings.TrimSpace(strings.SplitN(tc.answer, "\n", 2)[0])[:5]); shown != tc.shown {
+				t.Errorf("firstLine = %s; shown %v, want %v", got, shown, tc.shown)
+			}
+		})
+	}
+}
