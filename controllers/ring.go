@@ -201,6 +201,9 @@ func readRecord(in ring, snaps []*corev1.Secret) (keyring.History, keyring.Polic
 	policy := keyring.Policy{RotationInterval: in.spec.RotationInterval.Duration, RetainedKeys: int(in.spec.RetainedKeys), ActivationDelay: in.spec.ActivationDelay.Duration}
 	if c := in.spec.Confirmation; c != nil {
 		policy.Confirm = &keyring.Confirm{Timeout: c.Timeout.Duration, Promote: c.OnTimeout == v1alpha1.ConfirmationPromote}
+		if c.MaxDelay != nil {
+			policy.Confirm.MaxDelay = c.MaxDelay.Duration
+		}
 	}
 	if err := policy.Validate(); err != nil {
 		return history, policy, &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: fmt.Sprintf("Invalid spec: %v", err)}

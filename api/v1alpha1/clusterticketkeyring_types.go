@@ -6,6 +6,8 @@ import (
 
 // ClusterTicketKeyRingSpec is a ring's schedule, key source and delivery,
 // and the namespaces it is delivered to.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.confirmation) || has(self.confirmation.voterNamespaceSelector)",message="confirmation.voterNamespaceSelector is required on a ClusterTicketKeyRing: the administrator chooses which namespaces' pods may hold its keys back ({} for every target namespace)"
 type ClusterTicketKeyRingSpec struct {
 	TicketKeyRingSpec `json:",inline"`
 

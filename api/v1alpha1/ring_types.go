@@ -18,7 +18,8 @@ type KeyState string
 //
 // +kubebuilder:validation:XValidation:rule="duration(self.rotationInterval) >= duration('1m')",message="rotationInterval must be at least 1m"
 // +kubebuilder:validation:XValidation:rule="duration(self.activationDelay) >= duration('0s') && duration(self.activationDelay) < duration(self.rotationInterval)",message="activationDelay must be at least 0s and less than rotationInterval"
-// +kubebuilder:validation:XValidation:rule="duration(self.rotationInterval).getSeconds() * (self.retainedKeys + 1) <= 604800",message="(retainedKeys + 1) x rotationInterval must not exceed 168h: no session ticket may outlive 7 days (RFC 8446)"
+// +kubebuilder:validation:XValidation:rule="duration(self.rotationInterval).getSeconds() * (self.retainedKeys + 1) + (has(self.confirmation) ? (has(self.confirmation.maxDelay) ? duration(self.confirmation.maxDelay) : duration(self.confirmation.timeout)).getSeconds() : 0) <= 604800",message="(retainedKeys + 1) x rotationInterval, plus confirmation.maxDelay (or confirmation.timeout when maxDelay is omitted), must not exceed 168h: no key may live longer, and no session ticket may outlive 7 days (RFC 8446)"
+// +kubebuilder:validation:XValidation:rule="!has(self.confirmation) || (has(self.confirmation.maxDelay) ? duration(self.confirmation.maxDelay) : duration(self.confirmation.timeout)) <= duration(self.rotationInterval)",message="confirmation.maxDelay (or confirmation.timeout when maxDelay is omitted) must not exceed rotationInterval: no fleet may hold a key back longer than one interval"
 type TicketKeyRingSpec struct {
 	// rotationInterval is how long one key encrypts new tickets before the
 	// next key takes over. At least 1m. Shorter intervals bound how much
@@ -32,7 +33,10 @@ type TicketKeyRingSpec struct {
 	// A key is destroyed retainedKeys x rotationInterval after it retires,
 	// or sooner when rotate-now requests retire more than retainedKeys keys
 	// within that time: the ring never holds more than retainedKeys retired
-	// keys.
+	// keys. Whatever happens, no key lives longer than (retainedKeys + 1) x
+	// rotationInterval (plus confirmation.maxDelay under confirmation) from
+	// its activation: a key that retires late (the operator was down) is
+	// kept decrypt-only for less.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=16
 	// +kubebuilder:default=3
@@ -59,9 +63,10 @@ type TicketKeyRingSpec struct {
 	// +optional
 	Distribution Distribution `json:"distribution,omitempty"`
 
-	// confirmation, when set, activates each staged key only once every
-	// selected, ready pod reports holding it, and never sooner than it
-	// would by the clock. Without it, a staged key activates by the clock,
+	// confirmation, when set, activates each staged key once every pod
+	// that votes reports holding it, and never sooner than it would by the
+	// clock; nor later than confirmation.maxDelay past that time, whatever
+	// the pods say. Without it, a staged key activates by the clock,
 	// activationDelay after it was delivered, whether or not every pod has
 	// it.
 	// +optional
@@ -74,9 +79,10 @@ type TicketKeyRingSpec struct {
 type ConfirmationTimeoutPolicy string
 
 const (
-	// ConfirmationWait keeps the active key encrypting until every pod
-	// confirms, however long it takes, and says so in the
-	// ConfirmationOverdue condition, an event and a metric.
+	// ConfirmationWait keeps the active key encrypting past the timeout,
+	// saying so in the ConfirmationOverdue condition, an event and a
+	// metric, until every voter confirms or maxDelay has passed since the
+	// key fell due; then the key activates by the clock.
 	ConfirmationWait ConfirmationTimeoutPolicy = "Wait"
 	// ConfirmationPromote activates the staged key at the timeout anyway:
 	// a pod that still lacks it cannot resume tickets issued under it.
@@ -84,32 +90,73 @@ const (
 )
 
 // Confirmation says which pods must confirm a staged key, how the operator
-// asks them, and how long it waits.
+// asks them, and how long a ring may wait for them.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.timeout) || duration(self.timeout) >= duration('0s')",message="confirmation.timeout must be at least 0s"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxDelay) || duration(self.maxDelay) >= (has(self.timeout) ? duration(self.timeout) : duration('0s'))",message="confirmation.maxDelay must be at least confirmation.timeout: it is the ceiling the timeout falls under"
 type Confirmation struct {
 	// podSelector selects the ring's pods: in the ring's namespace for a
-	// TicketKeyRing, in every target namespace for a ClusterTicketKeyRing.
-	// Only ready pods count; pods on the host network are never asked.
+	// TicketKeyRing; for a ClusterTicketKeyRing, in those of its target
+	// namespaces that voterNamespaceSelector matches. Of the pods it
+	// selects, only those that vote are asked: pods that are ready, not on
+	// the host network, and mount the ring's projection Secret
+	// (spec.distribution.secretName) in a container, through a secret
+	// volume or a projected volume source. A selected pod that does not
+	// mount it holds none of the ring's keys, and does not count.
 	// +required
 	PodSelector metav1.LabelSelector `json:"podSelector"`
 
 	// port is the name or number of the container port on which each pod
 	// serves what its agent holds (pkg/agent's StatusHandler, at
-	// /ringmaster/v1/status, plain HTTP, read-only, no key bytes).
+	// /ringmaster/v1/status, plain HTTP, read-only, no key bytes). A name is
+	// looked up in the pod's containers and native sidecars (init
+	// containers with restartPolicy Always), where the ringmaster-agent
+	// sidecar runs.
 	// +kubebuilder:validation:XIntOrString
 	// +required
 	Port intstr.IntOrString `json:"port"`
 
 	// timeout is how long after a staged key falls due the ring waits for
-	// every pod before onTimeout decides.
+	// every voter before onTimeout decides. At least 0s, at most maxDelay.
 	// +kubebuilder:default="10m"
 	// +optional
 	Timeout metav1.Duration `json:"timeout,omitempty"`
 
-	// onTimeout is Wait (the active key keeps encrypting until every pod
-	// confirms) or Promote (the staged key activates at the timeout).
+	// onTimeout is Promote (the staged key activates at the timeout) or
+	// Wait (past the timeout the ring reports ConfirmationOverdue and the
+	// active key keeps encrypting, until every voter confirms or maxDelay
+	// runs out).
 	// +kubebuilder:default=Wait
 	// +optional
 	OnTimeout ConfirmationTimeoutPolicy `json:"onTimeout,omitempty"`
+
+	// maxDelay is the ceiling no vote can lift: the longest a staged key
+	// may be held past the time it falls due. Each staged key is published
+	// with an activeFrom at most maxDelay past its due time, so every pod
+	// activates it by its own clock by then, even if the operator is
+	// stopped, whatever the fleet says. A key that activates so reports
+	// the ConfirmationOverdue condition with reason ActivatedUnconfirmed
+	// naming the pods that lacked it, a Warning event and
+	// ringmaster_ticketkeyring_unconfirmed_activations_total. Waiting
+	// longer lets a lagging pod keep resuming tickets; it also lets the
+	// active key encrypt longer, and stay longer, for every pod: the ring's
+	// keys live up to (retainedKeys + 1) x rotationInterval + maxDelay. At
+	// least timeout, at most rotationInterval, and within the 7-day bound.
+	// When omitted, it is timeout: under Wait, set it above timeout to wait
+	// past the timeout at all.
+	// +optional
+	MaxDelay *metav1.Duration `json:"maxDelay,omitempty"`
+
+	// voterNamespaceSelector chooses, among a ClusterTicketKeyRing's target
+	// namespaces, those whose pods vote. It is the cluster administrator's
+	// choice, not the tenants': every voter can hold a key back up to
+	// maxDelay. Required on a ClusterTicketKeyRing with confirmation ({}
+	// lets every target namespace vote); a TicketKeyRing may not set it,
+	// its voters being in its own namespace. Were it missing (a ring stored
+	// before the rule), no namespace votes and each staged key activates
+	// when due, as without confirmation.
+	// +optional
+	VoterNamespaceSelector *metav1.LabelSelector `json:"voterNamespaceSelector,omitempty"`
 }
 
 // KeySourceReference names a ClusterKeySource.

@@ -30,32 +30,67 @@ type Policy struct {
 //
 // A staged key falls due as it would without confirmation (one
 // RotationInterval after its predecessor activated, or as soon as is safe
-// on rotate-now), but it is published held: its ActiveFrom lies Hold past
-// its due time, so that no replica activates it by its clock alone. Once it
-// is due and the fleet confirms holding it, the next epoch activates it at
-// once: every replica can already decrypt with it, so the replicas that take
-// the activation late only encrypt with the previous key a little longer.
+// on rotate-now), but it is published held: its ActiveFrom lies past its
+// due time (Timeout under Promote, the ceiling MaxDelay under Wait), so
+// that no replica activates it by its clock before then. Once it is due and
+// the fleet confirms holding it, the next epoch activates it at once: every
+// replica can already decrypt with it, so the replicas that take the
+// activation late only encrypt with the previous key a little longer.
+//
+// The hold is a ceiling, never pushed further: whatever the fleet says, or
+// if the operator stops, every replica activates the key by its own clock
+// at its published ActiveFrom, no later than MaxDelay past its due time and
+// RotationInterval + MaxDelay after the active key activated. So no key
+// lives longer than Policy.MaxKeyLife.
 type Confirm struct {
 	// Timeout after the due time: past it, under Promote, the held key
-	// activates by the clock, confirmed or not.
+	// activates by the clock, confirmed or not; under Wait, the ring reports
+	// the key overdue.
 	Timeout time.Duration
+	// MaxDelay is the ceiling: the longest a held key waits past its due
+	// time, under either policy. At least Timeout; zero means Timeout.
+	MaxDelay time.Duration
 	// Promote activates at Timeout; without it, the key waits for
-	// confirmation however long it takes, and the active key keeps
-	// encrypting meanwhile.
+	// confirmation up to MaxDelay, and the active key keeps encrypting
+	// meanwhile.
 	Promote bool
 }
 
-// WaitHold is how far past its due time a staged key is held while its ring
-// waits for confirmation without a deadline. It is pushed further whenever
-// it comes within ActivationDelay of now.
-const WaitHold = MaxTicketLifetime
+// Ceiling is the longest a held key waits past its due time: MaxDelay, or
+// Timeout when MaxDelay is zero. Zero for a nil Confirm.
+func (c *Confirm) Ceiling() time.Duration {
+	if c == nil {
+		return 0
+	}
+	if c.MaxDelay == 0 {
+		return c.Timeout
+	}
+	return c.MaxDelay
+}
 
 // hold is how far past its due time a staged key is published.
 func (c *Confirm) hold() time.Duration {
 	if c.Promote {
-		return c.Timeout
+		return min(c.Timeout, c.Ceiling())
 	}
-	return WaitHold
+	return c.Ceiling()
+}
+
+// MaxKeyLife is the longest any key of the ring lives, from its ActiveFrom
+// to its ExpiresAt: its own RotationInterval, RetainedKeys more intervals
+// decrypt-only, and the longest a held successor can keep it encrypting
+// (Confirm.Ceiling). Every ring Next plans keeps every key within it.
+func (p Policy) MaxKeyLife() time.Duration {
+	return time.Duration(p.RetainedKeys+1)*p.RotationInterval + p.Confirm.Ceiling()
+}
+
+// heldUntil is when a staged key due at due, behind an active key that
+// activated at active, activates by the clock: its hold past due, and
+// never later than the ceiling past the active key's own interval (so that
+// a late due time eats into the hold rather than into the active key's
+// bound), but never before due, which keeps its delivery time.
+func (p Policy) heldUntil(due, active time.Time) time.Time {
+	return latest(due, earliest(due.Add(p.Confirm.hold()), active.Add(p.RotationInterval+p.Confirm.Ceiling())))
 }
 
 // Inputs are the facts Next plans from, besides the ring and its policy.
@@ -85,6 +120,18 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("retainedKeys %d is outside 0-%d", p.RetainedKeys, MaxRetainedKeys)
 	case time.Duration(p.RetainedKeys+1)*p.RotationInterval > MaxTicketLifetime:
 		return fmt.Errorf("(retainedKeys+1) x rotationInterval exceeds %s", MaxTicketLifetime)
+	}
+	if c := p.Confirm; c != nil {
+		switch {
+		case c.Timeout < 0:
+			return fmt.Errorf("confirmation timeout %s is negative", c.Timeout)
+		case c.MaxDelay != 0 && c.MaxDelay < c.Timeout:
+			return fmt.Errorf("confirmation maxDelay %s is under its timeout %s", c.MaxDelay, c.Timeout)
+		case c.Ceiling() > p.RotationInterval:
+			return fmt.Errorf("confirmation maxDelay %s exceeds rotationInterval %s", c.Ceiling(), p.RotationInterval)
+		case p.MaxKeyLife() > MaxTicketLifetime:
+			return fmt.Errorf("(retainedKeys+1) x rotationInterval + confirmation maxDelay exceeds %s", MaxTicketLifetime)
+		}
 	}
 	return nil
 }
@@ -116,6 +163,11 @@ type Plan struct {
 	// Awaiting says the held staged key is due and waits for the fleet to
 	// confirm it: the caller looks at the fleet again soon.
 	Awaiting bool
+	// Unconfirmed is the id of the held staged key that activated by the
+	// clock unconfirmed: at its ceiling under Wait, at the timeout under
+	// Promote (or at once when a lowered ceiling has already passed). Empty
+	// otherwise.
+	Unconfirmed string
 }
 
 // Next plans the ring after current at now under policy p. current may be
@@ -129,16 +181,20 @@ type Plan struct {
 //     Without a staged key, one is minted to activate after
 //     ActivationDelay.
 //  2. under confirmation (see Confirm), a held staged key that is due and
-//     confirmed activates now; one that waits is held further when its
-//     hold runs short.
-//  3. keys past ExpiresAt are dropped.
+//     confirmed activates now; one that waits keeps its ActiveFrom, its
+//     ceiling, and activates by the clock when that comes (Unconfirmed).
+//     A hold is never pushed further.
+//  3. keys past ExpiresAt, or MaxKeyLife past their ActiveFrom, are
+//     dropped.
 //  4. when the newest key is active by now, one staged key is minted to
 //     activate one RotationInterval after it, and never sooner than
 //     ActivationDelay from now (under confirmation, it is held past that
-//     instant). So an operator back from downtime mints one key, not one
-//     per missed interval.
+//     instant, to its ceiling), unless that would keep the newest key past
+//     MaxKeyLife: then at that bound. So an operator back from downtime
+//     mints one key, not one per missed interval.
 //  5. each key's RetireAt becomes the next key's ActiveFrom, and ExpiresAt
-//     RetireAt + RetainedKeys × RotationInterval.
+//     RetireAt + RetainedKeys × RotationInterval, but no later than
+//     MaxKeyLife after its ActiveFrom.
 //  6. keys past ExpiresAt are dropped again (the new times may expire
 //     some), and so are the oldest retired keys beyond RetainedKeys, which
 //     rotate-now requests can pile up.
@@ -181,7 +237,7 @@ func Next(now time.Time, p Policy, current Ring, in Inputs) Plan {
 		keys = []Key{{ActiveFrom: now.Add(p.RotationInterval)}, {ActiveFrom: now}}
 		if p.Confirm != nil {
 			due = keys[0].ActiveFrom
-			keys[0].ActiveFrom = due.Add(p.Confirm.hold())
+			keys[0].ActiveFrom = p.heldUntil(due, now)
 		}
 	}
 
@@ -216,10 +272,17 @@ func Next(now time.Time, p Policy, current Ring, in Inputs) Plan {
 
 	if plan.Mint == 0 {
 		due = p.confirm(&plan, keys, due, now, lead, in.Confirmed)
+		if held := current.Keys; p.Confirm != nil && !current.Due.IsZero() && len(held) > 1 && !plan.Promoted &&
+			keys[0].ID == held[0].ID && !now.Before(keys[0].ActiveFrom) {
+			plan.Unconfirmed = held[0].ID
+		}
 	}
 
+	// A key also expires at its bound, MaxKeyLife after it activated,
+	// whatever a ring published before that bound held says.
+	life := p.MaxKeyLife()
 	expired := func(k Key) bool {
-		if k.ID != "" && !now.Before(k.ExpiresAt) {
+		if k.ID != "" && (!now.Before(k.ExpiresAt) || !now.Before(k.ActiveFrom.Add(life))) {
 			plan.Expired = append(plan.Expired, k.ID)
 			return true
 		}
@@ -234,23 +297,32 @@ func Next(now time.Time, p Policy, current Ring, in Inputs) Plan {
 		due = time.Time{}
 		if p.Confirm != nil {
 			due = keys[0].ActiveFrom
-			keys[0].ActiveFrom = due.Add(p.Confirm.hold())
+			keys[0].ActiveFrom = p.heldUntil(due, now)
 		}
 	} else if newest := keys[0]; plan.Mint == 0 && !now.Before(newest.ActiveFrom) {
 		if mintAt.IsZero() {
 			mintAt = latest(newest.ActiveFrom.Add(p.RotationInterval), soonest.Add(lead))
 		}
-		mintAt = mintAt.Truncate(time.Second)
+		// The newest key retires by its bound, even if that leaves its
+		// successor staged for less than ActivationDelay (an operator back
+		// late): forward secrecy before resumption. The bound is after now,
+		// or step 3 dropped the key.
+		mintAt = earliest(mintAt, newest.ActiveFrom.Add(life)).Truncate(time.Second)
 		staged := Key{ActiveFrom: mintAt}
 		due = time.Time{}
 		if p.Confirm != nil {
 			due = mintAt
-			staged.ActiveFrom = mintAt.Add(p.Confirm.hold())
+			staged.ActiveFrom = p.heldUntil(mintAt, newest.ActiveFrom)
 		}
 		keys = append([]Key{staged}, keys...)
 		plan.Mint = 1
 	}
 
+	// No key outlives MaxKeyLife, not even one whose successor came late
+	// (an operator back from downtime staging it activationDelay from now):
+	// it stays decrypt-only for less. (Step 4 keeps the successor's
+	// ActiveFrom within the bound; RetireAt is capped too only for a ring
+	// published before the bound held.)
 	retain := time.Duration(p.RetainedKeys) * p.RotationInterval
 	for i := range keys {
 		if i == 0 {
@@ -258,7 +330,8 @@ func Next(now time.Time, p Policy, current Ring, in Inputs) Plan {
 		} else {
 			keys[i].RetireAt = keys[i-1].ActiveFrom
 		}
-		keys[i].ExpiresAt = keys[i].RetireAt.Add(retain)
+		keys[i].ExpiresAt = earliest(keys[i].RetireAt.Add(retain), keys[i].ActiveFrom.Add(life))
+		keys[i].RetireAt = earliest(keys[i].RetireAt, keys[i].ExpiresAt)
 	}
 	// The new times can expire a key too: one that rotate-now retired at
 	// once under RetainedKeys 0, or any older key when RetainedKeys went
@@ -299,10 +372,11 @@ func Next(now time.Time, p Policy, current Ring, in Inputs) Plan {
 }
 
 // confirm applies step 2 of Next to the staged key keys[0] and returns its
-// due time: it activates a held key that is due and confirmed, holds one
-// that waits further when its hold runs short, holds a staged key that
-// confirmation, newly turned on, finds unheld (when there is time to), and
-// releases a held key when confirmation is turned off.
+// due time: it activates a held key that is due and confirmed, brings a
+// held key's ActiveFrom back under its ceiling when the ceiling or the due
+// time moved earlier (never later: a hold is never pushed further), holds a
+// staged key that confirmation, newly turned on, finds unheld (when there
+// is time to), and releases a held key when confirmation is turned off.
 func (p Policy) confirm(plan *Plan, keys []Key, due, now time.Time, lead time.Duration, confirmed bool) time.Time {
 	if len(keys) < 2 || !now.Before(keys[0].ActiveFrom) {
 		return time.Time{} // no staged key: nothing is held
@@ -317,7 +391,7 @@ func (p Policy) confirm(plan *Plan, keys []Key, due, now time.Time, lead time.Du
 	case due.IsZero():
 		if now.Add(lead).Before(staged.ActiveFrom) {
 			due = staged.ActiveFrom
-			staged.ActiveFrom = due.Add(p.Confirm.hold())
+			staged.ActiveFrom = p.heldUntil(due, keys[1].ActiveFrom)
 		}
 		return due
 	case !now.Before(due) && confirmed:
@@ -325,9 +399,11 @@ func (p Policy) confirm(plan *Plan, keys []Key, due, now time.Time, lead time.Du
 		staged.ActiveFrom = latest(now, keys[1].ActiveFrom.Add(time.Second))
 		plan.Promoted = true
 		return time.Time{}
-	case !p.Confirm.Promote && !now.Add(lead).Before(staged.ActiveFrom):
-		staged.ActiveFrom = now.Add(WaitHold)
 	}
+	// A lowered ceiling already past activates the key now, still strictly
+	// after the active key.
+	ceiling := latest(p.heldUntil(due, keys[1].ActiveFrom), latest(now, keys[1].ActiveFrom.Add(time.Second)))
+	staged.ActiveFrom = earliest(staged.ActiveFrom, ceiling)
 	return due
 }
 

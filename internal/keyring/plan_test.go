@@ -61,6 +61,7 @@ func TestNext(t *testing.T) {
 	// by a late reconcile (at t0+1h17m, activating 3m later), so activations
 	// no longer line up with expiries. Published at t0+1h20m when S activated.
 	irregular := ringOf(std, 3, at(80*minute), at(140*minute), at(80*minute), t0, at(-hour), at(-2*hour))
+	irregular.Keys[2].ExpiresAt = at(4 * hour) // A retired late: it still expires (retainedKeys+1) intervals after it activated
 
 	// retainedKeys 10, operator last ran at t0: 12 keys = retainedKeys+2.
 	p10 := keyring.Policy{RotationInterval: hour, RetainedKeys: 10, ActivationDelay: 3 * minute}
@@ -149,7 +150,7 @@ func TestNext(t *testing.T) {
 			current:  irregular,
 			now:      at(2*hour - second),
 			wantMint: 0, wantChanged: false, wantEpoch: 3, wantIssuedAt: 80 * minute,
-			wantKeys:    []wantKey{{idAt(140 * minute), 140 * minute, 200 * minute, 380 * minute}, {idAt(80 * minute), 80 * minute, 140 * minute, 320 * minute}, {A, 0, 80 * minute, 260 * minute}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}},
+			wantKeys:    []wantKey{{idAt(140 * minute), 140 * minute, 200 * minute, 380 * minute}, {idAt(80 * minute), 80 * minute, 140 * minute, 320 * minute}, {A, 0, 80 * minute, 4 * hour}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}},
 			wantRequeue: 2 * hour,
 		},
 		{
@@ -159,7 +160,7 @@ func TestNext(t *testing.T) {
 			current:  irregular,
 			now:      at(2 * hour),
 			wantMint: 0, wantChanged: true, wantEpoch: 4, wantIssuedAt: 2 * hour,
-			wantKeys:    []wantKey{{idAt(140 * minute), 140 * minute, 200 * minute, 380 * minute}, {idAt(80 * minute), 80 * minute, 140 * minute, 320 * minute}, {A, 0, 80 * minute, 260 * minute}, {D1, -hour, 0, 3 * hour}},
+			wantKeys:    []wantKey{{idAt(140 * minute), 140 * minute, 200 * minute, 380 * minute}, {idAt(80 * minute), 80 * minute, 140 * minute, 320 * minute}, {A, 0, 80 * minute, 4 * hour}, {D1, -hour, 0, 3 * hour}},
 			wantExpired: []string{D2},
 			wantRequeue: 140 * minute,
 		},
@@ -171,7 +172,7 @@ func TestNext(t *testing.T) {
 			now:      at(10*hour + 17*minute + 500*time.Millisecond),
 			wantMint: 1, wantChanged: true, wantEpoch: 21, wantIssuedAt: 10*hour + 17*minute,
 			// now has a fraction of a second: the bound counts from the next whole one.
-			wantKeys:    []wantKey{{"", 10*hour + 20*minute + second, 11*hour + 20*minute + second, 21*hour + 20*minute + second}, {idAt(hour), hour, 10*hour + 20*minute + second, 20*hour + 20*minute + second}, {A, 0, hour, 11 * hour}},
+			wantKeys:    []wantKey{{"", 10*hour + 20*minute + second, 11*hour + 20*minute + second, 21*hour + 20*minute + second}, {idAt(hour), hour, 10*hour + 20*minute + second, 12 * hour}, {A, 0, hour, 11 * hour}},
 			wantExpired: []string{idAt(-hour), idAt(-2 * hour), idAt(-3 * hour), idAt(-4 * hour), idAt(-5 * hour), idAt(-6 * hour), idAt(-7 * hour), idAt(-8 * hour), idAt(-9 * hour), idAt(-10 * hour)},
 			wantRequeue: 10*hour + 20*minute + second,
 		},
@@ -308,7 +309,7 @@ func TestNext(t *testing.T) {
 			current:  irregular,
 			now:      at(90*minute + 999999999),
 			wantMint: 0, wantChanged: false, wantEpoch: 3, wantIssuedAt: 80 * minute,
-			wantKeys:    []wantKey{{idAt(140 * minute), 140 * minute, 200 * minute, 380 * minute}, {idAt(80 * minute), 80 * minute, 140 * minute, 320 * minute}, {A, 0, 80 * minute, 260 * minute}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}},
+			wantKeys:    []wantKey{{idAt(140 * minute), 140 * minute, 200 * minute, 380 * minute}, {idAt(80 * minute), 80 * minute, 140 * minute, 320 * minute}, {A, 0, 80 * minute, 4 * hour}, {D1, -hour, 0, 3 * hour}, {D2, -2 * hour, -hour, 2 * hour}},
 			wantRequeue: 2 * hour,
 		},
 		{
@@ -318,7 +319,7 @@ func TestNext(t *testing.T) {
 			current:  steady,
 			now:      at(150 * minute),
 			wantMint: 1, wantChanged: true, wantEpoch: 11, wantIssuedAt: 150 * minute,
-			wantKeys:    []wantKey{{"", 150*minute + second, 210*minute + second, 390*minute + second}, {S, hour, 150*minute + second, 330*minute + second}, {A, 0, hour, 4 * hour}, {D1, -hour, 0, 3 * hour}},
+			wantKeys:    []wantKey{{"", 150*minute + second, 210*minute + second, 390*minute + second}, {S, hour, 150*minute + second, 5 * hour}, {A, 0, hour, 4 * hour}, {D1, -hour, 0, 3 * hour}},
 			wantExpired: []string{D2, D3},
 			wantRequeue: 150*minute + second,
 		},
@@ -573,6 +574,7 @@ func simulate(t *testing.T, p keyring.Policy, rotate bool, rng *rand.Rand) {
 		fresh   = map[string]bool{}      // keys minted for a fresh ring
 		rotated = map[string]bool{}      // keys whose activeFrom a rotate-now set
 		gone    = map[string]bool{}      // keys dropped
+		atBound = map[string]bool{}      // keys activating at their predecessor's bound
 		requeue time.Time
 		secrets int
 	)
@@ -592,8 +594,8 @@ func simulate(t *testing.T, p keyring.Policy, rotate bool, rng *rand.Rand) {
 		confirmed := rng.IntN(100) < 50
 		plan := keyring.Next(now, p, cur, keyring.Inputs{RotateNow: rotateNow, StagedSince: stagedSince, Confirmed: confirmed})
 		if p.Confirm != nil && !p.Confirm.Promote && len(cur.Keys) > 1 && now.Before(cur.Keys[0].ActiveFrom) {
-			// Under confirmation without a deadline, a held key activates
-			// only when confirmed.
+			// Under Wait, a held key activates before its ceiling (its
+			// published ActiveFrom) only when confirmed.
 			if k := plan.Ring.Keys; len(k) > 1 && k[1].ID == cur.Keys[0].ID && !nowS.Before(k[1].ActiveFrom) && !confirmed {
 				fail("held key %s activated unconfirmed", k[1].ID)
 			}
@@ -712,6 +714,14 @@ func simulate(t *testing.T, p keyring.Policy, rotate bool, rng *rand.Rand) {
 			fail("published with %d active and %d staged keys\nnext: %v", active, staged, gotKeys(next.Keys))
 		}
 
+		// The bound: no key's times imply a life beyond (retainedKeys+1) x
+		// rotationInterval plus the confirmation ceiling.
+		for _, k := range next.Keys {
+			if life := k.ExpiresAt.Sub(k.ActiveFrom); life > p.MaxKeyLife() {
+				fail("key %s lives %s, more than %s\nnext: %v", k.ID, life, p.MaxKeyLife(), gotKeys(next.Keys))
+			}
+		}
+
 		// Size: at most retainedKeys retired keys, the active and the
 		// staged one, however many rotate-now requests came.
 		if limit := p.RetainedKeys + 2; len(next.Keys) > limit {
@@ -721,11 +731,16 @@ func simulate(t *testing.T, p keyring.Policy, rotate bool, rng *rand.Rand) {
 		// Delivery: a key staged when first published was delivered at
 		// least activationDelay before it activated; only a fresh ring's
 		// first key activates at its publication.
-		for _, k := range next.Keys {
+		// The one exception: a key that replaces one at the end of its
+		// life (the operator came back late) activates at that bound.
+		for i, k := range next.Keys {
 			fp := first[k.ID]
+			if i+1 < len(next.Keys) && k.ActiveFrom.Equal(next.Keys[i+1].ActiveFrom.Add(p.MaxKeyLife())) {
+				atBound[k.ID] = true
+			}
 			switch {
 			case k.ActiveFrom.After(fp):
-				if k.ActiveFrom.Sub(fp) < p.ActivationDelay {
+				if k.ActiveFrom.Sub(fp) < p.ActivationDelay && !atBound[k.ID] {
 					fail("key %s published at t0%+v activates at t0%+v: staged less than activationDelay", k.ID, fp.Sub(t0), k.ActiveFrom.Sub(t0))
 				}
 			case k.ActiveFrom.Equal(fp) && fresh[k.ID]:
@@ -819,13 +834,19 @@ func TestPlanWithoutMint(t *testing.T) {
 }
 
 // TestNextConfirmation follows a ring under confirmation: its staged key is
-// held, activates only once due and confirmed (or, under Promote, at the
-// timeout), and the times every replica goes by follow the decision.
+// held, activates once due and confirmed, and otherwise by the clock at its
+// ceiling (under Promote, at the timeout), never later; and the times every
+// replica goes by follow the decision.
 func TestNextConfirmation(t *testing.T) {
 	wait := std
-	wait.Confirm = &keyring.Confirm{Timeout: 10 * minute}
+	wait.Confirm = &keyring.Confirm{Timeout: 10 * minute, MaxDelay: 30 * minute}
 	promote := std
 	promote.Confirm = &keyring.Confirm{Timeout: 10 * minute, Promote: true}
+	lowered := std
+	lowered.Confirm = &keyring.Confirm{Timeout: 10 * minute, MaxDelay: 15 * minute}
+	// slow stages each key 50m ahead: a reconcile that comes late mints a
+	// successor due past the active key's interval.
+	slow := keyring.Policy{RotationInterval: hour, RetainedKeys: 3, ActivationDelay: 50 * minute, Confirm: wait.Confirm}
 	publish := func(p keyring.Plan) keyring.Ring {
 		t.Helper()
 		secrets := make([]keyring.Secret, p.Mint)
@@ -841,8 +862,9 @@ func TestNextConfirmation(t *testing.T) {
 	// A new ring at t0 under each policy: A active, S held.
 	held := publish(keyring.Next(t0, wait, keyring.Ring{Name: "shop/web"}, keyring.Inputs{}))
 	heldP := publish(keyring.Next(t0, promote, keyring.Ring{Name: "shop/web"}, keyring.Inputs{}))
+	heldSlow := publish(keyring.Next(t0, slow, keyring.Ring{Name: "shop/web"}, keyring.Inputs{}))
 	S, A := held.Keys[0].ID, held.Keys[1].ID
-	hold := keyring.WaitHold
+	const ceiling = 30 * minute
 
 	tests := []struct {
 		name   string
@@ -853,59 +875,86 @@ func TestNextConfirmation(t *testing.T) {
 
 		wantMint                          int
 		wantChanged, wantPromoted, wantAw bool
+		wantUnconfirmed                   string
 		wantDue                           time.Duration // 0: none
 		wantKeys                          []wantKey     // ids "" are minted; only ActiveFrom is compared
 		wantRequeue                       time.Duration
 	}{
 		{
-			name: "a new ring: the staged key is held a WaitHold past its due time", policy: wait, ring: keyring.Ring{Name: "shop/web"}, now: t0,
+			name: "a new ring: the staged key is held to its ceiling, maxDelay past its due time", policy: wait, ring: keyring.Ring{Name: "shop/web"}, now: t0,
 			wantMint: 2, wantChanged: true, wantDue: hour,
-			wantKeys: []wantKey{{activeFrom: hour + hold}, {activeFrom: 0}}, wantRequeue: hour,
+			wantKeys: []wantKey{{activeFrom: hour + ceiling}, {activeFrom: 0}}, wantRequeue: hour,
 		},
 		{
 			name: "not due yet: confirmed or not, nothing changes", policy: wait, ring: held, now: at(hour - second), in: keyring.Inputs{Confirmed: true},
-			wantDue: hour, wantKeys: []wantKey{{id: S, activeFrom: hour + hold}, {id: A}}, wantRequeue: hour,
+			wantDue: hour, wantKeys: []wantKey{{id: S, activeFrom: hour + ceiling}, {id: A}}, wantRequeue: hour,
 		},
 		{
 			name: "due and not confirmed: it waits, and the active key keeps encrypting", policy: wait, ring: held, now: at(hour),
-			wantAw: true, wantDue: hour, wantKeys: []wantKey{{id: S, activeFrom: hour + hold}, {id: A}}, wantRequeue: hour + hold,
+			wantAw: true, wantDue: hour, wantKeys: []wantKey{{id: S, activeFrom: hour + ceiling}, {id: A}}, wantRequeue: hour + ceiling,
+		},
+		{
+			name: "a second before its ceiling, unconfirmed: the hold is not pushed further", policy: wait, ring: held, now: at(hour + ceiling - second),
+			wantAw: true, wantDue: hour, wantKeys: []wantKey{{id: S, activeFrom: hour + ceiling}, {id: A}}, wantRequeue: hour + ceiling,
+		},
+		{
+			name: "at its ceiling, unconfirmed: it activated by the clock, the plan says so, and its successor is held", policy: wait, ring: held, now: at(hour + ceiling),
+			wantMint: 1, wantChanged: true, wantUnconfirmed: S, wantDue: 2*hour + ceiling,
+			wantKeys: []wantKey{{activeFrom: 2*hour + 2*ceiling}, {id: S, activeFrom: hour + ceiling}, {id: A}}, wantRequeue: 2*hour + ceiling,
+		},
+		{
+			name: "found past its ceiling (the operator was down): the same", policy: wait, ring: held, now: at(2 * hour),
+			wantMint: 1, wantChanged: true, wantUnconfirmed: S, wantDue: 2*hour + ceiling,
+			wantKeys: []wantKey{{activeFrom: 2*hour + 2*ceiling}, {id: S, activeFrom: hour + ceiling}, {id: A}}, wantRequeue: 2*hour + ceiling,
 		},
 		{
 			name: "due and confirmed: it activates now, and its successor is minted, held", policy: wait, ring: held, now: at(hour), in: keyring.Inputs{Confirmed: true},
 			wantMint: 1, wantChanged: true, wantPromoted: true, wantDue: 2 * hour,
-			wantKeys: []wantKey{{activeFrom: 2*hour + hold}, {id: S, activeFrom: hour}, {id: A}}, wantRequeue: 2 * hour,
+			wantKeys: []wantKey{{activeFrom: 2*hour + ceiling}, {id: S, activeFrom: hour}, {id: A}}, wantRequeue: 2 * hour,
 		},
 		{
-			name: "confirmed late: it activates when confirmed, and the next one falls due an interval later", policy: wait, ring: held, now: at(3 * hour), in: keyring.Inputs{Confirmed: true},
-			wantMint: 1, wantChanged: true, wantPromoted: true, wantDue: 4 * hour,
-			wantKeys: []wantKey{{activeFrom: 4*hour + hold}, {id: S, activeFrom: 3 * hour}, {id: A}}, wantRequeue: 4 * hour,
-		},
-		{
-			name: "its hold runs short while it waits: it is held further", policy: wait, ring: held, now: at(hour + hold - minute),
-			wantChanged: true, wantAw: true, wantDue: hour,
-			wantKeys: []wantKey{{id: S, activeFrom: hour + hold - minute + hold}, {id: A}}, wantRequeue: hour + hold - minute + hold,
+			name: "confirmed late, under the ceiling: it activates when confirmed, and the next one falls due an interval later", policy: wait, ring: held, now: at(hour + 20*minute), in: keyring.Inputs{Confirmed: true},
+			wantMint: 1, wantChanged: true, wantPromoted: true, wantDue: 2*hour + 20*minute,
+			wantKeys: []wantKey{{activeFrom: 2*hour + 20*minute + ceiling}, {id: S, activeFrom: hour + 20*minute}, {id: A}}, wantRequeue: 2*hour + 20*minute,
 		},
 		{
 			name: "under Promote, the held key activates by the clock at the timeout", policy: promote, ring: heldP, now: at(hour + 10*minute),
-			wantMint: 1, wantChanged: true, wantDue: 2*hour + 10*minute,
+			wantMint: 1, wantChanged: true, wantUnconfirmed: heldP.Keys[0].ID, wantDue: 2*hour + 10*minute,
 			wantKeys: []wantKey{{activeFrom: 2*hour + 20*minute}, {id: heldP.Keys[0].ID, activeFrom: hour + 10*minute}, {id: heldP.Keys[1].ID}}, wantRequeue: 2*hour + 10*minute,
 		},
 		{
-			name: "rotate-now moves the due time, not the activation", policy: wait, ring: held, now: at(20 * minute),
+			name: "rotate-now moves the due time, and the ceiling with it", policy: wait, ring: held, now: at(20 * minute),
 			in:          keyring.Inputs{RotateNow: true, StagedSince: sinceMap(map[string]time.Time{S: t0})},
 			wantChanged: true, wantAw: true, wantDue: 20 * minute,
-			wantKeys: []wantKey{{id: S, activeFrom: hour + hold}, {id: A}}, wantRequeue: hour + hold,
+			wantKeys: []wantKey{{id: S, activeFrom: 20*minute + ceiling}, {id: A}}, wantRequeue: 20*minute + ceiling,
 		},
 		{
 			name: "rotate-now, confirmed: the staged key activates now", policy: wait, ring: held, now: at(20 * minute),
 			in:       keyring.Inputs{RotateNow: true, Confirmed: true, StagedSince: sinceMap(map[string]time.Time{S: t0})},
 			wantMint: 1, wantChanged: true, wantPromoted: true, wantDue: hour + 20*minute,
-			wantKeys: []wantKey{{activeFrom: hour + 20*minute + hold}, {id: S, activeFrom: 20 * minute}, {id: A}}, wantRequeue: hour + 20*minute,
+			wantKeys: []wantKey{{activeFrom: hour + 20*minute + ceiling}, {id: S, activeFrom: 20 * minute}, {id: A}}, wantRequeue: hour + 20*minute,
+		},
+		{
+			name: "a lowered maxDelay brings the held key back under the new ceiling", policy: lowered, ring: held, now: at(30 * minute),
+			wantChanged: true, wantDue: hour,
+			wantKeys: []wantKey{{id: S, activeFrom: hour + 15*minute}, {id: A}}, wantRequeue: hour,
+		},
+		{
+			name: "a lowered maxDelay already past: the held key activates now, unconfirmed", policy: lowered, ring: held, now: at(hour + 20*minute),
+			wantMint: 1, wantChanged: true, wantUnconfirmed: S, wantDue: 2*hour + 20*minute,
+			wantKeys: []wantKey{{activeFrom: 2*hour + 35*minute}, {id: S, activeFrom: hour + 20*minute}, {id: A}}, wantRequeue: 2*hour + 20*minute,
+		},
+		{
+			name: "a successor minted late eats into its own hold, not into the active key's bound", policy: slow, ring: heldSlow, now: at(hour + ceiling + 20*minute),
+			// S activated at 1h30m; staged 50m from now, its successor is
+			// due at 2h40m, past S's interval: held to 1h30m + 1h + 30m.
+			wantMint: 1, wantChanged: true, wantUnconfirmed: heldSlow.Keys[0].ID, wantDue: 2*hour + 40*minute,
+			wantKeys: []wantKey{{activeFrom: 3 * hour}, {id: heldSlow.Keys[0].ID, activeFrom: hour + ceiling}, {id: heldSlow.Keys[1].ID}}, wantRequeue: 2*hour + 40*minute,
 		},
 		{
 			name: "confirmation turned on: an unheld staged key with time to spare is held", policy: wait, ring: steadyRing(), now: at(30 * minute),
 			wantChanged: true, wantDue: hour,
-			wantKeys: []wantKey{{id: idAt(hour), activeFrom: hour + hold}, {id: idAt(0)}, {id: idAt(-hour)}, {id: idAt(-2 * hour)}, {id: idAt(-3 * hour)}}, wantRequeue: hour,
+			wantKeys: []wantKey{{id: idAt(hour), activeFrom: hour + ceiling}, {id: idAt(0)}, {id: idAt(-hour)}, {id: idAt(-2 * hour)}, {id: idAt(-3 * hour)}}, wantRequeue: hour,
 		},
 		{
 			name: "confirmation turned on too late to reach every replica: the staged key activates as published", policy: wait, ring: steadyRing(), now: at(58 * minute),
@@ -922,6 +971,9 @@ func TestNextConfirmation(t *testing.T) {
 			if p.Mint != tc.wantMint || p.Changed != tc.wantChanged || p.Promoted != tc.wantPromoted || p.Awaiting != tc.wantAw {
 				t.Errorf("Mint %d Changed %v Promoted %v Awaiting %v; want %d %v %v %v", p.Mint, p.Changed, p.Promoted, p.Awaiting, tc.wantMint, tc.wantChanged, tc.wantPromoted, tc.wantAw)
 			}
+			if p.Unconfirmed != tc.wantUnconfirmed {
+				t.Errorf("Unconfirmed = %q, want %q", p.Unconfirmed, tc.wantUnconfirmed)
+			}
 			var wantDue time.Time
 			if tc.wantDue != 0 {
 				wantDue = at(tc.wantDue)
@@ -936,6 +988,9 @@ func TestNextConfirmation(t *testing.T) {
 				k := p.Ring.Keys[i]
 				if k.ID != w.id || (i == 0 || w.activeFrom != 0) && !k.ActiveFrom.Equal(at(w.activeFrom)) {
 					t.Errorf("key %d = %s from t0%+v, want %q from t0%+v", i, k.ID, k.ActiveFrom.Sub(t0), w.id, w.activeFrom)
+				}
+				if life := k.ExpiresAt.Sub(k.ActiveFrom); life > tc.policy.MaxKeyLife() {
+					t.Errorf("key %d lives %s, more than %s", i, life, tc.policy.MaxKeyLife())
 				}
 			}
 			if got := p.RequeueAt.Sub(t0); got != tc.wantRequeue {
