@@ -101,7 +101,7 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 	out.Current.Name = in.owner.RingName()
 	newest := newestSnapshot(snaps)
 	src := r.keySource(ctx, in)
-	sh := r.share(ctx, in, src, out.Current, newest, now)
+	sh := r.share(ctx, in, src, policy, out.Current, newest, now)
 
 	confirmed, err := r.confirm(ctx, in, policy, &out)
 	if err != nil {
@@ -172,8 +172,8 @@ func (r *rings) decide(ctx context.Context, sh *sharing, plan *keyring.Plan, nex
 		req.Shared = sh.localVersion()
 		return plan.Changed, nil
 	}
-	publish, version, err := r.sync(ctx, sh, *next, *req, out)
-	req.Shared = version
+	publish, serve, version, err := r.sync(ctx, sh, *plan, *next, *req, out)
+	*next, req.Shared = serve, version
 	if err != nil {
 		// Nothing of this plan is published: a request it carried out is
 		// carried out again, or found carried out by the winner, next time.
@@ -232,7 +232,7 @@ func (r *rings) plan(ctx context.Context, in ring, history keyring.History, poli
 		return plan, plan.Ring, req, nil
 	}
 	plan = keyring.Next(out.Now, policy, sh.base(out.Current), inputs)
-	next, mintErr = r.mint(ctx, src, plan)
+	next, mintErr = r.mint(ctx, src, sh, plan)
 	switch {
 	case mintErr != nil:
 		rotationsTotal.WithLabelValues("failure").Inc()
@@ -343,6 +343,9 @@ func mintError(err error) error {
 type keySource struct {
 	cks *v1alpha1.ClusterKeySource
 	err error
+	// nsLabels are a TicketKeyRing's namespace's labels, which the key
+	// source's selectors match.
+	nsLabels labels.Set
 }
 
 // keySource reads the ClusterKeySource the ring names, if any, and checks
@@ -370,17 +373,21 @@ func (r *rings) keySource(ctx context.Context, in ring) keySource {
 	if err := mint.Allowed(cks, in.namespace, nsLabels); err != nil {
 		return keySource{err: err}
 	}
-	return keySource{cks: cks}
+	return keySource{cks: cks, nsLabels: nsLabels}
 }
 
 // mint gives the plan's new keys their secrets, all or none, from the
-// ring's key source.
-func (r *rings) mint(ctx context.Context, src keySource, plan keyring.Plan) (keyring.Ring, error) {
+// ring's key source: a shared ring's under the key source's budget for
+// shared rings.
+func (r *rings) mint(ctx context.Context, src keySource, sh *sharing, plan keyring.Plan) (keyring.Ring, error) {
 	if plan.Mint == 0 {
 		return plan.Ring, nil
 	}
 	if src.err != nil {
 		return keyring.Ring{}, src.err
+	}
+	if sh != nil && sh.store != nil {
+		return sh.store.Fill(ctx, plan)
 	}
 	source, err := r.Sources.For(ctx, src.cks)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +30,8 @@ type sharing struct {
 	store *mint.Shared
 	entry string
 	local sharedring.Local
+	// policy is the ring's own, which the entry must record.
+	policy sharedring.Policy
 	// read is the newest version read; nil when the entry does not exist.
 	read *sharedring.Record
 	// planFrom is the ring to plan from (sharedring.Base), when err is nil.
@@ -43,17 +46,28 @@ type sharing struct {
 	adoptions *sync.Map
 }
 
-// share reads the ring's shared entry; nil for a ring whose key source does
-// not share rings (or cannot be used: minting then says why).
-func (r *rings) share(ctx context.Context, in ring, src keySource, local keyring.Ring, newest *corev1.Secret, now time.Time) *sharing {
+// share reads the ring's shared entry; nil for a ring its key source does
+// not share (or that cannot use it: minting then says why). A TicketKeyRing
+// of a namespace the key source's sharedRings.namespaceSelector does not
+// select is not shared: it mints from the key source and keeps its keys in
+// this cluster, and never reads the entry its name would have.
+func (r *rings) share(ctx context.Context, in ring, src keySource, policy keyring.Policy, local keyring.Ring, newest *corev1.Secret, now time.Time) *sharing {
 	if src.err != nil || src.cks == nil {
 		return nil
 	}
-	store, err := r.Sources.Shared(ctx, src.cks)
+	shared, err := mint.Shares(src.cks, in.namespace, src.nsLabels)
+	if !shared && err == nil {
+		return nil
+	}
+	var store *mint.Shared
+	if err == nil {
+		store, err = r.Sources.Shared(ctx, src.cks)
+	}
 	if store == nil && err == nil {
 		return nil
 	}
-	sh := &sharing{store: store, local: sharedring.Local{Ring: local, Version: distribute.SharedVersion(newest)}, err: err, adoptions: &r.adoptions}
+	sh := &sharing{store: store, local: sharedring.Local{Ring: local, Version: distribute.SharedVersion(newest)},
+		policy: sharedring.PolicyOf(policy), err: err, adoptions: &r.adoptions}
 	if in.status.Shared != nil {
 		sh.status = *in.status.Shared
 	}
@@ -67,17 +81,31 @@ func (r *rings) share(ctx context.Context, in ring, src keySource, local keyring
 			Err: errors.New("spec.confirmation cannot gate a ring shared across clusters: one cluster's pods cannot confirm for every cluster; remove it or use a key source without sharedRings")}
 		return sh
 	}
-	ctx, cancel := r.Sources.WithTimeout(ctx)
-	defer cancel()
+	// The read runs under the key source's budget (mint.Shared): a Vault
+	// that does not answer fails it within mint.SharedReadTimeout.
 	if sh.read, sh.err = store.Read(ctx, sh.entry, local.Name); sh.err != nil {
 		return sh
 	}
 	sh.status.LastSyncTime = &metav1.Time{Time: now.Truncate(time.Second)}
-	if sh.planFrom, err = sharedring.Base(sh.local, sh.read); err != nil {
+	var mismatch *sharedring.Mismatch
+	switch sh.planFrom, err = sharedring.Base(sh.local, sh.policy, sh.read); {
+	case errors.As(err, &mismatch):
+		sh.err = &mint.Error{Reason: v1alpha1.ReasonSharedRingPolicyMismatch,
+			Err: fmt.Errorf("shared ring %s version %d: %w. Another cluster wrote it under its own spec: this cluster writes nothing to the entry and adopts none of its keys. Give %s the same values as the other clusters, or, to change the policy everywhere, change every cluster's spec, then delete the entry's current version (vault kv delete %s) for the first cluster to write to seed it again",
+				sh.status.Path, sh.read.Version, err, strings.Join(prefixed("spec.", mismatch.Fields), ", "), sh.status.Path)}
+	case err != nil:
 		sh.err = &mint.Error{Reason: v1alpha1.ReasonSharedRingRolledBack,
 			Err: fmt.Errorf("shared ring %s: %w; delete the entry in Vault to have this cluster seed it again from the keys it serves", sh.status.Path, err)}
 	}
 	return sh
+}
+
+func prefixed(prefix string, names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = prefix + n
+	}
+	return out
 }
 
 // base is the ring to plan from: the entry's, when it can be used.
@@ -134,45 +162,48 @@ func (sh *sharing) problem() *ringstatus.Problem {
 }
 
 // sync brings the ring's shared entry and this cluster in line with next,
-// planned from the entry: it writes next as the entry's next version when it
-// differs from the entry, and says whether to publish next here, under
-// which entry version. A write that loses the race publishes nothing: the
-// next pass, lostRaceRetry later, adopts the winner's version.
-func (r *rings) sync(ctx context.Context, sh *sharing, next keyring.Ring, req distribute.Requests, out *ringstatus.Outcome) (publish bool, version int64, err error) {
+// planned from the entry by plan: it writes next as the entry's next
+// version when plan is a real rotation (sharedring.Decide), and says which
+// ring to publish here (next, or the entry's ring with its keys' times as
+// written), whether to, and under which entry version. A write that loses
+// the race publishes nothing: the next pass, lostRaceRetry later, adopts
+// the winner's version.
+func (r *rings) sync(ctx context.Context, sh *sharing, plan keyring.Plan, next keyring.Ring, req distribute.Requests, out *ringstatus.Outcome) (publish bool, serve keyring.Ring, version int64, err error) {
 	version = sh.local.Version
 	if sh.read != nil {
 		version = sh.read.Version
 	}
-	if !sharedring.MustWrite(next, sh.read) {
-		publish = !sharedring.Same(next, out.Current)
+	change := sharedring.Change{Minted: plan.Mint, Dropped: len(plan.Expired),
+		Request: (req.Rotate != "" && !sh.read.Handled(req.Rotate)) || (req.Revoke != "" && !sh.read.Revoked(req.Revoke))}
+	write, serve := sharedring.Decide(next, change, sh.read)
+	if !write {
+		publish = !sharedring.Same(serve, out.Current)
 		if publish {
 			// Now, not the reconcile's start: the version may have been
 			// written after it.
 			sh.adopted(r.Clock.Now())
 		}
-		return publish, version, nil
+		return publish, serve, version, nil
 	}
 	var cas int64
 	if sh.read != nil {
 		cas = sh.read.Version
 	}
-	wctx, cancel := r.Sources.WithTimeout(ctx)
-	defer cancel()
-	rec, err := sh.store.Write(wctx, sh.entry, cas, sh.read.Next(next, req.Rotate, req.Revoke))
+	rec, err := sh.store.Write(ctx, sh.entry, cas, sh.read.Next(next, sh.policy, req.Rotate, req.Revoke))
 	switch {
 	case errors.Is(err, mint.ErrLostRace):
 		sharedWritesTotal.WithLabelValues("lost").Inc()
 		log.FromContext(ctx).Info("Lost the race to write the shared ring; adopting the winner's version", "entry", sh.status.Path, "version", cas+1)
-		return false, version, err
+		return false, next, version, err
 	case err != nil:
-		return false, version, err
+		return false, next, version, err
 	}
 	sharedWritesTotal.WithLabelValues("won").Inc()
 	sh.read = &rec
 	sh.status.Version, sh.status.VersionTime = rec.Version, &metav1.Time{Time: rec.Created.Truncate(time.Second)}
 	sh.status.PropagationDelay, sh.status.Writer = &metav1.Duration{}, "Local"
 	log.FromContext(ctx).Info("Wrote shared ring version", "entry", sh.status.Path, "version", rec.Version)
-	return true, rec.Version, nil
+	return true, next, rec.Version, nil
 }
 
 // adopted records that this cluster publishes the version it read, which

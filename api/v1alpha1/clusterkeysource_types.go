@@ -55,17 +55,21 @@ type VaultSource struct {
 	// +required
 	Auth VaultAuth `json:"auth"`
 
-	// sharedRings, when set, shares every ring that names this key source
-	// with the other clusters whose key sources name the same location: the
-	// ring's state (its keys, their times, the requests carried out) lives
-	// in a Vault KV v2 entry, and every cluster serves the keys it holds.
-	// One cluster writes each rotation, with check-and-set on the version it
+	// sharedRings, when set, shares rings that name this key source with
+	// the other clusters whose key sources name the same location: every
+	// ClusterTicketKeyRing, and the TicketKeyRings of the namespaces that
+	// sharedRings.namespaceSelector selects. A shared ring's state (its
+	// keys, their times, its policy, the requests carried out) lives in a
+	// Vault KV v2 entry, and every cluster serves the keys it holds. One
+	// cluster writes each rotation, with check-and-set on the version it
 	// read; the others adopt it. A TicketKeyRing's entry is
 	// <path>/namespaces/<namespace>/<name>, a ClusterTicketKeyRing's
-	// <path>/cluster/<name>, so a tenant reaches only its own namespace's
-	// entries. Each operator reads the entry every activationDelay/4
-	// (between 1s and 30s): a ring's activationDelay must cover that plus
-	// delivery to pods in the slowest cluster.
+	// <path>/cluster/<name>: whoever owns a namespace of that name in any
+	// cluster sharing the path owns the entry, so share a namespace only
+	// where its name means the same owner in every such cluster. Each
+	// operator reads the entry every activationDelay/4 (between 1s and
+	// 30s): a ring's activationDelay must cover that plus delivery to pods
+	// in the slowest cluster.
 	// +optional
 	SharedRings *VaultSharedRings `json:"sharedRings,omitempty"`
 }
@@ -87,6 +91,20 @@ type VaultSharedRings struct {
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_.-]+(/[a-zA-Z0-9_.-]+)*$`
 	// +required
 	Path string `json:"path"`
+
+	// namespaceSelector chooses the namespaces whose TicketKeyRings are
+	// shared across clusters, among those the key source's own
+	// spec.namespaceSelector lets mint from it. Sharing hands a ring's live
+	// keys to every cluster whose key source names this path, and the
+	// entry to whoever owns a namespace of the same name there: select
+	// only namespaces whose name means the same owner in every such
+	// cluster. When omitted, no TicketKeyRing is shared: TicketKeyRings
+	// that name this key source mint from it and keep their keys in their
+	// own cluster, and read no entry. {} shares every allowed namespace.
+	// ClusterTicketKeyRings, which cluster administrators write, are always
+	// shared.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 
 	// maxVersions is how many versions Vault keeps of each ring's entry;
 	// older ones are removed for good. Versions that hold a key the newest

@@ -93,6 +93,13 @@ const (
 	// shared ring cannot do (spec.confirmation, which one cluster's fleet
 	// cannot give for all).
 	ReasonSharedRingUnsupported = "SharedRingUnsupported"
+	// ReasonSharedRingPolicyMismatch: the ring's policy (rotationInterval,
+	// retainedKeys, activationDelay, confirmation) differs from the one its
+	// shared entry in Vault records, which another cluster wrote. The
+	// cluster writes nothing to the entry, adopts none of its keys and
+	// publishes nothing new; its expired keys are still destroyed. The
+	// message names the fields that differ.
+	ReasonSharedRingPolicyMismatch = "SharedRingPolicyMismatch"
 )
 
 // Reasons of a CertificatePolicy's conditions. It also uses ReasonInvalidSpec.

@@ -1,6 +1,7 @@
 package mint
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,10 +9,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	vault "github.com/hashicorp/vault/api"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/sharedring"
 )
 
@@ -22,12 +25,38 @@ var ErrLostRace = errors.New("another operator wrote the shared ring first")
 // Shared is where a key source keeps shared rings: entries of Vault's KV v2
 // engine, read and written with the key source's own Vault client and
 // token.
+//
+// Every Vault call of a shared ring runs under the key source's budget, so
+// that a Vault that does not answer holds up only the rings that use it: at
+// most SharedCalls calls of one key source at once, a call that finds them
+// all in progress gives up after SharedWait, and a read gives up after
+// SharedReadTimeout. A reconcile worker is thus held by an unreachable Vault
+// for one read at most, and no more than SharedCalls workers at a time,
+// whatever the number of its rings; the ring fails closed meanwhile.
 type Shared struct {
 	vault       *Vault
 	kv          *vault.KVv2
 	mount, path string
 	maxVersions int
+	// readTimeout bounds each read, and writeTimeout each write or mint;
+	// zero means SharedReadTimeout and DefaultTimeout.
+	readTimeout, writeTimeout time.Duration
 }
+
+// The budget of a key source's shared rings.
+const (
+	// SharedCalls is how many Vault calls of one key source's shared rings
+	// run at once. It stays below the rings' workers (DefaultRingWorkers),
+	// so that one key source can never hold them all.
+	SharedCalls = 2
+	// SharedWait is how long a call waits for one of them. Calls to a Vault
+	// that answers take milliseconds.
+	SharedWait = 250 * time.Millisecond
+	// SharedReadTimeout bounds a read of a shared ring's entry, or of its
+	// metadata: a shared ring reads its entry every few seconds, and a read
+	// that fails is retried at the next sync.
+	SharedReadTimeout = 5 * time.Second
+)
 
 // DefaultMaxVersions is how many versions of an entry Vault keeps when the
 // key source does not say.
@@ -50,7 +79,7 @@ func (s *Shared) Location(entry string) string { return s.mount + "/" + entry }
 // exist. ring is the name the entry's ring must carry.
 func (s *Shared) Read(ctx context.Context, entry, ring string) (*sharedring.Record, error) {
 	var got *vault.KVSecret
-	err := s.vault.do(ctx, "read shared ring "+s.Location(entry), func() (err error) {
+	err := s.call(ctx, s.reads(), "read shared ring "+s.Location(entry), func(ctx context.Context) (err error) {
 		got, err = s.kv.Get(ctx, entry)
 		return err
 	})
@@ -85,7 +114,7 @@ func (s *Shared) Write(ctx context.Context, entry string, cas int64, rec sharedr
 		return rec, fmt.Errorf("encode shared ring %s: %w", s.Location(entry), err)
 	}
 	var put *vault.KVSecret
-	err = s.vault.do(ctx, "write shared ring "+s.Location(entry), func() (err error) {
+	err = s.call(ctx, s.writes(), "write shared ring "+s.Location(entry), func(ctx context.Context) (err error) {
 		put, err = s.kv.Put(ctx, entry, data, vault.WithCheckAndSet(int(cas)))
 		if lostRace(err) {
 			return ErrLostRace
@@ -117,14 +146,14 @@ func lostRace(err error) bool {
 // It returns the versions it destroyed.
 func (s *Shared) Sweep(ctx context.Context, entry string, current sharedring.Record) ([]int64, error) {
 	var meta *vault.KVMetadata
-	if err := s.vault.do(ctx, "read the metadata of shared ring "+s.Location(entry), func() (err error) {
+	if err := s.call(ctx, s.reads(), "read the metadata of shared ring "+s.Location(entry), func(ctx context.Context) (err error) {
 		meta, err = s.kv.GetMetadata(ctx, entry)
 		return err
 	}); err != nil {
 		return nil, err
 	}
 	if meta.MaxVersions != s.maxVersions || !meta.CASRequired {
-		if err := s.vault.do(ctx, "set the version limit of shared ring "+s.Location(entry), func() error {
+		if err := s.call(ctx, s.writes(), "set the version limit of shared ring "+s.Location(entry), func(ctx context.Context) error {
 			return s.kv.PutMetadata(ctx, entry, vault.KVMetadataPutInput{MaxVersions: s.maxVersions, CASRequired: true})
 		}); err != nil {
 			return nil, err
@@ -144,7 +173,7 @@ func (s *Shared) Sweep(ctx context.Context, entry string, current sharedring.Rec
 		return nil, nil
 	}
 	slices.Sort(stale)
-	if err := s.vault.do(ctx, "destroy old versions of shared ring "+s.Location(entry), func() error {
+	if err := s.call(ctx, s.writes(), "destroy old versions of shared ring "+s.Location(entry), func(ctx context.Context) error {
 		return s.kv.Destroy(ctx, entry, stale)
 	}); err != nil {
 		return nil, err
@@ -164,7 +193,7 @@ func (s *Shared) holdsStale(ctx context.Context, entry string, n int, v vault.KV
 		return true
 	}
 	var got *vault.KVSecret
-	if err := s.vault.do(ctx, "read shared ring "+s.Location(entry), func() (err error) {
+	if err := s.call(ctx, s.reads(), "read shared ring "+s.Location(entry), func(ctx context.Context) (err error) {
 		got, err = s.kv.GetVersion(ctx, entry, n)
 		return err
 	}); err != nil || got == nil || got.Data == nil {
@@ -172,6 +201,49 @@ func (s *Shared) holdsStale(ctx context.Context, entry string, n int, v vault.KV
 	}
 	old, err := sharedring.Decode(got.Data, current.Ring.Name)
 	return err != nil || sharedring.Stale(old.Ring, current.Ring)
+}
+
+// Fill mints the keys plan needs for a shared ring, under the key
+// source's budget, and returns the completed ring: all of them or none.
+func (s *Shared) Fill(ctx context.Context, plan keyring.Plan) (keyring.Ring, error) {
+	if plan.Mint == 0 {
+		return plan.Ring, nil
+	}
+	var secrets []keyring.Secret
+	if err := s.call(ctx, s.writes(), "mint keys", func(ctx context.Context) (err error) {
+		secrets, err = s.vault.Mint(ctx, plan.Mint)
+		return err
+	}); err != nil {
+		return keyring.Ring{}, err
+	}
+	next, err := plan.Fill(secrets)
+	if err != nil {
+		return keyring.Ring{}, &Error{Reason: v1alpha1.ReasonVaultBadResponse, Err: err}
+	}
+	return next, nil
+}
+
+func (s *Shared) reads() time.Duration { return cmp.Or(s.readTimeout, SharedReadTimeout) }
+
+func (s *Shared) writes() time.Duration { return cmp.Or(s.writeTimeout, DefaultTimeout) }
+
+// call runs one Vault call of a shared ring within timeout, under the key
+// source's budget: it waits at most SharedWait for one of the SharedCalls
+// slots, and fails with VaultUnavailable when none frees, without calling.
+func (s *Shared) call(ctx context.Context, timeout time.Duration, what string, req func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	wait := time.NewTimer(SharedWait)
+	defer wait.Stop()
+	select {
+	case s.vault.shared <- struct{}{}:
+	case <-wait.C:
+		return fail(v1alpha1.ReasonVaultUnavailable, "%s: the key source's %d Vault calls for shared rings are all in progress: vault answers slowly or not at all", what, SharedCalls)
+	case <-ctx.Done():
+		return classify(what, ctx.Err())
+	}
+	defer func() { <-s.vault.shared }()
+	return s.vault.do(ctx, what, func() error { return req(ctx) })
 }
 
 // do runs one request with a token that will outlive it, logging in again

@@ -61,7 +61,7 @@ func TestSharedWriteIsCheckAndSet(t *testing.T) {
 		t.Fatalf("Read of a missing entry = %v, %v; want nil, nil", rec, err)
 	}
 	var none *sharedring.Record
-	first, err := s.Write(ctx, entry, 0, none.Next(ringWith(t, 2), "r1", ""))
+	first, err := s.Write(ctx, entry, 0, none.Next(ringWith(t, 2), sharedring.Policy{}, "r1", ""))
 	if err != nil || first.Version != 1 {
 		t.Fatalf("first write: version %d, %v", first.Version, err)
 	}
@@ -69,7 +69,7 @@ func TestSharedWriteIsCheckAndSet(t *testing.T) {
 	if err != nil || got.Version != 1 || !sharedring.Same(got.Ring, first.Ring) || !got.Handled("r1") {
 		t.Fatalf("Read = %+v, %v; want version 1 holding what was written", got, err)
 	}
-	if _, err := s.Write(ctx, entry, 0, none.Next(ringWith(t, 2), "", "")); !errors.Is(err, ErrLostRace) {
+	if _, err := s.Write(ctx, entry, 0, none.Next(ringWith(t, 2), sharedring.Policy{}, "", "")); !errors.Is(err, ErrLostRace) {
 		t.Fatalf("a second first write = %v, want ErrLostRace", err)
 	}
 	if _, err := s.Read(ctx, entry, "shop/api"); Reason(err) != v1alpha1.ReasonVaultBadResponse {
@@ -88,7 +88,7 @@ func TestSharedWriteIsCheckAndSet(t *testing.T) {
 		)
 		for range 2 {
 			wg.Go(func() {
-				rec, err := s.Write(ctx, entry, cur.Version, cur.Next(ringWith(t, 2), "", ""))
+				rec, err := s.Write(ctx, entry, cur.Version, cur.Next(ringWith(t, 2), sharedring.Policy{}, "", ""))
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -118,19 +118,19 @@ func TestSharedSweepDestroysVersionsHoldingDroppedKeys(t *testing.T) {
 	ctx := context.Background()
 	entry := s.Entry("shop", "web")
 	var none *sharedring.Record
-	v1, err := s.Write(ctx, entry, 0, none.Next(ringWith(t, 3), "", ""))
+	v1, err := s.Write(ctx, entry, 0, none.Next(ringWith(t, 3), sharedring.Policy{}, "", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// v2 keeps every key of v1 (only its epoch differs); v3 drops v1's
 	// oldest key.
-	v2, err := s.Write(ctx, entry, 1, v1.Next(v1.Ring, "", ""))
+	v2, err := s.Write(ctx, entry, 1, v1.Next(v1.Ring, sharedring.Policy{}, "", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	kept := v2.Ring
 	kept.Keys = slices.Clone(kept.Keys[:2])
-	v3, err := s.Write(ctx, entry, 2, v2.Next(kept, "", ""))
+	v3, err := s.Write(ctx, entry, 2, v2.Next(kept, sharedring.Policy{}, "", ""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,8 +131,32 @@ func (s *Sources) vaultFor(ctx context.Context, cks *v1alpha1.ClusterKeySource) 
 	return src, nil
 }
 
+// Shares reports whether the key source shares the rings of namespace ns,
+// whose namespace carries nsLabels: a ClusterTicketKeyRing's (ns empty)
+// whenever it shares rings; a TicketKeyRing's only when
+// sharedRings.namespaceSelector matches its namespace. Sharing is the
+// administrator's act: without a selector, no TicketKeyRing is shared.
+func Shares(cks *v1alpha1.ClusterKeySource, ns string, nsLabels labels.Set) (bool, error) {
+	if cks == nil || cks.Spec.Vault == nil || cks.Spec.Vault.SharedRings == nil {
+		return false, nil
+	}
+	if ns == "" {
+		return true, nil
+	}
+	sel := cks.Spec.Vault.SharedRings.NamespaceSelector
+	if sel == nil {
+		return false, nil
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return false, fail(v1alpha1.ReasonVaultConfig, "ClusterKeySource %s has an invalid spec.vault.sharedRings.namespaceSelector: %v", cks.Name, err)
+	}
+	return s.Matches(nsLabels), nil
+}
+
 // Shared returns where a key source keeps shared rings, with its Vault
-// client; nil when the key source does not share rings.
+// client; nil when the key source does not share rings (see Shares for
+// whose).
 func (s *Sources) Shared(ctx context.Context, cks *v1alpha1.ClusterKeySource) (*Shared, error) {
 	if cks == nil || cks.Spec.Vault == nil || cks.Spec.Vault.SharedRings == nil {
 		return nil, nil
@@ -144,7 +168,8 @@ func (s *Sources) Shared(ctx context.Context, cks *v1alpha1.ClusterKeySource) (*
 	sr := cks.Spec.Vault.SharedRings
 	mount := strings.Trim(cmp.Or(sr.Mount, "secret"), "/")
 	return &Shared{vault: v, kv: v.client.KVv2(mount), mount: mount, path: strings.Trim(sr.Path, "/"),
-		maxVersions: cmp.Or(int(sr.MaxVersions), DefaultMaxVersions)}, nil
+		maxVersions: cmp.Or(int(sr.MaxVersions), DefaultMaxVersions),
+		readTimeout: min(s.timeout(), SharedReadTimeout), writeTimeout: s.timeout()}, nil
 }
 
 // WithTimeout bounds one exchange with a key source, as a mint is bounded.

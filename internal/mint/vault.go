@@ -96,6 +96,10 @@ type Vault struct {
 	token  string
 	expiry time.Time // zero: the token does not expire
 	renew  bool
+
+	// shared holds one token per Vault call of a shared ring in progress:
+	// the key source's budget (see Shared).
+	shared chan struct{}
 }
 
 // NewVault returns a Vault source. It does not contact Vault. Its client
@@ -144,7 +148,7 @@ func NewVault(o VaultOptions) (*Vault, error) {
 	if path == "" {
 		path = "sys/tools/random"
 	}
-	return &Vault{client: c, path: path, login: o.Login, now: now}, nil
+	return &Vault{client: c, path: path, login: o.Login, now: now, shared: make(chan struct{}, SharedCalls)}, nil
 }
 
 // Check makes sure the source can mint: it logs in (or reuses its token)

@@ -1,7 +1,8 @@
 // Package sharedring is the pure domain of a ring shared across clusters
 // through one Vault KV v2 entry: the entry's encoding, which ring a
-// cluster plans from, whether it must write or publish, and which old
-// versions of the entry must be destroyed.
+// cluster plans from, whether its policy agrees with the entry's, whether
+// it must write or only adopt, and which old versions of the entry must be
+// destroyed.
 //
 // The entry's version is the shared epoch. Writers use check-and-set on the
 // version they read, so that two clusters can never write different keys
@@ -16,6 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
@@ -26,6 +29,7 @@ import (
 const (
 	RingField     = "ticketkeys.json"
 	RequestsField = "requests.json"
+	PolicyField   = "policy.json"
 )
 
 // MaxRequests bounds how many carried-out requests of each kind an entry
@@ -44,6 +48,9 @@ type Record struct {
 	// Requests are the rotate-now and revoke requests carried out by this
 	// version and the ones before it, newest first.
 	Requests Requests
+	// Policy is the policy of the ring that wrote the version; nil for a
+	// version written before entries recorded one.
+	Policy *Policy
 	// Deleted says the version was deleted or destroyed by hand: it holds
 	// no ring, and the next write seeds the entry again.
 	Deleted bool
@@ -67,10 +74,10 @@ func (r *Record) Revoked(request string) bool {
 }
 
 // Next is the record to write after r (nil: the entry does not exist yet):
-// ring, carrying out the given requests ("" for none). Its Version is the
-// one the write creates when it wins.
-func (r *Record) Next(ring keyring.Ring, rotate, revoke string) Record {
-	next := Record{Version: 1, Ring: ring}
+// ring, planned under policy, carrying out the given requests ("" for
+// none). Its Version is the one the write creates when it wins.
+func (r *Record) Next(ring keyring.Ring, policy Policy, rotate, revoke string) Record {
+	next := Record{Version: 1, Ring: ring, Policy: &policy}
 	var prev Requests
 	if r != nil {
 		next.Version, prev = r.Version+1, r.Requests
@@ -100,17 +107,26 @@ func Encode(r Record) (map[string]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{RingField: string(ring), RequestsField: string(req)}, nil
+	data := map[string]any{RingField: string(ring), RequestsField: string(req)}
+	if r.Policy != nil {
+		pol, err := json.Marshal(r.Policy.wire())
+		if err != nil {
+			return nil, err
+		}
+		data[PolicyField] = string(pol)
+	}
+	return data, nil
 }
 
-// Decode reads an entry's data, refusing anything but exactly the two
-// fields Encode writes, a ring that keyring.Decode refuses, a ring of
-// another name than want, and oversized request lists. Errors name the
-// problem, never key material.
+// Decode reads an entry's data, refusing anything but the fields Encode
+// writes, a ring that keyring.Decode refuses, a ring of another name than
+// want, oversized request lists and a policy that is not one. An entry
+// without a policy (written before entries recorded one) is read with a
+// nil Policy. Errors name the problem, never key material.
 func Decode(data map[string]any, want string) (Record, error) {
 	var rec Record
 	for k := range data {
-		if k != RingField && k != RequestsField {
+		if k != RingField && k != RequestsField && k != PolicyField {
 			return rec, fmt.Errorf("unknown field %q", clip(k))
 		}
 	}
@@ -140,6 +156,17 @@ func Decode(data map[string]any, want string) (Record, error) {
 			return rec, fmt.Errorf("field %s lists more than %d requests of a kind", RequestsField, MaxRequests)
 		}
 	}
+	if raw, ok := data[PolicyField]; ok {
+		s, ok := raw.(string)
+		if !ok {
+			return rec, fmt.Errorf("field %s is not a string", PolicyField)
+		}
+		p, err := decodePolicy(s)
+		if err != nil {
+			return rec, fmt.Errorf("field %s: %w", PolicyField, err)
+		}
+		rec.Policy = &p
+	}
 	return rec, nil
 }
 
@@ -161,11 +188,40 @@ type Local struct {
 	Version int64
 }
 
-// Base is the ring a cluster plans from: the entry's ring when the entry
-// exists, else the cluster's own (which its first write then seeds the
-// entry with). An entry older than the version the cluster serves is
-// refused with ErrRolledBack: going back could bring back a revoked key.
-func Base(local Local, entry *Record) (keyring.Ring, error) {
+// ErrPolicyMismatch is the error of an entry whose recorded policy
+// differs from the ring's own (see Mismatch).
+var ErrPolicyMismatch = errors.New("shared ring policy mismatch")
+
+// Mismatch is the error of a ring whose policy differs from its entry's:
+// Fields are the spec fields that differ.
+type Mismatch struct {
+	Fields       []string
+	Mine, Theirs Policy
+}
+
+func (m *Mismatch) Error() string {
+	var diffs []string
+	for _, f := range m.Fields {
+		diffs = append(diffs, fmt.Sprintf("%s is %s here and %s in the entry", f, m.Mine.field(f), m.Theirs.field(f)))
+	}
+	return "the ring's policy differs from the one its shared entry records: " + strings.Join(diffs, ", ")
+}
+
+func (m *Mismatch) Unwrap() error { return ErrPolicyMismatch }
+
+// Base is the ring a cluster plans from under its policy mine: the entry's
+// ring when the entry exists, else the cluster's own (which its first write
+// then seeds the entry with). It refuses:
+//   - an entry older than the version the cluster serves, with
+//     ErrRolledBack: going back could bring back a revoked key;
+//   - an entry recording a policy other than mine, with a *Mismatch: the
+//     entry's keys carry times planned under another policy, which this
+//     ring's bounds may not allow, and planning from them under mine would
+//     rewrite them at every pass.
+//
+// An entry that records no policy is planned from; the next real rotation
+// records the writer's.
+func Base(local Local, mine Policy, entry *Record) (keyring.Ring, error) {
 	if entry == nil {
 		return local.Ring, nil
 	}
@@ -175,17 +231,49 @@ func Base(local Local, entry *Record) (keyring.Ring, error) {
 	if entry.Deleted {
 		return local.Ring, nil
 	}
+	if entry.Policy != nil {
+		if fields := mine.Diff(*entry.Policy); len(fields) > 0 {
+			return keyring.Ring{}, &Mismatch{Fields: fields, Mine: mine, Theirs: *entry.Policy}
+		}
+	}
 	return entry.Ring, nil
 }
 
-// MustWrite reports whether next, planned from the entry, must be written
-// to it: it differs from the entry's ring, or there is no entry yet and
-// next holds keys.
-func MustWrite(next keyring.Ring, entry *Record) bool {
-	if entry == nil || entry.Deleted {
-		return len(next.Keys) > 0
+// Change is what a plan did to the ring it was planned from, as far as the
+// shared entry is concerned.
+type Change struct {
+	// Minted is how many keys the plan minted.
+	Minted int
+	// Dropped is how many keys it dropped: expired, revoked or beyond
+	// retainedKeys.
+	Dropped int
+	// Request says it carried out a rotate-now or revoke request.
+	Request bool
+}
+
+// Real reports whether the change is a real rotation, one that every
+// cluster must see: a key minted or dropped, or a request carried out.
+// Anything else that moved the entry's keys is a reader's view of their
+// times, which it must not write.
+func (c Change) Real() bool { return c.Minted > 0 || c.Dropped > 0 || c.Request }
+
+// Decide says what a cluster does with next, planned from the entry by a
+// plan that made change: write it as the entry's next version, or not; and
+// which ring it serves. A cluster writes only a real rotation (or seeds a
+// missing entry); otherwise it serves the entry's ring with its keys' times
+// as written, never its own reading of them. So clusters that see the same
+// entry differently stop rewriting it: at most one version per real
+// rotation.
+func Decide(next keyring.Ring, change Change, entry *Record) (write bool, serve keyring.Ring) {
+	switch {
+	case entry == nil || entry.Deleted:
+		return len(next.Keys) > 0, next
+	case Same(next, entry.Ring):
+		return false, entry.Ring
+	case change.Real():
+		return true, next
 	}
-	return !Same(next, entry.Ring)
+	return false, entry.Ring
 }
 
 // Same reports whether two rings serve the same keys with the same times:
@@ -212,4 +300,142 @@ func Stale(old, current keyring.Ring) bool {
 // another cluster wrote reaches this cluster's pods well within the delay.
 func SyncPeriod(activationDelay time.Duration) time.Duration {
 	return min(max(activationDelay/4, time.Second), 30*time.Second)
+}
+
+// Policy is what a ring's spec says of its keys' times: what every cluster
+// sharing the ring must agree on, and what each version of the entry
+// records of the ring that wrote it.
+type Policy struct {
+	RotationInterval time.Duration
+	RetainedKeys     int
+	ActivationDelay  time.Duration
+	// Confirmation is nil for a ring without spec.confirmation.
+	Confirmation *Confirmation
+}
+
+// Confirmation is a ring's spec.confirmation, as far as its times go.
+type Confirmation struct {
+	Timeout time.Duration
+	Promote bool
+}
+
+// PolicyOf is the shared policy of a ring planned under p.
+func PolicyOf(p keyring.Policy) Policy {
+	out := Policy{RotationInterval: p.RotationInterval, RetainedKeys: p.RetainedKeys, ActivationDelay: p.ActivationDelay}
+	if c := p.Confirm; c != nil {
+		out.Confirmation = &Confirmation{Timeout: c.Timeout, Promote: c.Promote}
+	}
+	return out
+}
+
+// Diff names the spec fields in which p and q differ, in spec order.
+func (p Policy) Diff(q Policy) []string {
+	var out []string
+	if p.RotationInterval != q.RotationInterval {
+		out = append(out, "rotationInterval")
+	}
+	if p.RetainedKeys != q.RetainedKeys {
+		out = append(out, "retainedKeys")
+	}
+	if p.ActivationDelay != q.ActivationDelay {
+		out = append(out, "activationDelay")
+	}
+	if (p.Confirmation == nil) != (q.Confirmation == nil) || (p.Confirmation != nil && *p.Confirmation != *q.Confirmation) {
+		out = append(out, "confirmation")
+	}
+	return out
+}
+
+// field is the value of one of Diff's fields, as a message shows it.
+func (p Policy) field(name string) string {
+	switch name {
+	case "rotationInterval":
+		return p.RotationInterval.String()
+	case "retainedKeys":
+		return strconv.Itoa(p.RetainedKeys)
+	case "activationDelay":
+		return p.ActivationDelay.String()
+	case "confirmation":
+		if c := p.Confirmation; c != nil {
+			on := "Wait"
+			if c.Promote {
+				on = "Promote"
+			}
+			return fmt.Sprintf("{timeout %s, onTimeout %s}", c.Timeout, on)
+		}
+		return "unset"
+	}
+	return ""
+}
+
+// policyWire is a Policy as the entry holds it: durations as Go writes
+// them, field names as the spec's.
+type policyWire struct {
+	RotationInterval string `json:"rotationInterval"`
+	RetainedKeys     int    `json:"retainedKeys"`
+	ActivationDelay  string `json:"activationDelay"`
+	Confirmation     *struct {
+		Timeout   string `json:"timeout"`
+		OnTimeout string `json:"onTimeout"`
+	} `json:"confirmation,omitempty"`
+}
+
+func (p Policy) wire() policyWire {
+	w := policyWire{RotationInterval: p.RotationInterval.String(), RetainedKeys: p.RetainedKeys, ActivationDelay: p.ActivationDelay.String()}
+	if c := p.Confirmation; c != nil {
+		w.Confirmation = &struct {
+			Timeout   string `json:"timeout"`
+			OnTimeout string `json:"onTimeout"`
+		}{Timeout: c.Timeout.String(), OnTimeout: "Wait"}
+		if c.Promote {
+			w.Confirmation.OnTimeout = "Promote"
+		}
+	}
+	return w
+}
+
+// maxPolicyDuration bounds the durations an entry's policy may hold: no
+// ring's time reaches past a ticket's lifetime.
+const maxPolicyDuration = keyring.MaxTicketLifetime
+
+func decodePolicy(s string) (Policy, error) {
+	var w policyWire
+	dec := json.NewDecoder(strings.NewReader(s))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return Policy{}, fmt.Errorf("not a policy: %w", err)
+	}
+	duration := func(name, v string) (time.Duration, error) {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > maxPolicyDuration {
+			return 0, fmt.Errorf("%s %q is not a duration between 0 and %s", name, clip(v), maxPolicyDuration)
+		}
+		return d, nil
+	}
+	var p Policy
+	var err error
+	if p.RotationInterval, err = duration("rotationInterval", w.RotationInterval); err != nil {
+		return p, err
+	}
+	if p.ActivationDelay, err = duration("activationDelay", w.ActivationDelay); err != nil {
+		return p, err
+	}
+	if w.RetainedKeys < 0 || w.RetainedKeys > keyring.MaxRetainedKeys {
+		return p, fmt.Errorf("retainedKeys %d is outside 0-%d", w.RetainedKeys, keyring.MaxRetainedKeys)
+	}
+	p.RetainedKeys = w.RetainedKeys
+	if c := w.Confirmation; c != nil {
+		p.Confirmation = &Confirmation{}
+		if p.Confirmation.Timeout, err = duration("confirmation.timeout", c.Timeout); err != nil {
+			return p, err
+		}
+		switch c.OnTimeout {
+		case "Wait":
+		case "Promote":
+			p.Confirmation.Promote = true
+		default:
+			return p, fmt.Errorf("confirmation.onTimeout %q is neither Wait nor Promote", clip(c.OnTimeout))
+		}
+	}
+	return p, nil
 }

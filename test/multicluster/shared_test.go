@@ -42,8 +42,10 @@ path "secret/destroy/ringmaster/e2e/*"  { capabilities = ["update"] }
 
 const (
 	ns        = "shop"
-	web       = "web"  // the fleets' ring
-	race      = "race" // a ring without fleet, raced for
+	local     = "local" // a namespace the key source does not share
+	web       = "web"   // the fleets' ring
+	race      = "race"  // a ring without fleet, raced for
+	split     = "split" // a ring whose spec differs between the clusters
 	source    = "shared"
 	replicas  = 3
 	maxDelay  = 500 * time.Millisecond
@@ -275,6 +277,77 @@ var _ = Describe("A ring shared by two clusters through Vault", Ordered, func() 
 		}).WithTimeout(30 * time.Second).WithPolling(500 * time.Millisecond).Should(Succeed())
 	}, NodeTimeout(4*time.Minute))
 
+	It("shares no ring of a namespace the key source does not select: each cluster keeps its own keys, and no entry is written", func(ctx SpecContext) {
+		spec := fleet.RingSpec{Namespace: local, Name: web, RotationInterval: 5 * time.Minute, ActivationDelay: activation, RetainedKeys: 1, SourceRef: source}
+		var rings []*v1alpha1.TicketKeyRing
+		for _, e := range clusters() {
+			r, err := e.Cluster.CreateRing(ctx, spec)
+			Expect(err).NotTo(HaveOccurred(), "cluster %s", name(e))
+			Expect(r.Status.Shared).To(BeNil(), "cluster %s", name(e))
+			rings = append(rings, r)
+		}
+		Expect(fleet.ActiveKey(rings[0])).NotTo(Equal(fleet.ActiveKey(rings[1])))
+		Expect(keysOf(rings[0])).NotTo(ContainElement(HavePrefix(fleet.StagedKey(rings[1]))))
+		rot, err := a.Cluster.Rotate(ctx, local, web)
+		Expect(err).NotTo(HaveOccurred())
+		r, err := b.Cluster.GetRing(ctx, local, web)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(keysOf(r)).To(Equal(keysOf(rings[1])), "a rotation in cluster A (%s -> %s) reached cluster B", rot.From, rot.To)
+		_, err = srv.Root.KVv2("secret").Get(ctx, "ringmaster/e2e/namespaces/"+local+"/"+web)
+		Expect(err).To(MatchError(vault.ErrSecretNotFound))
+		GinkgoWriter.Printf("Ring %s/%s, not selected by sharedRings: cluster A serves %s, cluster B %s; no entry in Vault\n", local, web, rot.To, fleet.ActiveKey(r))
+	}, NodeTimeout(2*time.Minute))
+
+	It("has a cluster whose spec differs from the entry's write nothing and say so, leaving at most one version per real rotation", func(ctx SpecContext) {
+		specA := fleet.RingSpec{Namespace: ns, Name: split, RotationInterval: time.Minute, ActivationDelay: 2 * time.Second, RetainedKeys: 1, SourceRef: source}
+		specB := specA
+		specB.RotationInterval, specB.RetainedKeys = 2*time.Minute, 2
+		entry := "ringmaster/e2e/namespaces/" + ns + "/" + split
+		kv := srv.Root.KVv2("secret")
+		_, err := a.Cluster.CreateRing(ctx, specA)
+		Expect(err).NotTo(HaveOccurred())
+		start := time.Now()
+		first, err := kv.GetMetadata(ctx, entry)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(b.Cluster.Client.Create(ctx, specB.Object())).To(Succeed())
+
+		ringB := func() *v1alpha1.TicketKeyRing {
+			r, err := b.Cluster.GetRing(ctx, ns, split)
+			Expect(err).NotTo(HaveOccurred())
+			return r
+		}
+		Eventually(ctx, func() string { return readyOf(ringB()) }).WithTimeout(30 * time.Second).
+			Should(HavePrefix("False " + v1alpha1.ReasonSharedRingPolicyMismatch))
+		Expect(readyOf(ringB())).To(And(ContainSubstring("rotationInterval is 2m0s here and 1m0s in the entry"),
+			ContainSubstring("retainedKeys is 2 here and 1 in the entry"), Not(ContainSubstring("activationDelay is"))))
+
+		By("running both clusters for three of the entry's rotation intervals")
+		for time.Since(start) < 3*specA.RotationInterval+10*time.Second {
+			Expect(readyOf(ringB())).To(HavePrefix("False "+v1alpha1.ReasonSharedRingPolicyMismatch), "cluster B")
+			Expect(ringB().Status.Epoch).To(BeZero(), "cluster B published nothing")
+			r, err := a.Cluster.GetRing(ctx, ns, split)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(fleet.Ready(r)).To(BeTrue(), "cluster A: %s", readyOf(r))
+			select {
+			case <-ctx.Done():
+				Fail("timed out")
+			case <-time.After(5 * time.Second):
+			}
+		}
+		elapsed := time.Since(start)
+		last, err := kv.GetMetadata(ctx, entry)
+		Expect(err).NotTo(HaveOccurred())
+		written := last.CurrentVersion - first.CurrentVersion
+		rotations := int(elapsed / specA.RotationInterval)
+		won, lost := writes(clusters(), "secret/"+entry)
+		GinkgoWriter.Printf("Ring %s/%s with a %s interval in cluster A and %s in cluster B: %d versions written in %s (%d rotations due); wins A %d, B %d; lost races A %d, B %d\n",
+			ns, split, specA.RotationInterval, specB.RotationInterval, written, elapsed.Round(time.Second), rotations, len(won["A"]), len(won["B"]), lost["A"], lost["B"])
+		Expect(won["B"]).To(BeEmpty(), "the cluster whose spec differs wrote to the entry")
+		Expect(written).To(BeNumerically("<=", rotations), "more versions than rotations")
+		Expect(written).To(BeNumerically(">=", rotations-1), "the entry's own cluster kept rotating")
+		Expect(int(last.CurrentVersion)).To(Equal(len(won["A"])))
+	}, NodeTimeout(6*time.Minute))
+
 	It("keeps rotating in one cluster while the other's operator is down, and the other catches up without a second key for any version", func(ctx SpecContext) {
 		Expect(a.KillOperator()).To(Succeed())
 		var last fleet.Rotation
@@ -337,8 +410,8 @@ var _ = Describe("A ring shared by two clusters through Vault", Ordered, func() 
 })
 
 // createKeySource creates, in the operator's namespace of c, a Secret with
-// the token and Vault's CA, and the ClusterKeySource that shares rings under
-// ringmaster/e2e.
+// the token and Vault's CA, and the ClusterKeySource that shares the rings
+// of namespace shop (and of no other) under ringmaster/e2e.
 func createKeySource(ctx context.Context, c *fleet.Cluster, addr string, ca []byte, token string) error {
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: fleet.OperatorNamespace, Name: "vault"},
@@ -353,7 +426,9 @@ func createKeySource(ctx context.Context, c *fleet.Cluster, addr string, ca []by
 			Address:     addr,
 			Auth:        v1alpha1.VaultAuth{TokenSecretRef: &v1alpha1.KeyRef{Name: "vault", Key: "token"}},
 			CABundle:    &v1alpha1.CABundleSource{SecretKeyRef: &v1alpha1.KeyRef{Name: "vault", Key: "ca.crt"}},
-			SharedRings: &v1alpha1.VaultSharedRings{Path: "ringmaster/e2e"},
+			SharedRings: &v1alpha1.VaultSharedRings{Path: "ringmaster/e2e", NamespaceSelector: &metav1.LabelSelector{
+				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{ns}}},
+			}},
 		}},
 	})
 }
