@@ -71,6 +71,10 @@ func Encode(r Ring) ([]byte, error) {
 // order, and a ring without keys are all refused with an error naming the
 // problem (and the key id, never its bytes; text from the file is quoted
 // cut short). What Decode accepts, Encode writes back with the same meaning.
+//
+// A ring may hold no key, given as an empty list: the record of a ring whose
+// every key expired while none could be minted (Plan.WithoutMint). A null or
+// missing list is refused.
 func Decode(data []byte) (Ring, error) {
 	// encoding/json would replace invalid UTF-8, match field names
 	// regardless of case and keep the last of duplicate fields: checkStrict
@@ -98,6 +102,9 @@ func Decode(data []byte) (Ring, error) {
 	}
 	if f.Version != Version {
 		return Ring{}, invalid("unsupported version %d (this reader knows version %d)", f.Version, Version)
+	}
+	if f.Keys == nil {
+		return Ring{}, invalid("ring has no keys list")
 	}
 	r := Ring{Name: f.Ring, Epoch: f.Epoch, IssuedAt: f.IssuedAt, Keys: make([]Key, len(f.Keys))}
 	for i, fk := range f.Keys {
@@ -135,7 +142,9 @@ func Decode(data []byte) (Ring, error) {
 	return r, nil
 }
 
-// Validate checks the invariants every published ring keeps.
+// Validate checks the invariants every published ring keeps. A ring without
+// keys is valid: it is how a ring whose every key expired, with none minted
+// to follow, is published, so that no expired key's bytes stay behind.
 func (r Ring) Validate() error {
 	if r.Name == "" {
 		return invalid("ring name is empty")
@@ -151,9 +160,6 @@ func (r Ring) Validate() error {
 	}
 	if !writable(r.IssuedAt) {
 		return invalid("issuedAt is outside years 0-9999")
-	}
-	if len(r.Keys) == 0 {
-		return invalid("ring has no keys")
 	}
 	seen := make(map[string]bool, len(r.Keys))
 	for i, k := range r.Keys {
