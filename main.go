@@ -30,9 +30,12 @@ func main() {
 	flag.StringVar(&o.ServiceAccount, "service-account-name", "ringmaster", "The operator's service account, in its namespace, for Vault's Kubernetes auth.")
 	flag.IntVar(&o.RingWorkers, "ring-workers", controllers.DefaultRingWorkers, "Rings of each kind reconciled at once, so that a slow key source holds up only its own rings.")
 	flag.IntVar(&o.MaxRenewalsPerMinute, "max-renewals-per-minute", controllers.DefaultMaxRenewalsPerMinute, "Most cert-manager Certificates that Enforce CertificatePolicies re-issue per minute, across the cluster (bursts of as many).")
+	exclude := flag.Bool("exclude-secrets-from-backup", true,
+		"Label every Secret that holds keys velero.io/exclude-from-backup=true, so that backups skip them: a key in a backup outlives its expiresAt.")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
+	o.KeepSecretsInBackups = !*exclude
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
 
 	if err := run(o); err != nil {

@@ -64,6 +64,8 @@ type rings struct {
 	sweeps sweeper
 	// adoptions: see sharing.adoptions.
 	adoptions sync.Map
+	// keepInBackups: see Options.KeepSecretsInBackups.
+	keepInBackups bool
 }
 
 // ring is one ring of either kind, as the shared reconcile sees it.
@@ -86,6 +88,7 @@ type ring struct {
 // whatever else failed.
 func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingStatus, reconcile.Result, error) {
 	now := r.Clock.Now()
+	in.owner.KeepInBackups = r.keepInBackups
 	out := ringstatus.Outcome{Now: now, Generation: in.obj.GetGeneration(), Targets: len(in.targets),
 		Formats: in.spec.Distribution.Formats, RetainedKeys: in.spec.RetainedKeys}
 	snaps, err := r.snapshots(ctx, in.owner)

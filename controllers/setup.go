@@ -54,6 +54,10 @@ type Options struct {
 	Clock clock.PassiveClock
 	// Registry receives the controllers' metrics.
 	Registry prometheus.Registerer
+	// KeepSecretsInBackups leaves the label by which Velero skips an object
+	// (distribute.ExcludeFromBackupLabel) off the Secrets that hold keys.
+	// Off by default: a key must never outlive its expiresAt in a backup.
+	KeepSecretsInBackups bool
 }
 
 // Controllers are the controllers Setup registered, for what tests observe
@@ -77,7 +81,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	sources := &mint.Sources{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Namespace: o.Namespace, ServiceAccount: o.ServiceAccount, Timeout: o.MintTimeout}
 	recorder := mgr.GetEventRecorder("ringmaster")
 	shared := &rings{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, Sources: sources,
-		Asker: &confirm.Asker{}, gauges: newRingGauges(o.Clock)}
+		Asker: &confirm.Asker{}, gauges: newRingGauges(o.Clock), keepInBackups: o.KeepSecretsInBackups}
 	for _, c := range []prometheus.Collector{rotationsTotal, sharedWritesTotal, sharedPropagationSeconds, shared.gauges} {
 		if err := o.Registry.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 			return nil, err

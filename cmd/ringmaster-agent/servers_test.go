@@ -189,6 +189,21 @@ func TestHAProxy(t *testing.T) {
 		t.Error("a ticket under an expired key resumed")
 	}
 	g.checkResumes()
+
+	t.Log("The operator, unable to mint, publishes the ring without keys: HAProxy stays on the random key")
+	g.write(ringOf(4))
+	g.waitFor("the key-less epoch read", func() bool { return g.report().Agent.Epoch == 4 })
+	if held := g.report().ServerKeys; !slices.Equal(held, []string{"random", "random", "random"}) {
+		t.Errorf("HAProxy holds %v on a key-less ring, want the random key", held)
+	}
+	t.Log("A sidecar restarted on the key-less ring starts, and HAProxy keeps a random key")
+	g.stopSidecar()
+	g.startSidecar()
+	g.waitFor("the restarted sidecar on a random key", func() bool {
+		r := g.report()
+		return r.Agent.Epoch == 4 && r.Ready && slices.Equal(r.ServerKeys, []string{"random", "random", "random"})
+	})
+	g.checkResumes()
 	g.assertNoSecrets(A, S, S2, last)
 }
 

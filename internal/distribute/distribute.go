@@ -28,6 +28,13 @@ import (
 // operator's cache holds these Secrets and no others.
 const SecretType corev1.SecretType = "ringmaster.io/ticket-keys"
 
+// ExcludeFromBackupLabel, with the value "true", makes Velero leave an
+// object out of every backup. ringmaster puts it on every Secret it writes,
+// unless Owner.KeepInBackups says not to: a backup holding a key keeps the
+// key's bytes as long as the backup lives, however early the key expires,
+// and a ring restored from one would bring back keys destroyed since.
+const ExcludeFromBackupLabel = "velero.io/exclude-from-backup"
+
 // Owner is the ring a set of Secrets belongs to: a TicketKeyRing, whose
 // Secrets all live in its namespace, or a ClusterTicketKeyRing, whose
 // snapshots live in the operator's namespace and whose projections live in
@@ -45,6 +52,17 @@ type Owner struct {
 	SecretName string
 	// Formats are written beside ticketkeys.json.
 	Formats []v1alpha1.KeyFormat
+	// KeepInBackups leaves ExcludeFromBackupLabel off the ring's Secrets.
+	KeepInBackups bool
+}
+
+// labelled adds the labels every Secret of the ring carries besides those
+// that select it.
+func (o Owner) labelled(l map[string]string) map[string]string {
+	if !o.KeepInBackups {
+		l[ExcludeFromBackupLabel] = "true"
+	}
+	return l
 }
 
 // OwnerOf describes a TicketKeyRing.
@@ -151,7 +169,7 @@ func Snapshot(o Owner, r keyring.Ring, req Requests) (*corev1.Secret, error) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            o.SnapshotName(r.Epoch),
 			Namespace:       o.Home,
-			Labels:          o.SnapshotLabels(),
+			Labels:          o.labelled(o.SnapshotLabels()),
 			OwnerReferences: []metav1.OwnerReference{o.ownerRef()},
 		},
 		Immutable: ptr.To(true),
@@ -187,7 +205,7 @@ func Projection(o Owner, snapshot *corev1.Secret, ns string) *corev1.Secret {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            o.SecretName,
 			Namespace:       ns,
-			Labels:          o.ProjectionLabels(),
+			Labels:          o.labelled(o.ProjectionLabels()),
 			Annotations:     map[string]string{v1alpha1.EpochAnnotation: snapshot.Labels[v1alpha1.EpochLabel]},
 			OwnerReferences: []metav1.OwnerReference{o.ownerRef()},
 		},

@@ -152,7 +152,8 @@ func TestProjection(t *testing.T) {
 			if p.Immutable != nil {
 				t.Error("a projection must stay mutable: pods follow it")
 			}
-			if p.Annotations[v1alpha1.EpochAnnotation] != "1" || !labels.Equals(p.Labels, owner.ProjectionLabels()) {
+			want := labels.Merge(owner.ProjectionLabels(), map[string]string{ExcludeFromBackupLabel: "true"})
+			if p.Annotations[v1alpha1.EpochAnnotation] != "1" || !labels.Equals(p.Labels, want) {
 				t.Errorf("labels %v annotations %v", p.Labels, p.Annotations)
 			}
 			if !InSync(p, Projection(owner, snap, ns)) {
@@ -317,5 +318,28 @@ func TestSnapshotRecordsDue(t *testing.T) {
 	plain, _ := Snapshot(testOwner(), testRing(), Requests{})
 	if _, ok := plain.Annotations[v1alpha1.DueAnnotation]; ok || !Record(plain).Ring.Due.IsZero() {
 		t.Error("a ring holding nothing records a due time")
+	}
+}
+
+// TestExcludedFromBackups: every Secret that holds keys carries Velero's
+// exclusion label, unless the owner keeps them in backups.
+func TestExcludedFromBackups(t *testing.T) {
+	for _, keep := range []bool{false, true} {
+		owner := testOwner("nginx")
+		owner.KeepInBackups = keep
+		snap, err := Snapshot(owner, testRing(), Requests{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []*corev1.Secret{snap, Projection(owner, snap, "shop")} {
+			v, ok := s.Labels[ExcludeFromBackupLabel]
+			if keep == ok || (ok && v != "true") {
+				t.Errorf("KeepInBackups %v: %s has %s=%q (set %v)", keep, s.Name, ExcludeFromBackupLabel, v, ok)
+			}
+		}
+		// The selectors are untouched: the label is not a ring's.
+		if _, ok := owner.SnapshotLabels()[ExcludeFromBackupLabel]; ok {
+			t.Error("the snapshot selector includes the backup label")
+		}
 	}
 }

@@ -110,6 +110,10 @@ func Encode(r Ring) ([]byte, error) {
 // hold key bytes in a corrupt or hostile file, so it names a key by its
 // index, and by its id only once the id is known to be its secret's.
 // What Decode accepts, Encode writes back with the same meaning.
+//
+// A ring may hold no key, given as an empty list: the record of a ring whose
+// every key expired while none could be minted (Plan.WithoutMint). A null or
+// missing list is refused.
 func Decode(data []byte) (Ring, error) {
 	// encoding/json would replace invalid UTF-8, match field names
 	// regardless of case and keep the last of duplicate fields: checkStrict
@@ -137,6 +141,9 @@ func Decode(data []byte) (Ring, error) {
 	issuedAt, ok := f.IssuedAt.parse()
 	if !ok {
 		return Ring{}, invalid("issuedAt is not an RFC 3339 time")
+	}
+	if f.Keys == nil {
+		return Ring{}, invalid("ring has no keys list")
 	}
 	r := Ring{Name: f.Ring, Epoch: f.Epoch, IssuedAt: issuedAt, Keys: make([]Key, len(f.Keys))}
 	for i, fk := range f.Keys {
@@ -231,7 +238,9 @@ func jsonKind(t reflect.Type) string {
 	}
 }
 
-// Validate checks the invariants every published ring keeps.
+// Validate checks the invariants every published ring keeps. A ring without
+// keys is valid: it is how a ring whose every key expired, with none minted
+// to follow, is published, so that no expired key's bytes stay behind.
 func (r Ring) Validate() error {
 	if r.Name == "" {
 		return invalid("ring name is empty")
@@ -247,9 +256,6 @@ func (r Ring) Validate() error {
 	}
 	if !writable(r.IssuedAt) {
 		return invalid("issuedAt is outside years 0-9999")
-	}
-	if len(r.Keys) == 0 {
-		return invalid("ring has no keys")
 	}
 	seen := make(map[string]bool, len(r.Keys))
 	for i, k := range r.Keys {

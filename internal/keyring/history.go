@@ -114,9 +114,14 @@ func NextEpoch(current Ring, lastPublished int64) int64 {
 }
 
 // Overdue reports since when a rotation has been due that cannot be minted:
-// the newest key has activated and no successor is staged behind it. ok is
-// false when nothing is due.
+// the newest key has activated and no successor is staged behind it, or the
+// ring was published without keys (every key expired while none could be
+// minted; the times of the keys are gone with them, so since is when that
+// ring was published). ok is false when nothing is due.
 func Overdue(current Ring, now time.Time) (since time.Time, ok bool) {
+	if len(current.Keys) == 0 && current.Epoch > 0 {
+		return current.IssuedAt, true
+	}
 	if len(current.Keys) == 0 || now.Before(current.Keys[0].ActiveFrom) {
 		return time.Time{}, false
 	}

@@ -145,7 +145,8 @@ func TestOverdue(t *testing.T) {
 		{"a staged key waits: nothing is due", steady, at(hour - second), 0, false},
 		{"the staged key activated: its successor is due since then", steady, at(hour), hour, true},
 		{"long overdue", steady, at(3 * hour), hour, true},
-		{"an empty ring has nothing to rotate", keyring.Ring{}, t0, 0, false},
+		{"a ring never published has nothing to rotate", keyring.Ring{}, t0, 0, false},
+		{"a ring published without keys: due since it was", keyring.Ring{Name: steady.Name, Epoch: 9, IssuedAt: at(2 * hour)}, at(3 * hour), 2 * hour, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -424,9 +424,11 @@ func requeueAt(now time.Time, keys []Key) time.Time {
 // WithoutMint is the plan to fall back on when the keys p needs cannot be
 // minted: current's keys as they are, less those expired at now. It changes
 // the ring only when a key expired, so a source outage never delays the
-// destruction of a key, even if only the active key remains. A ring whose
-// every key expired is left alone: an empty ring cannot be published, and
-// every reader drops expired keys by itself.
+// destruction of a key, even if only the active key remains. When every key
+// has expired, the ring is published without keys: forward secrecy needs the
+// bytes gone from every Secret, not only unused, and readers serve no key of
+// such a ring (Go servers fall back on crypto/tls's own keys) until a key is
+// minted again.
 func (p Plan) WithoutMint(now time.Time, current Ring) Plan {
 	now = now.Truncate(time.Second)
 	var expired []string
@@ -438,11 +440,15 @@ func (p Plan) WithoutMint(now time.Time, current Ring) Plan {
 		return true
 	})
 	out := Plan{Ring: current, RequeueAt: requeueAt(now, current.Keys)}
-	if len(keys) == 0 || len(expired) == 0 {
+	if len(expired) == 0 {
 		return out
 	}
+	due := current.Due
+	if len(keys) == 0 {
+		due = time.Time{} // no staged key is held any more
+	}
 	out.Expired = expired
-	out.Ring = Ring{Name: current.Name, Epoch: current.Epoch + 1, IssuedAt: now, Keys: keys, Due: current.Due}
+	out.Ring = Ring{Name: current.Name, Epoch: current.Epoch + 1, IssuedAt: now, Keys: keys, Due: due}
 	out.Changed = true
 	out.RequeueAt = requeueAt(now, keys)
 	return out

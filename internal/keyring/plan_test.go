@@ -800,7 +800,7 @@ func TestPlanWithoutMint(t *testing.T) {
 		{"nothing expired: nothing to publish", at(2*time.Hour - time.Second), false, 3},
 		{"the oldest key expired: dropped though nothing is minted", at(2 * time.Hour), true, 2},
 		{"all but the active key expired", at(3 * time.Hour), true, 1},
-		{"every key expired: an empty ring is never published", at(10 * time.Hour), false, 3},
+		{"every key expired: published without keys, so no expired byte stays", at(10 * time.Hour), true, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -828,9 +828,32 @@ func TestPlanWithoutMint(t *testing.T) {
 				if len(fallback.Expired)+tt.keys != len(current.Keys) {
 					t.Errorf("Expired = %v", fallback.Expired)
 				}
+				if tt.keys == 0 && (!fallback.Ring.Due.IsZero() || !fallback.RequeueAt.IsZero()) {
+					t.Errorf("key-less ring: due %v, requeue %v; want neither", fallback.Ring.Due, fallback.RequeueAt)
+				}
 			}
 		})
 	}
+	t.Run("a key-less ring stays as it is while nothing can be minted", func(t *testing.T) {
+		now := at(10 * time.Hour)
+		empty := keyring.Next(now, p, current, keyring.Inputs{}).WithoutMint(now, current).Ring
+		later := now.Add(time.Hour)
+		plan := keyring.Next(later, p, empty, keyring.Inputs{})
+		if plan.Mint != 2 {
+			t.Errorf("Next on a key-less ring mints %d keys, want 2 (a new ring)", plan.Mint)
+		}
+		if again := plan.WithoutMint(later, empty); again.Changed || len(again.Ring.Keys) != 0 || again.Ring.Epoch != empty.Epoch {
+			t.Errorf("WithoutMint on a key-less ring = changed %v, epoch %d, %d keys; want it unchanged", again.Changed, again.Ring.Epoch, len(again.Ring.Keys))
+		}
+		data, err := keyring.Encode(empty)
+		if err != nil {
+			t.Fatalf("Encode key-less ring: %v", err)
+		}
+		back, err := keyring.Decode(data)
+		if err != nil || len(back.Keys) != 0 || back.Epoch != empty.Epoch {
+			t.Errorf("Decode(Encode(key-less ring)) = %d keys epoch %d, %v", len(back.Keys), back.Epoch, err)
+		}
+	})
 }
 
 // TestNextConfirmation follows a ring under confirmation: its staged key is

@@ -182,14 +182,17 @@ func confirmationOverdue(s *v1alpha1.TicketKeyRingStatus, o Outcome) {
 }
 
 // overdueMessage says since when a key has been due and what encrypts
-// meanwhile: the last active key, or nothing once every key has expired and
-// been destroyed.
+// meanwhile: the last active key, or nothing once every key has expired. It
+// says the keys are destroyed only once the ring published holds none.
 func overdueMessage(since time.Time, o Outcome) string {
 	due := since.UTC().Format(time.RFC3339)
 	if k, ok := o.Ring.Active(o.Now); ok {
 		return fmt.Sprintf("A new key has been due since %s; key %s keeps encrypting meanwhile and expired keys are still destroyed on time", due, k.ID)
 	}
-	return fmt.Sprintf("A new key has been due since %s; every key has expired and been destroyed, so no key encrypts and servers resume no session until one is minted", due)
+	if len(o.Ring.Keys) > 0 {
+		return fmt.Sprintf("A new key has been due since %s; every key has expired, so no key encrypts and servers resume no session until one is minted; epoch %d still holds the expired keys until a new epoch is written", due, o.Ring.Epoch)
+	}
+	return fmt.Sprintf("A new key has been due since %s; every key has expired and been destroyed (epoch %d holds none), so no key encrypts and servers resume no session until one is minted", due, o.Ring.Epoch)
 }
 
 func activeID(r keyring.Ring, now time.Time) string {

@@ -43,6 +43,7 @@ func TestBuild(t *testing.T) {
 		many = append(many, refused(fmt.Sprintf("ns-%02d", 24-i)))
 	}
 	vault := &Problem{Reason: v1alpha1.ReasonVaultUnavailable, Message: "Minting 1 key(s) failed: vault down"}
+	keyless := keyring.Ring{Name: ring.Name, Epoch: 2, IssuedAt: t0.Add(30 * time.Hour)}
 
 	tests := []struct {
 		name    string
@@ -129,6 +130,31 @@ func TestBuild(t *testing.T) {
 				}
 				if len(s.Keys) != 0 || s.ActiveKey != nil {
 					t.Errorf("keys listed after all expired: %+v", s.Keys)
+				}
+			},
+		},
+		{
+			name:  "the ring published without keys stays overdue on later passes, and says the keys are gone",
+			out:   Outcome{Now: t0.Add(31 * time.Hour), Ring: keyless, Current: keyless, Snapshot: "web-e2", Targets: 1, Source: vault},
+			ready: metav1.ConditionFalse, reason: v1alpha1.ReasonVaultUnavailable, overdue: metav1.ConditionTrue,
+			check: func(t *testing.T, s v1alpha1.TicketKeyRingStatus) {
+				c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionRotationOverdue)
+				if !strings.Contains(c.Message, "expired and been destroyed (epoch 2 holds none)") || !strings.Contains(c.Message, "no key encrypts") {
+					t.Errorf("overdue %+v", c)
+				}
+				if s.Epoch != 2 || len(s.Keys) != 0 || s.ActiveKey != nil || s.NextRotation != nil {
+					t.Errorf("status %+v", s)
+				}
+			},
+		},
+		{
+			name:  "every key expired but the key-less epoch could not be written: the message does not claim the keys destroyed",
+			out:   Outcome{Now: t0.Add(30 * time.Hour), Ring: withoutStaged(ring), Current: withoutStaged(ring), Snapshot: "web-e1", Targets: 1, Source: vault, Publish: &Problem{Reason: v1alpha1.ReasonPublishFailed, Message: "etcd full"}},
+			ready: metav1.ConditionFalse, reason: v1alpha1.ReasonVaultUnavailable, overdue: metav1.ConditionTrue,
+			check: func(t *testing.T, s v1alpha1.TicketKeyRingStatus) {
+				c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionRotationOverdue)
+				if strings.Contains(c.Message, "destroyed") || !strings.Contains(c.Message, "still holds the expired keys") {
+					t.Errorf("overdue %+v", c)
 				}
 			},
 		},

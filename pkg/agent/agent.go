@@ -36,8 +36,10 @@ var (
 	// ErrDirectory means Options.Dir is unset, missing, not a directory, or
 	// kept changing while it was being read.
 	ErrDirectory = errors.New("agent: directory missing or unreadable")
-	// ErrTicketKeys means ticketkeys.json is missing, invalid, or holds no
-	// unexpired key.
+	// ErrTicketKeys means ticketkeys.json is missing, invalid, or holds
+	// keys of which none is unexpired. A ring published without keys (every
+	// key expired while the operator could mint none) is not an error: the
+	// agent takes it and crypto/tls's own keys stand in until keys arrive.
 	ErrTicketKeys = errors.New("agent: ticket key ring missing or unusable")
 	// ErrCertificate means tls.crt or tls.key is missing or invalid, they do
 	// not match, or the certificate has expired or is not valid yet.

@@ -100,6 +100,9 @@ func TestNewFailsFast(t *testing.T) {
 		{name: "ring every key expired", setup: func(t *testing.T, dir string) {
 			write(t, dir, encodeRing(t, 1, old), nil, nil)
 		}, want: agent.ErrTicketKeys},
+		{name: "ring published without keys: taken, crypto/tls's keys stand in", setup: func(t *testing.T, dir string) {
+			write(t, dir, encodeRing(t, 7), nil, nil)
+		}, wantKey: ""},
 		{name: "certificate missing", require: agent.TicketKeys | agent.Certificate, setup: func(t *testing.T, dir string) {
 			write(t, dir, s.ring(t, 1), nil, nil)
 		}, want: agent.ErrCertificate},
@@ -410,6 +413,60 @@ func TestEveryKeyExpiredFallsBack(t *testing.T) {
 	if n := len(logs.records(t, map[string]string{"reason": "ring_expired"})); n != 1 {
 		t.Errorf("ring_expired logged %d times, want 1", n)
 	}
+}
+
+// TestKeylessRingDestroysEveryKey: the operator publishes a ring without
+// keys once every key has expired and none can be minted. An agent whose
+// clock lags still holds the last key; the key-less epoch destroys it at
+// once: a ticket under it no longer resumes, the key never comes back with
+// an older epoch, and crypto/tls's own keys serve meanwhile.
+func TestKeylessRingDestroysEveryKey(t *testing.T) {
+	p := newPKI(t)
+	cert := p.valid()
+	s := newSchedule(time.Now())
+	clock := newFakeClock(s.t0) // k1 active by this agent's clock
+	v := newVolume(t)
+	v.write(s.ring(t, 4), cert.crt, cert.key)
+	var logs logBuffer
+	a, err := agent.New(agent.Options{Dir: v.dir, Require: agent.TicketKeys | agent.Certificate, Clock: clock, Logger: logs.logger(), ResyncPeriod: noResync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, a)
+	addr := serve(t, a.TLSConfig(nil))
+	victim := p.client(tls.VersionTLS13)
+	handshake(t, addr, victim)
+	if !handshake(t, addr, victim).DidResume {
+		t.Fatal("control: ticket under k1 did not resume")
+	}
+
+	v.write(encodeRing(t, 5), cert.crt, cert.key)
+	eventually(t, "the key-less epoch taken", func() bool { return a.Status().Epoch == 5 })
+	st := a.Status()
+	if len(st.Keys) != 0 || st.ActiveKeyID != "" || st.LastError != "" {
+		t.Errorf("status %+v, want epoch 5, no keys, no error", st)
+	}
+	if handshake(t, addr, victim).DidResume {
+		t.Error("ticket under k1 resumed after the key-less epoch")
+	}
+	if !handshake(t, addr, victim).DidResume {
+		t.Error("ticket under crypto/tls's own keys did not resume")
+	}
+
+	v.write(s.ring(t, 4), cert.crt, cert.key) // an older epoch, say from a restore
+	eventually(t, "the rollback refused", func() bool { return strings.Contains(a.Status().LastError, "epoch went back") })
+	if st := a.Status(); st.Epoch != 5 || len(st.Keys) != 0 {
+		t.Errorf("status %+v after a rollback, want epoch 5 and no keys", st)
+	}
+	// A newer epoch with a fresh key, listing k1 again (a forged or stale
+	// file): the fresh key serves, k1 never again.
+	k3 := newKey("k3", s.t0.Add(-time.Minute), s.t0.Add(time.Hour), s.t0.Add(2*time.Hour))
+	v.write(encodeRing(t, 6, k3, s.k1), cert.crt, cert.key)
+	eventually(t, "epoch 6 taken", func() bool { return a.Status().Epoch == 6 })
+	if st := a.Status(); st.ActiveKeyID != k3.ID || len(st.Keys) != 1 {
+		t.Errorf("status %+v, want k3 alone: k1 was destroyed by the key-less epoch", st)
+	}
+	assertNoSecrets(t, "logs", logs.String(), s.k1, s.k2, k3)
 }
 
 // TestCertificateSwap: a new certificate is served to new full handshakes,

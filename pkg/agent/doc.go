@@ -85,7 +85,10 @@
 // destroying keys on schedule. Its bytes are overwritten in the agent's
 // memory, and its id is never taken again, even if the clock steps back or
 // a file lists the key again. When every key has expired, tickets fall back
-// to crypto/tls's own per-process keys until a usable ring arrives.
+// to crypto/tls's own per-process keys until a usable ring arrives. The
+// operator then publishes the ring without keys if it cannot mint new ones:
+// the agent takes that epoch (New included), destroys every key it held,
+// whatever its clock says, and goes on with crypto/tls's keys.
 //
 // # Running under controller-runtime
 //

@@ -30,7 +30,7 @@ func (a *Agent) accept(now time.Time, l loaded) []*loadError {
 
 // acceptRing takes r, a ring just decoded, if it is within the API's
 // bounds, is the ring the agent serves, does not go back, and holds a key
-// usable at now. It keeps a copy of r's usable keys, and overwrites r's.
+// usable at now or no key at all. It keeps a copy of r's usable keys, and overwrites r's.
 func (a *Agent) acceptRing(now time.Time, r *keyring.Ring) *loadError {
 	defer wipe(r)
 	// The file's ring name is printed only when it is the name pinned: a
@@ -71,7 +71,11 @@ func (a *Agent) acceptRing(now time.Time, r *keyring.Ring) *loadError {
 			keys = append(keys, *k)
 		}
 	}
-	if len(keys) == 0 {
+	// A ring published without keys is the operator's record that every
+	// key expired while none could be minted: it is taken, as a newer epoch
+	// dropping every key, and crypto/tls's own keys stand in. Only a ring
+	// whose keys are all unusable here is refused.
+	if len(keys) == 0 && len(r.Keys) > 0 {
 		msg := "every key has expired"
 		if len(kept) > 0 {
 			msg += " or was destroyed here"
