@@ -66,7 +66,7 @@ func causeOf(err error) string {
 
 // derive is k's key in format f.
 func derive(k agent.TicketKey, f keyring.Format) [keyring.FormatKeySize]byte {
-	d, err := keyring.DeriveKey(keyring.Secret(k.Secret), f)
+	d, err := keyring.DeriveKey(k.Secret, f)
 	if err != nil {
 		panic(err) // unreachable: the sidecar's formats all derive
 	}

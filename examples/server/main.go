@@ -2,27 +2,37 @@
 // session ticket keys with pkg/agent: the program the fleet end-to-end test
 // runs replicas of, and an example of embedding the agent.
 //
-//	server -dir /var/run/ringmaster -ring shop/web -listen 127.0.0.1:8443 -metrics-listen 127.0.0.1:9090
+//	server -dir /var/run/ringmaster -ring shop/web -listen 127.0.0.1:8443 -status-listen 127.0.0.1:9090
 //
 // With -classical-resumption, resumed TLS 1.3 handshakes use X25519 alone
 // for their key exchange (agent.Options.ClassicalResumption, whose doc
 // comment says what that trades).
 //
-// It serves:
+// On -listen, its TLS port, it serves only
 //
-//	GET /         a greeting naming the epoch and active key id;
+//	GET /         a greeting naming the replica: "hello from 10.0.0.7:8443".
+//
+// What the agent holds (the ring's epoch, its key ids and when each
+// activates) tells whoever reaches the port when keys rotate and which one
+// encrypts: it is served apart, on -status-listen over plain HTTP, a port
+// for the operator and Prometheus alone (the README has a NetworkPolicy
+// that admits only them):
+//
 //	GET /healthz  the agent's Status as JSON (epoch, active key id, keys, ...);
-//	GET /metrics  Prometheus metrics, on -metrics-listen over plain HTTP, or
-//	              on the HTTPS listener when -metrics-listen is empty;
-//	GET /ringmaster/v1/status  what the agent holds (agent.StatusHandler),
-//	              beside /metrics: the operator asks it before it promotes a
-//	              staged key (spec.confirmation).
+//	GET /metrics  Prometheus metrics;
+//	GET /ringmaster/v1/status  what the agent holds (agent.StatusHandler):
+//	              the operator asks it before it promotes a staged key
+//	              (spec.confirmation).
+//
+// An empty -status-listen serves none of them. -greeting-names-keys adds the
+// epoch and active key id to the greeting, for the end-to-end tests that
+// attribute each connection to a key: never in production.
 //
 // On start it prints one line per listener to stdout, with the bound
 // address, so that -listen 127.0.0.1:0 can be used:
 //
 //	https listening on 127.0.0.1:43121
-//	metrics listening on 127.0.0.1:40411
+//	status listening on 127.0.0.1:40411
 package main
 
 import (
@@ -65,7 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	dir := fs.String("dir", "/var/run/ringmaster", "directory holding ticketkeys.json, and tls.crt and tls.key when -require names cert")
 	listen := fs.String("listen", "127.0.0.1:8443", "HTTPS address; port 0 picks a free port, printed on start")
-	metricsListen := fs.String("metrics-listen", "127.0.0.1:9090", "plain-HTTP address for /metrics; empty serves /metrics on the HTTPS listener")
+	statusListen := fs.String("status-listen", "127.0.0.1:9090", "plain-HTTP address for /healthz, /metrics and "+agent.StatusPath+", apart from the TLS port; empty serves none of them")
+	greetKeys := fs.Bool("greeting-names-keys", false, "name the epoch and active key id in the greeting on the TLS port, for tests: whoever reaches the port then learns them")
 	require := fs.String("require", "keys,cert", "material read from -dir: keys, cert, or keys,cert")
 	ring := fs.String("ring", "", "the ring served, <namespace>/<name> (or <name> for a ClusterTicketKeyRing); empty: the first ring read")
 	resync := fs.Duration("resync", 0, "period of the fallback re-read of -dir (0: the agent's default)")
@@ -88,19 +99,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	reg.MustRegister(a, collectors.NewGoCollector())
 	metricsHandler := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 
+	// The TLS port: the greeting alone. Nothing the agent holds is served
+	// here, where every client of the service reaches.
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		if !*greetKeys {
+			fmt.Fprintf(w, "hello from %s\n", r.Context().Value(http.LocalAddrContextKey))
+			return
+		}
 		st := a.Status()
 		fmt.Fprintf(w, "hello from %s: epoch %d, active key %s, resumed %v\n", r.Context().Value(http.LocalAddrContextKey), st.Epoch, st.ActiveKeyID, r.TLS.DidResume)
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(a.Status())
-	})
-	if *metricsListen == "" {
-		mux.Handle("GET /metrics", metricsHandler)
-		mux.Handle(agent.StatusPath, a.StatusHandler())
-	}
 
 	// The agent supplies the certificate and ticket keys; the base holds
 	// everything else. NextProtos belongs here: net/http adds "h2" only to
@@ -113,18 +122,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "https listening on %s\n", ln.Addr())
 
-	var metricsSrv *http.Server
-	var metricsLn net.Listener
-	if *metricsListen != "" {
-		if metricsLn, err = net.Listen("tcp", *metricsListen); err != nil {
+	// The status port: what the agent holds, for the operator and
+	// Prometheus.
+	var statusSrv *http.Server
+	var statusLn net.Listener
+	if *statusListen != "" {
+		if statusLn, err = net.Listen("tcp", *statusListen); err != nil {
 			ln.Close()
 			return err
 		}
 		m := http.NewServeMux()
 		m.Handle("GET /metrics", metricsHandler)
 		m.Handle(agent.StatusPath, a.StatusHandler())
-		metricsSrv = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
-		fmt.Fprintf(stdout, "metrics listening on %s\n", metricsLn.Addr())
+		m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(a.Status())
+		})
+		statusSrv = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
+		fmt.Fprintf(stdout, "status listening on %s\n", statusLn.Addr())
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -132,11 +147,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	errc := make(chan error, 3)
 	go func() { errc <- a.Start(ctx) }()
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
-	if metricsSrv != nil {
-		go func() { errc <- metricsSrv.Serve(metricsLn) }()
+	if statusSrv != nil {
+		go func() { errc <- statusSrv.Serve(statusLn) }()
 	}
 	running := cap(errc)
-	if metricsSrv == nil {
+	if statusSrv == nil {
 		running--
 	}
 
@@ -151,8 +166,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	shutdown, done := context.WithTimeout(context.Background(), 5*time.Second)
 	defer done()
 	errs := []error{ignoreClosed(first), ignoreClosed(srv.Shutdown(shutdown))}
-	if metricsSrv != nil {
-		errs = append(errs, ignoreClosed(metricsSrv.Shutdown(shutdown)))
+	if statusSrv != nil {
+		errs = append(errs, ignoreClosed(statusSrv.Shutdown(shutdown)))
 	}
 	for ; running > 0; running-- {
 		errs = append(errs, ignoreClosed(<-errc))

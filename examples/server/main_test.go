@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -27,8 +28,16 @@ import (
 )
 
 // TestServer runs the example on free loopback ports, reads its status and
-// metrics, delivers a new epoch, and stops it.
+// metrics on the status port, finds nothing of them on the TLS port,
+// delivers a new epoch, and stops it. With -greeting-names-keys, the
+// greeting names the epoch and the active key.
 func TestServer(t *testing.T) {
+	for _, greetKeys := range []bool{false, true} {
+		t.Run(fmt.Sprintf("greeting-names-keys=%v", greetKeys), func(t *testing.T) { testServer(t, greetKeys) })
+	}
+}
+
+func testServer(t *testing.T, greetKeys bool) {
 	dir := t.TempDir()
 	w, err := atomicdir.NewWriter(dir)
 	if err != nil {
@@ -55,7 +64,11 @@ func TestServer(t *testing.T) {
 	out, stdout := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-dir", dir, "-ring", "shop/web", "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}, stdout, io.Discard)
+		args := []string{"-dir", dir, "-ring", "shop/web", "-listen", "127.0.0.1:0", "-status-listen", "127.0.0.1:0"}
+		if greetKeys {
+			args = append(args, "-greeting-names-keys")
+		}
+		done <- run(ctx, args, stdout, io.Discard)
 		stdout.Close()
 	}()
 	addrs := map[string]string{}
@@ -79,7 +92,7 @@ func TestServer(t *testing.T) {
 	defer client.CloseIdleConnections()
 	health := func() agent.Status {
 		t.Helper()
-		resp, err := client.Get("https://" + addrs["https"] + "/healthz")
+		resp, err := client.Get("http://" + addrs["status"] + "/healthz")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,9 +100,6 @@ func TestServer(t *testing.T) {
 		var st agent.Status
 		if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 			t.Fatal(err)
-		}
-		if resp.ProtoMajor != 2 {
-			t.Errorf("served over %s, want HTTP/2", resp.Proto)
 		}
 		return st
 	}
@@ -103,11 +113,39 @@ func TestServer(t *testing.T) {
 	}
 	greeting, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if want := "hello from " + addrs["https"] + ": epoch 3, active key " + k1.ID; !strings.HasPrefix(string(greeting), want) {
-		t.Errorf("greeting %q, want prefix %q", greeting, want)
+	if resp.ProtoMajor != 2 {
+		t.Errorf("served over %s, want HTTP/2", resp.Proto)
 	}
+	want := "hello from " + addrs["https"] + "\n"
+	if greetKeys {
+		want = "hello from " + addrs["https"] + ": epoch 3, active key " + k1.ID + ", resumed false\n"
+	}
+	if string(greeting) != want {
+		t.Errorf("greeting %q, want %q", greeting, want)
+	}
+	// Nothing of what the agent holds on the TLS port.
+	for _, path := range []string{"/healthz", "/metrics", agent.StatusPath} {
+		resp, err := client.Get("https://" + addrs["https"] + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || strings.Contains(string(body), k1.ID) {
+			t.Errorf("GET %s on the TLS port: %s %q, want 404", path, resp.Status, body)
+		}
+	}
+	resp, err = client.Get("http://" + addrs["status"] + agent.StatusPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st agent.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || st.ActiveKeyID != k1.ID {
+		t.Errorf("%s on the status port: %+v, %v", agent.StatusPath, st, err)
+	}
+	resp.Body.Close()
 
-	resp, err = client.Get("http://" + addrs["metrics"] + "/metrics")
+	resp, err = client.Get("http://" + addrs["status"] + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +193,7 @@ func TestServerRefusesAnotherRing(t *testing.T) {
 	if err := w.Write(map[string]atomicdir.File{keyring.FileName: {Data: ring}}); err != nil {
 		t.Fatal(err)
 	}
-	err = run(context.Background(), []string{"-dir", dir, "-require", "keys", "-ring", "shop/api", "-listen", "127.0.0.1:0", "-metrics-listen", ""}, io.Discard, io.Discard)
+	err = run(context.Background(), []string{"-dir", dir, "-require", "keys", "-ring", "shop/api", "-listen", "127.0.0.1:0", "-status-listen", ""}, io.Discard, io.Discard)
 	if !errors.Is(err, agent.ErrForeignRing) {
 		t.Fatalf("run = %v, want ErrForeignRing", err)
 	}
@@ -183,7 +221,7 @@ func TestServerClassicalResumption(t *testing.T) {
 	out, stdout := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-dir", dir, "-listen", "127.0.0.1:0", "-metrics-listen", "", "-classical-resumption"}, stdout, io.Discard)
+		done <- run(ctx, []string{"-dir", dir, "-listen", "127.0.0.1:0", "-status-listen", "", "-classical-resumption"}, stdout, io.Discard)
 		stdout.Close()
 	}()
 	defer func() {

@@ -72,8 +72,8 @@ func (s stamp) parse() (time.Time, bool) {
 // encoding/json sees its text: in every fmt verb it is [redacted].
 type wireSecret string
 
-func (wireSecret) String() string                 { return redacted }
-func (wireSecret) GoString() string               { return redacted }
+func (wireSecret) String() string                { return redacted }
+func (wireSecret) GoString() string              { return redacted }
 func (wireSecret) Format(f fmt.State, verb rune) { formatAs(f, verb, redacted) }
 
 // Encode writes r as ticketkeys.json version 1. It validates r first, so a

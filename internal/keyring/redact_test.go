@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func leaked(text string, s keyring.Secret) (n int, form string) {
 		"base64url": base64.URLEncoding.EncodeToString(s[:]),
 		"hex":       hex.EncodeToString(s[:]),
 		"HEX":       strings.ToUpper(hex.EncodeToString(s[:])),
-		"decimal":   strings.Trim(fmt.Sprint(s[:]), "[]"),
+		"decimal":   decimal(s[:]),
 	} {
 		for i := 0; i+16 <= len(enc); i++ {
 			m := 0
@@ -42,6 +43,15 @@ func leaked(text string, s keyring.Secret) (n int, form string) {
 		}
 	}
 	return n, form
+}
+
+// decimal is b as %v prints a byte slice, without the brackets.
+func decimal(b []byte) string {
+	parts := make([]string, len(b))
+	for i, c := range b {
+		parts[i] = strconv.Itoa(int(c))
+	}
+	return strings.Join(parts, " ")
 }
 
 func assertNoLeak(t *testing.T, where, text string, secrets ...keyring.Secret) {

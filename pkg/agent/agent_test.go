@@ -398,7 +398,11 @@ func TestEveryKeyExpiredFallsBack(t *testing.T) {
 	handshake(t, addr, client)
 
 	clock.Set(s.k2.ExpiresAt)
-	eventually(t, "every key dropped", func() bool { return a.Status().ActiveKeyID == "" })
+	// The keys drop at the timer; the read that follows it reports why.
+	eventually(t, "every key dropped, and the read after", func() bool {
+		st := a.Status()
+		return st.ActiveKeyID == "" && st.LastError != ""
+	})
 	st := a.Status()
 	if len(st.Keys) != 0 || st.Epoch != 4 || !strings.Contains(st.LastError, "every key has expired") {
 		t.Errorf("status %+v, want epoch 4, no keys, an expiry error", st)

@@ -14,11 +14,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
-	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -471,13 +471,22 @@ func assertNoSecrets(t *testing.T, where, text string, keys ...keyring.Key) {
 			hex.EncodeToString(k.Secret[:]),
 			base64.URLEncoding.EncodeToString(k.Secret[:]),
 			string(k.Secret[:]),
-			strings.Trim(fmt.Sprint(k.Secret[:]), "[]"), // %v of the bytes
+			decimal(k.Secret[:]), // %v of the bytes
 		} {
 			if strings.Contains(text, enc) {
 				t.Errorf("%s holds the secret of key %s", where, k.ID)
 			}
 		}
 	}
+}
+
+// decimal is b as %v prints a byte slice, without the brackets.
+func decimal(b []byte) string {
+	parts := make([]string, len(b))
+	for i, c := range b {
+		parts[i] = strconv.Itoa(int(c))
+	}
+	return strings.Join(parts, " ")
 }
 
 func mustStatusJSON(t *testing.T, a *agent.Agent) string {

@@ -41,12 +41,17 @@ func TestTypesRedactSecrets(t *testing.T) {
 	a.snap.Store(snap)
 	tk := TicketKey{ID: k.ID, State: "active", ActiveFrom: k.ActiveFrom, ExpiresAt: k.ExpiresAt, Secret: k.Secret}
 
+	raw, err := priv.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
 	forbidden := []string{
 		base64.StdEncoding.EncodeToString(k.Secret[:])[:16],
 		hex.EncodeToString(k.Secret[:])[:16],
-		strings.Trim(fmt.Sprint(k.Secret[:]), "[]")[:16],
-		priv.D.String()[:16],
-		fmt.Sprintf("%x", priv.D.Bytes())[:16],
+		strings.Trim(fmt.Sprintf("%d", k.Secret[:]), "[]")[:16],
+		hex.EncodeToString(raw)[:16],
+		new(big.Int).SetBytes(raw).String()[:16], // as %v prints a big.Int
+		base64.StdEncoding.EncodeToString(raw)[:16],
 	}
 	for _, tc := range []struct {
 		name  string

@@ -262,10 +262,13 @@ func serverDeployment() *appsv1.Deployment {
 						Name:            "server",
 						Image:           "ghcr.io/ringmaster-io/ringmaster-example-server:" + imageTag,
 						ImagePullPolicy: corev1.PullNever,
-						Args:            []string{"-dir", "/var/run/ringmaster", "-listen", ":8443", "-metrics-listen", ""},
-						Ports:           []corev1.ContainerPort{{Name: "https", ContainerPort: 8443}},
+						// The status port is apart from the TLS port, which
+						// serves the greeting alone (naming the key, for the
+						// load's attribution).
+						Args:  []string{"-dir", "/var/run/ringmaster", "-listen", ":8443", "-status-listen", ":9090", "-greeting-names-keys"},
+						Ports: []corev1.ContainerPort{{Name: "https", ContainerPort: 8443}, {Name: "status", ContainerPort: 9090}},
 						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-							Path: "/healthz", Port: intstr.FromString("https"), Scheme: corev1.URISchemeHTTPS,
+							Path: "/healthz", Port: intstr.FromString("status"), Scheme: corev1.URISchemeHTTP,
 						}}, PeriodSeconds: 2},
 						VolumeMounts: []corev1.VolumeMount{{Name: "tls", MountPath: "/var/run/ringmaster", ReadOnly: true}},
 						SecurityContext: &corev1.SecurityContext{
@@ -563,6 +566,12 @@ func (r *recorder) holdersAfter(pod string) []string {
 	return slices.Clone(r.holders[i+1:])
 }
 
+// statusAddr is the status port of the server pod at addr, pod IP:8443.
+func statusAddr(addr string) string {
+	host, _, _ := net.SplitHostPort(addr)
+	return net.JoinHostPort(host, "9090")
+}
+
 // healthWatch polls every server pod's /healthz, from inside the cluster's
 // network, and records when each first served each epoch.
 type healthWatch struct {
@@ -581,7 +590,7 @@ func startHealthWatch(ctx context.Context, c *http.Client, addrs []string) *heal
 		w.seen[a] = map[int64]time.Time{}
 		w.wg.Go(func() {
 			for ctx.Err() == nil {
-				st, err := fleet.ReadHealth(ctx, c, a)
+				st, err := fleet.ReadHealth(ctx, c, statusAddr(a))
 				now := time.Now()
 				if err == nil {
 					w.mu.Lock()

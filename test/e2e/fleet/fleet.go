@@ -53,7 +53,8 @@ type Replica struct {
 	// Addr is its HTTPS address on loopback.
 	Addr string
 	// StatusAddr is examples/server's plain-HTTP address on loopback,
-	// serving /metrics and the agent's status (agent.StatusPath).
+	// serving /healthz, /metrics and the agent's status (agent.StatusPath),
+	// none of which its TLS port serves.
 	StatusAddr string
 	// Proc is the server: examples/server, nginx's master, HAProxy.
 	Proc *Proc
@@ -165,7 +166,9 @@ func (e *Env) StartFleet(ctx context.Context, cfg Config) (*Fleet, error) {
 		return f, nil
 	}
 	for _, r := range f.Replicas {
-		args := []string{"-dir", r.Dir, "-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0", "-require", require}
+		// -greeting-names-keys: each connection's greeting names the key
+		// that encrypted, which the load attributes it to.
+		args := []string{"-dir", r.Dir, "-listen", "127.0.0.1:0", "-status-listen", "127.0.0.1:0", "-greeting-names-keys", "-require", require}
 		if cfg.ClassicalResumption {
 			args = append(args, "-classical-resumption")
 		}
@@ -179,7 +182,7 @@ func (e *Env) StartFleet(ctx context.Context, cfg Config) (*Fleet, error) {
 		wait, cancel := context.WithTimeout(ctx, 30*time.Second)
 		addr, err := r.Proc.WaitLine(wait, "https listening on ")
 		if err == nil {
-			r.StatusAddr, err = r.Proc.WaitLine(wait, "metrics listening on ")
+			r.StatusAddr, err = r.Proc.WaitLine(wait, "status listening on ")
 		}
 		cancel()
 		if err != nil {
@@ -267,7 +270,7 @@ func (f *Fleet) stopNow() error {
 func (f *Fleet) Health(ctx context.Context) ([]agent.Status, error) {
 	out := make([]agent.Status, len(f.Replicas))
 	for i, r := range f.Replicas {
-		url := "https://" + r.Addr + "/healthz"
+		url := "http://" + r.StatusAddr + "/healthz"
 		if f.Server != GoServer {
 			url = "http://" + r.SidecarAddr + "/healthz"
 		}
@@ -339,10 +342,10 @@ func ParseMetric(exposition, series string) (float64, error) {
 	return 0, fmt.Errorf("no series %s in the metrics", series)
 }
 
-// ReadHealth reads the /healthz of the examples/server at addr (the agent's
-// Status) with c, which must trust the replica's certificate.
+// ReadHealth reads the /healthz of the examples/server whose status port
+// (-status-listen) is at addr: the agent's Status.
 func ReadHealth(ctx context.Context, c *http.Client, addr string) (agent.Status, error) {
-	return ReadHealthURL(ctx, c, "https://"+addr+"/healthz")
+	return ReadHealthURL(ctx, c, "http://"+addr+"/healthz")
 }
 
 // ReadHealthURL reads an agent's Status from url with c: an

@@ -93,7 +93,14 @@ func printTable(w io.Writer, wide bool, columns []column, rows [][]any) error {
 		t.ColumnDefinitions = append(t.ColumnDefinitions, def)
 	}
 	for _, r := range rows {
-		t.Rows = append(t.Rows, metav1.TableRow{Cells: r})
+		cells := make([]any, len(r))
+		for i, c := range r {
+			if s, ok := c.(string); ok {
+				c = esc(s) // the table printer escapes ESC alone, and cuts a cell at a newline
+			}
+			cells[i] = c
+		}
+		t.Rows = append(t.Rows, metav1.TableRow{Cells: cells})
 	}
 	return printers.NewTablePrinter(printers.PrintOptions{Wide: wide}).PrintObj(t, w)
 }

@@ -114,7 +114,7 @@ func (r *request) await(ctx context.Context, ref ringRef, check func(ring audit.
 	var said string
 	say := func(msg string) {
 		if msg != "" && msg != said {
-			fmt.Fprintln(r.streams.Out, msg)
+			fmt.Fprintln(r.streams.Out, esc(msg)) // it quotes conditions and pods
 			said = msg
 		}
 	}

@@ -29,11 +29,12 @@ as:
 
 The operator handles each value once: it destroys every key of the ring at
 once and publishes a fresh key that encrypts from now, deletes the snapshots
-that held the old keys, records the revoke in status.revocations (with who
-asked: the annotation's field manager, kubectl-ringmaster) and echoes the
-value in status.lastRevokeRequestedAt. Tickets issued before stop resuming as
-soon as the pods take the revoking epoch, and clients fall back to full
-handshakes.
+that held the old keys, records the revoke in status.revocations (with the
+field manager of the annotation's write, here kubectl-ringmaster: the client
+chooses it, so it names the tool, not the user; the API server's audit log
+names the user) and echoes the value in status.lastRevokeRequestedAt.
+Tickets issued before stop resuming as soon as the pods take the revoking
+epoch, and clients fall back to full handshakes.
 
 Revoke waits until the revoke is recorded and published, or times out
 saying why. A revoke the operator could not carry out (its key source
@@ -95,6 +96,9 @@ func revoked(ref ringRef, ring audit.Ring, value string) step {
 	if rev == nil || ring.Status.ActiveKey == nil {
 		return step{say: fmt.Sprintf("The operator carried out the revoke; waiting for its record (epoch %d)", ring.Status.Epoch)}
 	}
-	return step{done: true, say: fmt.Sprintf("Revoked %s at the request of %s: keys %s are destroyed; epoch %d encrypts with fresh key %s from %s. Tickets issued before no longer resume on pods that hold epoch %d.",
-		ref, cmp.Or(rev.RequestedBy, "an unknown client"), strings.Join(rev.Keys, " "), rev.Epoch, ring.Status.ActiveKey.ID, stamp(ring.Status.ActiveKey.ActiveFrom.Time), rev.Epoch)}
+	// RequestedBy is the field manager of the annotation's write, which
+	// the client chooses: it says which tool asked, not which user (the API
+	// server's audit log does).
+	return step{done: true, say: fmt.Sprintf("Revoked %s, requested with field manager %s: keys %s are destroyed; epoch %d encrypts with fresh key %s from %s. Tickets issued before no longer resume on pods that hold epoch %d.",
+		ref, cmp.Or(rev.RequestedBy, "(none recorded)"), strings.Join(rev.Keys, " "), rev.Epoch, ring.Status.ActiveKey.ID, stamp(ring.Status.ActiveKey.ActiveFrom.Time), rev.Epoch)}
 }

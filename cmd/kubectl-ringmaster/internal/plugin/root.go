@@ -44,11 +44,11 @@ func Main(args []string, streams genericiooptions.IOStreams) int {
 	var exit *ExitError
 	if errors.As(err, &exit) {
 		if exit.Err != nil {
-			fmt.Fprintf(streams.ErrOut, "error: %v\n", exit.Err)
+			fmt.Fprintf(streams.ErrOut, "error: %s\n", escLines(exit.Err.Error()))
 		}
 		return exit.Code
 	}
-	fmt.Fprintf(streams.ErrOut, "error: %v\n", err)
+	fmt.Fprintf(streams.ErrOut, "error: %s\n", escLines(err.Error()))
 	return 1
 }
 

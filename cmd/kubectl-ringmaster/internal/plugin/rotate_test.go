@@ -76,7 +76,7 @@ var _ = Describe("revoke", func() {
 		res := run(team, "revoke", "payments", "-n", "shop")
 		Expect(res.Code).To(Equal(0), res.Err)
 		Expect(res.Out).To(HavePrefix("Requested an emergency revoke of TicketKeyRing shop/payments: ringmaster.io/revoke-requested-at="))
-		Expect(res.Out).To(ContainSubstring("Revoked TicketKeyRing shop/payments at the request of kubectl-ringmaster: keys " + strings.Join(old, " ") + " are destroyed; epoch "))
+		Expect(res.Out).To(ContainSubstring("Revoked TicketKeyRing shop/payments, requested with field manager kubectl-ringmaster: keys " + strings.Join(old, " ") + " are destroyed; epoch "))
 
 		after := getRing("shop", "payments")
 		value := after.Annotations[v1alpha1.RevokeRequestedAtAnnotation]

@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
@@ -133,7 +136,7 @@ func (o *statusOptions) run(ctx context.Context, arg string) error {
 		return err
 	}
 	for _, n := range st.Notes {
-		fmt.Fprintf(o.streams.ErrOut, "Warning: %s\n", n)
+		printf(o.streams.ErrOut, "Warning: %s\n", n)
 	}
 	if o.out.structured() {
 		return printReport(o.streams.Out, o.out.format, "RingStatus", st)
@@ -258,9 +261,9 @@ func seriesTime(s *corev1.EventSeries) time.Time {
 func printStatus(w io.Writer, st RingStatus) error {
 	printSummary(w, st)
 	for _, sec := range statusSections(st) {
-		fmt.Fprintf(w, "%s:\n", sec.title)
+		printf(w, "%s:\n", sec.title)
 		if len(sec.rows) == 0 {
-			fmt.Fprintln(w, "  "+sec.empty)
+			printf(w, "  %s\n", sec.empty)
 			continue
 		}
 		if err := indented(w, sec.columns, sec.rows); err != nil {
@@ -270,7 +273,7 @@ func printStatus(w io.Writer, st RingStatus) error {
 	if len(st.Problems) > 0 {
 		fmt.Fprintln(w, "Problems:")
 		for _, p := range st.Problems {
-			fmt.Fprintf(w, "  %s\n", p.Message)
+			printf(w, "  %s\n", p.Message)
 		}
 	}
 	return nil
@@ -284,46 +287,46 @@ func printSummary(w io.Writer, st RingStatus) {
 	if st.Namespace != "" {
 		ref = st.Kind + " " + st.Namespace + "/" + st.Name
 	}
-	fmt.Fprintln(w, ref)
-	fmt.Fprintf(w, "  Schedule:        a key encrypts for %s, is staged %s before, then decrypts for %d more interval(s)\n",
+	printf(w, "%s\n", ref)
+	printf(w, "  Schedule:        a key encrypts for %s, is staged %s before, then decrypts for %d more interval(s)\n",
 		limit(spec.RotationInterval.Duration), limit(spec.ActivationDelay.Duration), spec.RetainedKeys)
 	source := "crypto/rand, in the operator"
 	if spec.SourceRef != nil {
 		source = "ClusterKeySource " + spec.SourceRef.Name
 	}
-	fmt.Fprintf(w, "  Key source:      %s\n", source)
-	fmt.Fprintf(w, "  Epoch:           %d (snapshot %s)\n", st.Status.Epoch, orDash(st.Status.Snapshot))
+	printf(w, "  Key source:      %s\n", source)
+	printf(w, "  Epoch:           %d (snapshot %s)\n", st.Status.Epoch, orDash(st.Status.Snapshot))
 	for _, k := range st.Keys {
 		if k.State == keyring.Active {
-			fmt.Fprintf(w, "  Active key:      %s, encrypting for %s of its %s\n", k.ID, age(&k.ActiveFrom, now), limit(spec.RotationInterval.Duration))
+			printf(w, "  Active key:      %s, encrypting for %s of its %s\n", k.ID, age(&k.ActiveFrom, now), limit(spec.RotationInterval.Duration))
 		}
 	}
 	if n := st.Status.NextRotation; n != nil {
-		fmt.Fprintf(w, "  Next rotation:   %s (%s)\n", stamp(n.Time), relative(n.Time, now))
+		printf(w, "  Next rotation:   %s (%s)\n", stamp(n.Time), relative(n.Time, now))
 	}
 	if st.RotateRequestedAt != "" {
 		handled := "handled"
 		if st.RotateRequestedAt != st.Status.LastRotateRequestedAt {
 			handled = "not handled yet"
 		}
-		fmt.Fprintf(w, "  Rotate request:  %s, %s\n", st.RotateRequestedAt, handled)
+		printf(w, "  Rotate request:  %s, %s\n", st.RotateRequestedAt, handled)
 	}
 	if st.RevokeRequestedAt != "" {
 		handled := "carried out"
 		if st.RevokeRequestedAt != st.Status.LastRevokeRequestedAt {
 			handled = "not carried out yet"
 		}
-		fmt.Fprintf(w, "  Revoke request:  %s, %s\n", st.RevokeRequestedAt, handled)
+		printf(w, "  Revoke request:  %s, %s\n", st.RevokeRequestedAt, handled)
 	}
 	if c := spec.Confirmation; c != nil {
-		fmt.Fprintf(w, "  Confirmation:    a due key waits for every pod %s to hold it, up to %s, then: %s\n",
+		printf(w, "  Confirmation:    a due key waits for every pod %s to hold it, up to %s, then: %s\n",
 			metav1.FormatLabelSelector(&c.PodSelector), limit(c.Timeout.Duration), c.OnTimeout)
 	}
 	if st.Kind == audit.KindClusterTicketKeyRing {
-		fmt.Fprintf(w, "  Targets:         %d namespace(s), %d failed\n", st.Status.Targets, len(st.Status.FailedTargets))
+		printf(w, "  Targets:         %d namespace(s), %d failed\n", st.Status.Targets, len(st.Status.FailedTargets))
 	}
 	if sh := st.Status.Shared; sh != nil {
-		fmt.Fprintf(w, "  Shared:          %s\n", sharedLine(sh, now))
+		printf(w, "  Shared:          %s\n", sharedLine(sh, now))
 	}
 }
 
@@ -385,7 +388,7 @@ func statusSections(st RingStatus) []statusSection {
 	out = append(out, podsSection(st))
 	if len(st.Status.Revocations) > 0 {
 		revocations := statusSection{title: "Revocations, newest first",
-			columns: []column{{name: "Requested At"}, {name: "By"}, {name: "Epoch"}, {name: "Keys Destroyed"}}}
+			columns: []column{{name: "Requested At"}, {name: "Field Manager"}, {name: "Epoch"}, {name: "Keys Destroyed"}}}
 		for _, r := range st.Status.Revocations {
 			revocations.rows = append(revocations.rows, []any{r.RequestedAt, orDash(r.RequestedBy), fmt.Sprint(r.Epoch), strings.Join(r.Keys, " ")})
 		}
@@ -442,4 +445,48 @@ func indented(w io.Writer, columns []column, rows [][]any) error {
 		}
 	}
 	return nil
+}
+
+// printf prints to w with every string argument escaped by esc: the
+// arguments are text from the cluster (names, annotations, messages), which
+// whoever may write them could fill with terminal escape sequences.
+func printf(w io.Writer, format string, args ...any) {
+	for i, a := range args {
+		if s, ok := a.(string); ok {
+			args[i] = esc(s)
+		}
+	}
+	fmt.Fprintf(w, format, args...)
+}
+
+// esc makes text from the cluster safe to print on a terminal, on one line:
+// cli-runtime's printers.EscapeTerminal turns ESC and CR into ^[ and \r, as
+// kubectl does, and the control and format characters it leaves are
+// written as Go escapes (\n, \a, \u009b, \u202e): a newline would forge a
+// line of output, BEL ends an OSC sequence, U+009B is CSI to some
+// terminals, and bidirectional overrides reorder what is shown.
+func esc(s string) string { return escape(s, false) }
+
+// escLines is esc for text whose own newlines are kept: an error of the
+// plugin's, which may quote the cluster.
+func escLines(s string) string { return escape(s, true) }
+
+func escape(s string, keepNewlines bool) string {
+	s = printers.EscapeTerminal(s)
+	unsafe := func(r rune) bool {
+		return (r != '\n' || !keepNewlines) && (unicode.Is(unicode.Cc, r) || unicode.Is(unicode.Cf, r))
+	}
+	if !strings.ContainsFunc(s, unsafe) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unsafe(r) {
+			q := strconv.QuoteRuneToASCII(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -6,12 +6,14 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"strconv"
+	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/plugin"
 )
 
@@ -69,6 +71,24 @@ var _ = Describe("status", func() {
 		Expect(res.Out).To(MatchRegexp(`(?m)^  Ready\s+True\s+Published\s`))
 		Expect(res.Out).To(ContainSubstring("Projection Secrets (pods mount these):\n  not listed: you may not list Secrets\n"))
 		Expect(res.Out).To(ContainSubstring("Events:\n  not listed: you may not list events\n"))
+	})
+
+	It("prints a tenant's escape sequences escaped, never raw", func(ctx SpecContext) {
+		Expect(k8s.Create(ctx, ring("shop", "shouty", time.Hour, time.Second))).To(Succeed())
+		published("shop", "shouty")
+		// What a team may write on its own ring: an OSC title, a clear
+		// screen, BEL, an 8-bit CSI, and a newline forging a summary line.
+		hostile := "2026-11-30T21:54:24Z\x1b]0;owned\x07\x1b[2J\u009b31m\n  Active key:      forged"
+		patchRing(ctx, "shop", "shouty", func(r *v1alpha1.TicketKeyRing) {
+			r.Annotations = map[string]string{v1alpha1.RotateRequestedAtAnnotation: hostile}
+		})
+		res := run(admin, "status", "shouty", "-n", "shop")
+		Expect(res.Code).To(Equal(0), res.Err)
+		for _, raw := range []string{"\x1b", "\x07", "\u009b"} {
+			Expect(res.Out + res.Err).NotTo(ContainSubstring(raw))
+		}
+		Expect(res.Out).NotTo(MatchRegexp(`(?m)^  Active key:      forged`))
+		Expect(res.Out).To(ContainSubstring(`  Rotate request:  2026-11-30T21:54:24Z^[]0;owned\a^[[2J\u009b31m\n  Active key:      forged, `))
 	})
 
 	It("says which ring it did not find", func() {
