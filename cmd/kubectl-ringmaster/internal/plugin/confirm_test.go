@@ -60,7 +60,7 @@ var _ = Describe("a ring whose fleet does not confirm", func() {
 
 		st := run(admin, "status", "held", "-n", "shop")
 		Expect(st.Code).To(Equal(0))
-		Expect(st.Out).To(ContainSubstring("  Confirmation:    a due key waits for every pod app=held to hold it, up to 1s, then: Wait\n"))
+		Expect(st.Out).To(ContainSubstring("  Confirmation:    a due key waits for every pod app=held to hold it, up to 1s, then: Wait (by the clock at most 1h past its due time)\n"))
 		Expect(st.Out).To(MatchRegexp(`(?m)^Pods \(selected by app=held, asked on port status \S+ ago\): 0 of 1 ready pod\(s\) hold staged key \S+:$`))
 		Expect(st.Out).To(MatchRegexp(`(?m)^  shop\s+held-0\s+node-a\s+\S`))
 
