@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
 )
@@ -59,6 +60,9 @@ func (r *ClusterTicketKeyRingReconciler) Reconcile(ctx context.Context, req reco
 		return reconcile.Result{}, fmt.Errorf("list namespaces: %w", err)
 	}
 	in.targets = distribute.Targets(sel, namespaces.Items)
+	if c := ctkr.Spec.Confirmation; c != nil {
+		in.voters = confirm.VoterNamespaces(in.targets, namespaces.Items, c.VoterNamespaceSelector)
+	}
 	status, res, err := r.reconcile(ctx, in)
 	return result(res, errors.Join(err, applyStatus(ctx, r.Client, ctkr, ctkr.Status, status)))
 }

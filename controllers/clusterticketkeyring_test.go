@@ -194,5 +194,17 @@ var _ = Describe("ClusterTicketKeyRing", func() {
 			"secretName may not end in -e<number> or -ce<number>"),
 		Entry("the ring's own rules", func(c *v1alpha1.ClusterTicketKeyRing) { c.Spec.RotationInterval.Duration = 30 * time.Second },
 			"rotationInterval must be at least 1m"),
+		Entry("confirmation without voterNamespaceSelector", func(c *v1alpha1.ClusterTicketKeyRing) {
+			c.Spec.Confirmation = confirmationOf(time.Minute, nil)
+		}, "confirmation.voterNamespaceSelector is required on a ClusterTicketKeyRing"),
+		Entry("a confirmation ceiling past the 7-day bound", func(c *v1alpha1.ClusterTicketKeyRing) {
+			c.Spec.RotationInterval.Duration, c.Spec.RetainedKeys = 24*time.Hour, 6
+			c.Spec.Confirmation = confirmationOf(0, &metav1.Duration{Duration: time.Second})
+			c.Spec.Confirmation.VoterNamespaceSelector = &metav1.LabelSelector{}
+		}, "(retainedKeys + 1) x rotationInterval, plus confirmation.maxDelay"),
+		Entry("maxDelay over rotationInterval", func(c *v1alpha1.ClusterTicketKeyRing) {
+			c.Spec.Confirmation = confirmationOf(0, &metav1.Duration{Duration: 2 * time.Hour})
+			c.Spec.Confirmation.VoterNamespaceSelector = &metav1.LabelSelector{}
+		}, "must not exceed rotationInterval"),
 	)
 })

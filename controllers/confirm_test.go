@@ -24,6 +24,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/atomicdir"
+	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/testpki"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
@@ -54,8 +55,15 @@ var replicaCA = func() *testpki.CA {
 }()
 
 // newReplica starts a replica that holds no ring yet, and the ready Pod
-// that stands for it in ns, labelled app=web.
+// that stands for it in ns, labelled app=web and mounting the projection
+// Secret of ring web.
 func newReplica(ctx context.Context, ns, name string) *replica {
+	GinkgoHelper()
+	return newReplicaMounting(ctx, ns, name, "web-ticket-keys")
+}
+
+// newReplicaMounting is newReplica for a pod that mounts Secret secret.
+func newReplicaMounting(ctx context.Context, ns, name, secret string) *replica {
 	GinkgoHelper()
 	r := &replica{name: name}
 	var err error
@@ -91,17 +99,34 @@ func newReplica(ctx context.Context, ns, name string) *replica {
 	DeferCleanup(srv.Close)
 
 	port, _ := strconv.Atoi(r.status)
+	createPod(ctx, ns, name, port, secret)
+	return r
+}
+
+// createPod creates the ready Pod of a replica: labelled app=web, serving
+// the agent's status on port "status", and mounting Secret secret (none
+// when empty) through a projected volume beside its certificate.
+func createPod(ctx context.Context, ns, name string, port int, secret string) {
+	GinkgoHelper()
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": "web"}},
 		Spec: corev1.PodSpec{NodeName: "node-" + name, Containers: []corev1.Container{{
 			Name: "server", Image: "examples/server", Ports: []corev1.ContainerPort{{Name: "status", ContainerPort: int32(port)}},
 		}}},
 	}
+	if secret != "" {
+		pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "ticket-keys", MountPath: "/var/run/ringmaster", ReadOnly: true}}
+		pod.Spec.Volumes = []corev1.Volume{{Name: "ticket-keys", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{
+				{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: secret}}},
+				{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: name + "-tls"}}},
+			},
+		}}}}
+	}
 	Expect(k8s.Create(ctx, pod)).To(Succeed())
 	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1",
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
 	Expect(k8s.Status().Update(ctx, pod)).To(Succeed())
-	return r
 }
 
 // deliver writes the projection's files into the replica's volume, as the
@@ -150,6 +175,8 @@ var _ = Describe("TicketKeyRing confirmed by its fleet", func() {
 		ns = newNamespace(ctx)
 	})
 
+	// Under Wait, a key waits up to 30m past its due time; under Promote,
+	// it activates at the 10m timeout.
 	confirmation := func(onTimeout v1alpha1.ConfirmationTimeoutPolicy) func(*v1alpha1.TicketKeyRing) {
 		return func(r *v1alpha1.TicketKeyRing) {
 			r.Spec.Confirmation = &v1alpha1.Confirmation{
@@ -157,6 +184,9 @@ var _ = Describe("TicketKeyRing confirmed by its fleet", func() {
 				Port:        intstr.FromString("status"),
 				Timeout:     metav1.Duration{Duration: 10 * time.Minute},
 				OnTimeout:   onTimeout,
+			}
+			if onTimeout == v1alpha1.ConfirmationWait {
+				r.Spec.Confirmation.MaxDelay = &metav1.Duration{Duration: 30 * time.Minute}
 			}
 		}
 	}
@@ -171,7 +201,9 @@ var _ = Describe("TicketKeyRing confirmed by its fleet", func() {
 		waitEpoch(ctx, ring, 1)
 		e1 := decode(projection())
 		staged, active := e1.Keys[0], e1.Keys[1]
-		Expect(staged.ActiveFrom).To(BeTemporally(">", fakeClock.Now().Add(24*time.Hour)), "the staged key is held: no replica activates it by the clock")
+		due := distribute.Record(getSecret(ctx, ns, "web-e1")).Ring.Due
+		Expect(due).To(BeTemporally("==", active.ActiveFrom.Add(time.Hour)))
+		Expect(staged.ActiveFrom).To(BeTemporally("==", due.Add(30*time.Minute)), "the staged key is held to its ceiling: no replica activates it sooner by the clock")
 		a.deliver(projection())
 
 		By("the staged key falls due while replica b lacks it: it waits, and the active key keeps encrypting")
@@ -235,7 +267,11 @@ var _ = Describe("TicketKeyRing confirmed by its fleet", func() {
 		e2 := decode(projection())
 		Expect(e2.Keys[1].ID).To(Equal(staged.ID))
 		Expect(getRing(ctx, ring).Status.ActiveKey.ID).To(Equal(staged.ID))
-		Expect(meta.IsStatusConditionTrue(getRing(ctx, ring).Status.Conditions, v1alpha1.ConditionConfirmationOverdue)).To(BeFalse())
+		Eventually(func() *metav1.Condition {
+			return meta.FindStatusCondition(getRing(ctx, ring).Status.Conditions, v1alpha1.ConditionConfirmationOverdue)
+		}, timeout, poll).Should(And(Not(BeNil()), HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonActivatedUnconfirmed),
+			HaveField("Message", And(ContainSubstring(staged.ID), ContainSubstring("onTimeout Promote"), ContainSubstring(ns+"/web-lost"))),
+		))
 	})
 })
 

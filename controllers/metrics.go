@@ -16,6 +16,15 @@ var rotationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Epochs published (result=success) and attempts that published nothing (result=failure).",
 }, []string{"result"})
 
+// unconfirmedActivationsTotal counts, per ring, the held staged keys that
+// activated by the clock without every voter confirming them: at the
+// ceiling (spec.confirmation.maxDelay) under Wait, at the timeout under
+// Promote. Labels: namespace (empty for a ClusterTicketKeyRing), name.
+var unconfirmedActivationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "ringmaster_ticketkeyring_unconfirmed_activations_total",
+	Help: "Held staged keys that activated by the clock without every voter confirming them (at the confirmation ceiling, or the timeout under Promote).",
+}, []string{"namespace", "name"})
+
 // sharedWritesTotal counts writes of shared rings' entries in Vault.
 // Labels: result ("won", or "lost" to another operator's check-and-set).
 var sharedWritesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{

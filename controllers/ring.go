@@ -79,6 +79,10 @@ type ring struct {
 	namespace string
 	// targets are the namespaces the ring delivers to.
 	targets []string
+	// voters are the namespaces whose pods vote under spec.confirmation:
+	// a TicketKeyRing's own, those of a cluster ring's targets that its
+	// voterNamespaceSelector matches.
+	voters []string
 }
 
 // reconcile does one pass over a ring: plan, mint, publish, deliver to each
@@ -90,7 +94,7 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 	now := r.Clock.Now()
 	in.owner.KeepInBackups = r.keepInBackups
 	out := ringstatus.Outcome{Now: now, Generation: in.obj.GetGeneration(), Targets: len(in.targets),
-		Formats: in.spec.Distribution.Formats, RetainedKeys: in.spec.RetainedKeys}
+		Formats: in.spec.Distribution.Formats, RetainedKeys: in.spec.RetainedKeys, Confirm: in.spec.Confirmation != nil}
 	snaps, err := r.snapshots(ctx, in.owner)
 	if err != nil {
 		return in.status, reconcile.Result{}, err
@@ -235,6 +239,7 @@ func (r *rings) plan(ctx context.Context, in ring, history keyring.History, poli
 		return plan, plan.Ring, req, nil
 	}
 	plan = keyring.Next(out.Now, policy, sh.base(out.Current), inputs)
+	out.Unconfirmed = unconfirmed(in, policy, plan, out.Current)
 	next, mintErr = r.mint(ctx, src, sh, plan)
 	switch {
 	case mintErr != nil:
@@ -292,14 +297,14 @@ func (r *rings) confirm(ctx context.Context, in ring, policy keyring.Policy, out
 		return false, nil // the API's validation let an invalid selector through: nobody confirms
 	}
 	var pods []corev1.Pod
-	for _, ns := range in.targets {
+	for _, ns := range in.voters {
 		list := &corev1.PodList{}
 		if err := r.APIReader.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 			return false, fmt.Errorf("list the pods of namespace %s: %w", ns, err)
 		}
 		pods = append(pods, list.Items...)
 	}
-	targets, unreachable := confirm.Targets(pods, c.Port)
+	targets, unreachable := confirm.Voters(pods, in.owner.SecretName, c.Port)
 	result := confirm.Tally(cur.Name, cur.Keys[0].ID, r.Asker.Ask(ctx, targets), unreachable)
 	out.Confirmation = &v1alpha1.ConfirmationStatus{
 		StagedKey: cur.Keys[0].ID, Due: &metav1.Time{Time: cur.Due}, Pods: int32(result.Pods), Holding: int32(result.Holding),
@@ -309,6 +314,21 @@ func (r *rings) confirm(ctx context.Context, in ring, policy keyring.Policy, out
 		out.Overdue = late
 	}
 	return result.Confirmed(), nil
+}
+
+// unconfirmed describes the held staged key the plan found activated by
+// the clock unconfirmed, with what its voters last said of it; nil if none.
+func unconfirmed(in ring, policy keyring.Policy, plan keyring.Plan, cur keyring.Ring) *ringstatus.Unconfirmed {
+	if plan.Unconfirmed == "" || policy.Confirm == nil {
+		return nil
+	}
+	k, _ := cur.Key(plan.Unconfirmed)
+	u := &ringstatus.Unconfirmed{Key: k.ID, ActiveFrom: k.ActiveFrom, Due: cur.Due,
+		Promote: policy.Confirm.Promote, Timeout: policy.Confirm.Timeout, Ceiling: policy.Confirm.Ceiling()}
+	if r := in.status.Confirmation; r != nil && r.StagedKey == k.ID {
+		u.Report = r
+	}
+	return u
 }
 
 // finish builds the status, emits the Warning event a transition calls for,
@@ -321,6 +341,11 @@ func (r *rings) finish(ctx context.Context, in ring, out ringstatus.Outcome) v1a
 	}
 	if msg, ok := ringstatus.ConfirmationWarning(in.status.Conditions, status.Conditions); ok {
 		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, v1alpha1.ConditionConfirmationOverdue, "Confirm", "%s", msg)
+	}
+	if msg, ok := ringstatus.UnconfirmedWarning(in.status.Conditions, status.Conditions); ok {
+		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, v1alpha1.ReasonActivatedUnconfirmed, "Activate", "%s", msg)
+		unconfirmedActivationsTotal.WithLabelValues(in.owner.Namespace, in.owner.Name).Inc()
+		log.FromContext(ctx).Info("Staged key activated unconfirmed", "message", msg)
 	}
 	if reason, msg, ok := ringstatus.RetentionWarning(in.status.Conditions, status.Conditions); ok {
 		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)

@@ -82,7 +82,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	recorder := mgr.GetEventRecorder("ringmaster")
 	shared := &rings{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, Sources: sources,
 		Asker: &confirm.Asker{}, gauges: newRingGauges(o.Clock), keepInBackups: o.KeepSecretsInBackups}
-	for _, c := range []prometheus.Collector{rotationsTotal, sharedWritesTotal, sharedPropagationSeconds, shared.gauges} {
+	for _, c := range []prometheus.Collector{rotationsTotal, unconfirmedActivationsTotal, sharedWritesTotal, sharedPropagationSeconds, shared.gauges} {
 		if err := o.Registry.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 			return nil, err
 		}

@@ -44,7 +44,7 @@ func (r *TicketKeyRingReconciler) Reconcile(ctx context.Context, req reconcile.R
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("ring", klog.KObj(tkr)))
 	status, res, err := r.reconcile(ctx, ring{
 		obj: tkr, owner: distribute.OwnerOf(tkr), spec: tkr.Spec, status: tkr.Status,
-		namespace: tkr.Namespace, targets: []string{tkr.Namespace},
+		namespace: tkr.Namespace, targets: []string{tkr.Namespace}, voters: []string{tkr.Namespace},
 	})
 	return result(res, errors.Join(err, applyStatus(ctx, r.Client, tkr, tkr.Status, status)))
 }

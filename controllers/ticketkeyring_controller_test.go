@@ -338,7 +338,31 @@ var _ = Describe("TicketKeyRing", func() {
 		Entry("tickets outliving 7 days", func(r *v1alpha1.TicketKeyRing) {
 			r.Spec.RotationInterval.Duration = 24 * time.Hour
 			r.Spec.RetainedKeys = 7
-		}, "(retainedKeys + 1) x rotationInterval must not exceed 168h"),
+		}, "(retainedKeys + 1) x rotationInterval, plus confirmation.maxDelay (or confirmation.timeout when maxDelay is omitted), must not exceed 168h"),
+		Entry("a confirmation ceiling past the 7-day bound", func(r *v1alpha1.TicketKeyRing) {
+			r.Spec.RotationInterval.Duration, r.Spec.RetainedKeys = 24*time.Hour, 6
+			r.Spec.Confirmation = confirmationOf(0, &metav1.Duration{Duration: time.Second})
+		}, "(retainedKeys + 1) x rotationInterval, plus confirmation.maxDelay"),
+		Entry("a confirmation timeout, without maxDelay, past the 7-day bound", func(r *v1alpha1.TicketKeyRing) {
+			r.Spec.RotationInterval.Duration, r.Spec.RetainedKeys = 24*time.Hour, 6
+			r.Spec.Confirmation = confirmationOf(time.Minute, nil)
+		}, "(retainedKeys + 1) x rotationInterval, plus confirmation.maxDelay"),
+		Entry("maxDelay over rotationInterval", func(r *v1alpha1.TicketKeyRing) {
+			r.Spec.Confirmation = confirmationOf(10*time.Minute, &metav1.Duration{Duration: time.Hour + time.Second})
+		}, "confirmation.maxDelay (or confirmation.timeout when maxDelay is omitted) must not exceed rotationInterval"),
+		Entry("a timeout over rotationInterval, without maxDelay", func(r *v1alpha1.TicketKeyRing) {
+			r.Spec.Confirmation = confirmationOf(2*time.Hour, nil)
+		}, "confirmation.maxDelay (or confirmation.timeout when maxDelay is omitted) must not exceed rotationInterval"),
+		Entry("maxDelay under the timeout", func(r *v1alpha1.TicketKeyRing) {
+			r.Spec.Confirmation = confirmationOf(10*time.Minute, &metav1.Duration{Duration: 5 * time.Minute})
+		}, "confirmation.maxDelay must be at least confirmation.timeout"),
+		Entry("a negative timeout", func(r *v1alpha1.TicketKeyRing) {
+			r.Spec.Confirmation = confirmationOf(-time.Minute, nil)
+		}, "confirmation.timeout must be at least 0s"),
+		Entry("voterNamespaceSelector on a TicketKeyRing", func(r *v1alpha1.TicketKeyRing) {
+			r.Spec.Confirmation = confirmationOf(time.Minute, nil)
+			r.Spec.Confirmation.VoterNamespaceSelector = &metav1.LabelSelector{}
+		}, "spec.confirmation.voterNamespaceSelector is for ClusterTicketKeyRings"),
 		Entry("secret name not DNS-1123", func(r *v1alpha1.TicketKeyRing) { r.Spec.Distribution.SecretName = "Web_Keys" },
 			"spec.distribution.secretName in body should match"),
 		Entry("a name too long for the label on its Secrets", func(r *v1alpha1.TicketKeyRing) { r.Name = strings.Repeat("w", 64) },

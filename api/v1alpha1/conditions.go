@@ -12,7 +12,11 @@ const (
 	ConditionRotationOverdue = "RotationOverdue"
 	// ConditionConfirmationOverdue (rings under spec.confirmation) is True
 	// while a staged key has waited for its fleet longer than the timeout,
-	// and the active key keeps encrypting.
+	// and the active key keeps encrypting. It is False with reason
+	// ActivatedUnconfirmed, naming the voters that lacked the key, from
+	// the moment a held key activated by the clock unconfirmed (at its
+	// ceiling, spec.confirmation.maxDelay, or under Promote at the timeout)
+	// until the next staged key falls due.
 	ConditionConfirmationOverdue = "ConfirmationOverdue"
 	// ConditionRetentionLimited (rings) is True when a format listed in
 	// spec.distribution.formats is read by a server that keeps fewer
@@ -57,6 +61,11 @@ const (
 	// ReasonAwaitingPods: ConfirmationOverdue is True; the message names the
 	// pods that do not hold the staged key.
 	ReasonAwaitingPods = "AwaitingPods"
+	// ReasonActivatedUnconfirmed: ConfirmationOverdue is False, and the
+	// Warning event of the same reason says so: a held staged key
+	// activated by the clock without every voter confirming it; the
+	// message names the voters that lacked it when last asked.
+	ReasonActivatedUnconfirmed = "ActivatedUnconfirmed"
 	// ReasonRevoked: the event of an emergency revoke.
 	ReasonRevoked = "Revoked"
 	// ReasonFormatKeepsFewerKeys: RetentionLimited is True; its message

@@ -46,7 +46,10 @@ type TicketKeyRingSpec struct {
 	// activationDelay is the least time a new key is delivered to every pod
 	// before it encrypts anything. It must exceed the delivery lag (kubelet
 	// sync period plus its cache TTL, about 1-2 minutes by default) plus clock
-	// skew. It bounds how soon a rotate-now request takes effect.
+	// skew. It bounds how soon a rotate-now request takes effect. One
+	// exception: an operator back so late that waiting activationDelay
+	// would keep the active key past its bound (see retainedKeys) stages
+	// the next key for less, to activate at that bound.
 	// +kubebuilder:default="3m"
 	// +optional
 	ActivationDelay metav1.Duration `json:"activationDelay,omitempty"`

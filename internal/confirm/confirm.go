@@ -1,8 +1,9 @@
 // Package confirm asks a ring's pods which keys they hold, the way
 // Prometheus scrapes its targets: it reads the read-only status each pod's
 // agent serves (pkg/agent.StatusHandler) and tallies whether every
-// selected, ready pod holds the staged key. Choosing the pods and judging
-// their answers are pure (Targets, Tally); Ask does the HTTP.
+// pod that votes holds the staged key. Choosing the voters and judging
+// their answers are pure (Voters, VoterNamespaces, Tally); Ask does the
+// HTTP.
 package confirm
 
 import (
@@ -11,15 +12,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
@@ -33,57 +29,6 @@ type Target struct {
 	Namespace, Name, Node string
 	// URL is the pod's agent status: http://<pod IP>:<port>/ringmaster/v1/status.
 	URL string
-}
-
-// Targets are the pods to ask, in namespace and name order: the ready ones,
-// never those on the host network (their address is the node's, which a
-// tenant's selector must not point the operator at). A ready pod whose port
-// cannot be found is reported as missing.
-func Targets(pods []corev1.Pod, port intstr.IntOrString) (targets []Target, missing []v1alpha1.PodReport) {
-	pods = slices.Clone(pods)
-	slices.SortFunc(pods, func(a, b corev1.Pod) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
-	for _, p := range pods {
-		if !ready(p) || p.Spec.HostNetwork {
-			continue
-		}
-		n, ok := portOf(p, port)
-		if !ok {
-			missing = append(missing, v1alpha1.PodReport{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,
-				Reason: fmt.Sprintf("declares no container port %s", port.String())})
-			continue
-		}
-		targets = append(targets, Target{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,
-			URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(n))) + agent.StatusPath})
-	}
-	return targets, missing
-}
-
-func ready(p corev1.Pod) bool {
-	if !p.DeletionTimestamp.IsZero() || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-func portOf(p corev1.Pod, port intstr.IntOrString) (int32, bool) {
-	if port.Type == intstr.Int {
-		return port.IntVal, port.IntVal > 0
-	}
-	for _, c := range p.Spec.Containers {
-		for _, cp := range c.Ports {
-			if cp.Name == port.StrVal && (cp.Protocol == "" || cp.Protocol == corev1.ProtocolTCP) {
-				return cp.ContainerPort, true
-			}
-		}
-	}
-	return 0, false
 }
 
 // Answer is what one pod said, or why it could not be asked.

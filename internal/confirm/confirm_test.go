@@ -9,50 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
-
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
-
-func pod(name string, mutate func(*corev1.Pod)) corev1.Pod {
-	p := corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
-		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{
-			Name: "server", Ports: []corev1.ContainerPort{{Name: "status", ContainerPort: 9090}},
-		}}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.1.0.7",
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
-	}
-	if mutate != nil {
-		mutate(&p)
-	}
-	return p
-}
-
-func TestTargets(t *testing.T) {
-	pods := []corev1.Pod{
-		pod("web-b", nil),
-		pod("web-a", func(p *corev1.Pod) { p.Status.PodIP = "fd00::7" }),
-		pod("not-ready", func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }),
-		pod("pending", func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending }),
-		pod("host", func(p *corev1.Pod) { p.Spec.HostNetwork = true }),
-		pod("no-port", func(p *corev1.Pod) { p.Spec.Containers[0].Ports = nil }),
-	}
-	targets, missing := Targets(pods, intstr.FromString("status"))
-	if len(targets) != 2 || targets[0].Name != "web-a" || targets[0].URL != "http://[fd00::7]:9090/ringmaster/v1/status" ||
-		targets[1].URL != "http://10.1.0.7:9090/ringmaster/v1/status" || targets[1].Node != "node-1" {
-		t.Errorf("targets %+v", targets)
-	}
-	if len(missing) != 1 || missing[0].Name != "no-port" || !strings.Contains(missing[0].Reason, "no container port status") {
-		t.Errorf("missing %+v", missing)
-	}
-	if targets, _ := Targets(pods[:1], intstr.FromInt32(8080)); len(targets) != 1 || !strings.Contains(targets[0].URL, ":8080/") {
-		t.Errorf("a port number: %+v", targets)
-	}
-}
 
 func TestTally(t *testing.T) {
 	status := func(ring string, epoch int64, ids ...string) agent.Status {

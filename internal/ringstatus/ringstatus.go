@@ -72,6 +72,11 @@ type Outcome struct {
 	// when the staged key has waited past its timeout.
 	Confirmation *v1alpha1.ConfirmationStatus
 	Overdue      time.Time
+	// Confirm says the ring has spec.confirmation.
+	Confirm bool
+	// Unconfirmed, when set, is a held staged key that activated by the
+	// clock without every voter confirming it.
+	Unconfirmed *Unconfirmed
 	// Formats and RetainedKeys are the ring's spec.distribution.formats and
 	// spec.retainedKeys: RetentionLimited reports the formats whose server
 	// keeps fewer decrypt-only keys than retained.
@@ -80,6 +85,24 @@ type Outcome struct {
 	// Shared is what the ring saw of its shared entry in Vault; nil for a
 	// ring that is not shared.
 	Shared *v1alpha1.SharedRingStatus
+}
+
+// Unconfirmed is a held staged key that activated by the clock, past its
+// ceiling (or, under Promote, its timeout), without every voter confirming
+// it.
+type Unconfirmed struct {
+	// Key is its id; ActiveFrom when it activated; Due when it fell due.
+	Key        string
+	ActiveFrom time.Time
+	Due        time.Time
+	// Promote says it activated at the timeout (onTimeout Promote); else
+	// at the ceiling, Ceiling past its due time.
+	Promote bool
+	Timeout time.Duration
+	Ceiling time.Duration
+	// Report is what the voters last said of the key; nil when the
+	// operator had no report of it.
+	Report *v1alpha1.ConfirmationStatus
 }
 
 // MaxRevocations bounds status.revocations.
@@ -160,9 +183,25 @@ func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) v1alpha1.TicketKeyRingS
 }
 
 // confirmationOverdue sets ConfirmationOverdue while the ring has
-// spec.confirmation, and removes it otherwise.
+// spec.confirmation, and removes it otherwise. The record of a key that
+// activated unconfirmed stays until the next staged key falls due.
 func confirmationOverdue(s *v1alpha1.TicketKeyRingStatus, o Outcome) {
-	if o.Confirmation == nil {
+	prev := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionConfirmationOverdue)
+	switch {
+	case o.Unconfirmed != nil:
+		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: v1alpha1.ConditionConfirmationOverdue, Status: metav1.ConditionFalse,
+			Reason: v1alpha1.ReasonActivatedUnconfirmed, Message: unconfirmedMessage(o.Unconfirmed), ObservedGeneration: o.Generation})
+		return
+	case !o.Confirm && o.Confirmation == nil:
+		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionConfirmationOverdue)
+		return
+	case prev != nil && prev.Reason == v1alpha1.ReasonActivatedUnconfirmed && o.Overdue.IsZero() &&
+		(o.Confirmation == nil || o.Confirmation.Due == nil || o.Now.Before(o.Confirmation.Due.Time)):
+		kept := *prev
+		kept.ObservedGeneration = o.Generation
+		meta.SetStatusCondition(&s.Conditions, kept)
+		return
+	case o.Confirmation == nil:
 		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionConfirmationOverdue)
 		return
 	}
@@ -179,6 +218,45 @@ func confirmationOverdue(s *v1alpha1.TicketKeyRingStatus, o Outcome) {
 			activeID(o.Ring, o.Now), strings.Join(names, "; "))
 	}
 	meta.SetStatusCondition(&s.Conditions, c)
+}
+
+// unconfirmedMessage says which key activated unconfirmed, why, and which
+// voters lacked it when last asked.
+func unconfirmedMessage(u *Unconfirmed) string {
+	when := fmt.Sprintf("its ceiling, maxDelay %s past its due time %s", u.Ceiling, u.Due.UTC().Format(time.RFC3339))
+	if u.Promote {
+		when = fmt.Sprintf("its timeout, %s past its due time %s (onTimeout Promote)", u.Timeout, u.Due.UTC().Format(time.RFC3339))
+	}
+	msg := fmt.Sprintf("Key %s activated by the clock at %s, %s, without every voter confirming it", u.Key, u.ActiveFrom.UTC().Format(time.RFC3339), when)
+	r := u.Report
+	if r == nil {
+		return msg + "; the operator had no report of it from the fleet"
+	}
+	names := make([]string, 0, len(r.Missing))
+	for _, m := range r.Missing {
+		names = append(names, fmt.Sprintf("%s/%s (node %s: %s)", m.Namespace, m.Name, m.Node, m.Reason))
+	}
+	if more := int(r.Pods-r.Holding) - len(r.Missing); more > 0 {
+		names = append(names, fmt.Sprintf("and %d more", more))
+	}
+	msg += fmt.Sprintf("; %d of %d voter(s) held it when last asked (%s)", r.Holding, r.Pods, r.CheckedAt.UTC().Format(time.RFC3339))
+	if len(names) > 0 {
+		msg += ". Lacking it: " + strings.Join(names, "; ")
+	}
+	return msg
+}
+
+// UnconfirmedWarning returns the Warning event a key activating
+// unconfirmed calls for: once per key (per message).
+func UnconfirmedWarning(prev, next []metav1.Condition) (message string, ok bool) {
+	n := meta.FindStatusCondition(next, v1alpha1.ConditionConfirmationOverdue)
+	if n == nil || n.Reason != v1alpha1.ReasonActivatedUnconfirmed {
+		return "", false
+	}
+	if p := meta.FindStatusCondition(prev, v1alpha1.ConditionConfirmationOverdue); p != nil && p.Reason == n.Reason && p.Message == n.Message {
+		return "", false
+	}
+	return n.Message, true
 }
 
 // overdueMessage says since when a key has been due and what encrypts

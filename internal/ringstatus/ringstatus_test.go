@@ -361,3 +361,59 @@ func TestRetentionWarning(t *testing.T) {
 		}
 	}
 }
+
+// A held key that activated unconfirmed is reported once, names the voters
+// that lacked it, and stays reported until the next staged key falls due.
+func TestBuildUnconfirmedActivation(t *testing.T) {
+	ring := published()
+	report := &v1alpha1.ConfirmationStatus{StagedKey: "s1", Pods: 25, Holding: 3, CheckedAt: metav1.NewTime(t0.Add(-time.Minute))}
+	for i := range 20 {
+		report.Missing = append(report.Missing, v1alpha1.PodReport{Namespace: "tenant", Name: fmt.Sprintf("silent-%02d", i), Node: "n1", Reason: "holds epoch 1, without key s1"})
+	}
+	u := &Unconfirmed{Key: "s1", ActiveFrom: t0, Due: t0.Add(-30 * time.Minute), Timeout: 10 * time.Minute, Ceiling: 30 * time.Minute, Report: report}
+	nextDue := metav1.NewTime(t0.Add(time.Hour))
+	waiting := &v1alpha1.ConfirmationStatus{StagedKey: "s2", Due: &nextDue, Pods: 25}
+
+	var prev v1alpha1.TicketKeyRingStatus
+	forced := Build(prev, Outcome{Now: t0, Ring: ring, Targets: 1, Confirm: true, Unconfirmed: u})
+	c := meta.FindStatusCondition(forced.Conditions, v1alpha1.ConditionConfirmationOverdue)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonActivatedUnconfirmed {
+		t.Fatalf("ConfirmationOverdue %+v", c)
+	}
+	for _, want := range []string{"Key s1 activated by the clock at 2026-11-30T12:00:00Z", "maxDelay 30m0s past its due time 2026-11-30T11:30:00Z",
+		"3 of 25 voter(s) held it", "tenant/silent-00 (node n1: holds epoch 1, without key s1)", "tenant/silent-19", "and 2 more"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("message %q lacks %q", c.Message, want)
+		}
+	}
+	if msg, ok := UnconfirmedWarning(prev.Conditions, forced.Conditions); !ok || msg != c.Message {
+		t.Error("no Warning for a key activated unconfirmed")
+	}
+	if _, ok := UnconfirmedWarning(forced.Conditions, forced.Conditions); ok {
+		t.Error("a second Warning for the same activation")
+	}
+
+	kept := Build(forced, Outcome{Now: t0.Add(time.Minute), Ring: ring, Targets: 1, Confirm: true, Confirmation: waiting})
+	if k := meta.FindStatusCondition(kept.Conditions, v1alpha1.ConditionConfirmationOverdue); k == nil || k.Message != c.Message {
+		t.Errorf("before the next key falls due, the record is gone: %+v", k)
+	}
+	kept = Build(forced, Outcome{Now: t0.Add(time.Minute), Ring: ring, Targets: 1, Confirm: true})
+	if k := meta.FindStatusCondition(kept.Conditions, v1alpha1.ConditionConfirmationOverdue); k == nil || k.Message != c.Message {
+		t.Errorf("with no report of the next key yet, the record is gone: %+v", k)
+	}
+	due := Build(forced, Outcome{Now: nextDue.Time, Ring: ring, Targets: 1, Confirm: true, Confirmation: waiting})
+	if d := meta.FindStatusCondition(due.Conditions, v1alpha1.ConditionConfirmationOverdue); d == nil || d.Reason != v1alpha1.ReasonOnSchedule {
+		t.Errorf("once the next key falls due: %+v", d)
+	}
+	off := Build(forced, Outcome{Now: t0.Add(time.Minute), Ring: ring, Targets: 1})
+	if meta.FindStatusCondition(off.Conditions, v1alpha1.ConditionConfirmationOverdue) != nil {
+		t.Error("confirmation turned off leaves the record")
+	}
+
+	u.Promote, u.Report = true, nil
+	promoted := Build(prev, Outcome{Now: t0, Ring: ring, Targets: 1, Confirm: true, Unconfirmed: u})
+	msg := meta.FindStatusCondition(promoted.Conditions, v1alpha1.ConditionConfirmationOverdue).Message
+	if !strings.Contains(msg, "its timeout, 10m0s past its due time") || !strings.Contains(msg, "no report of it") {
+		t.Errorf("under Promote, without a report: %q", msg)
+	}
+}

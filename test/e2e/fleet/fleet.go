@@ -84,6 +84,8 @@ type Fleet struct {
 	// keys (a Secret) at all.
 	ring  string
 	keyed bool
+	// secret is the projection Secret the replicas mount.
+	secret string
 
 	pki      *PKI
 	health   *http.Client
@@ -107,7 +109,7 @@ func (e *Env) StartFleet(ctx context.Context, cfg Config) (*Fleet, error) {
 	if cfg.ClassicalResumption && cfg.Server != GoServer {
 		return nil, fmt.Errorf("fleet %s: ClassicalResumption is an option of pkg/agent, for Go servers only", cfg.Name)
 	}
-	f := &Fleet{Name: cfg.Name, Server: cfg.Server, sup: e.Sup, bins: e.Bins, ring: cfg.Ring, keyed: cfg.Secret != "", pki: e.PKI, health: &http.Client{
+	f := &Fleet{Name: cfg.Name, Server: cfg.Server, sup: e.Sup, bins: e.Bins, ring: cfg.Ring, keyed: cfg.Secret != "", secret: cfg.Secret, pki: e.PKI, health: &http.Client{
 		Timeout: 5 * time.Second,
 		Transport: &http.Transport{
 			TLSClientConfig:   &tls.Config{RootCAs: e.PKI.Roots, ServerName: ServerName},

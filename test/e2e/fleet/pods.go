@@ -16,7 +16,8 @@ const StatusPort = "status"
 
 // RegisterPods makes the fleet's replicas known to the API server as ready
 // Pods in ns, labelled with labels: each at pod IP 127.0.0.1, declaring its
-// replica's status port. No kubelet runs here; the Pods stand for the
+// replica's status port and mounting the fleet's projection Secret (only a
+// pod that mounts it votes). No kubelet runs here; the Pods stand for the
 // processes, so that the operator can ask them what they hold, as it asks
 // real pods (spec.confirmation).
 func (f *Fleet) RegisterPods(ctx context.Context, c *Cluster, ns string, labels map[string]string) error {
@@ -33,8 +34,11 @@ func (f *Fleet) RegisterPods(ctx context.Context, c *Cluster, ns string, labels 
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", f.Name, r.Index), Labels: labels},
 			Spec: corev1.PodSpec{NodeName: fmt.Sprintf("loopback-%d", r.Index), Containers: []corev1.Container{{
 				Name: "server", Image: "examples/server",
-				Ports: []corev1.ContainerPort{{Name: StatusPort, ContainerPort: int32(n)}},
-			}}},
+				Ports:        []corev1.ContainerPort{{Name: StatusPort, ContainerPort: int32(n)}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "ticket-keys", MountPath: "/var/run/ringmaster", ReadOnly: true}},
+			}}, Volumes: []corev1.Volume{{Name: "ticket-keys", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: f.secret}}}},
+			}}}}},
 		}
 		if err := c.Client.Create(ctx, pod); err != nil {
 			return fmt.Errorf("register replica %d: %w", r.Index, err)

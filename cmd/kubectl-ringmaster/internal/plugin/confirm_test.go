@@ -36,7 +36,8 @@ var _ = Describe("a ring whose fleet does not confirm", func() {
 			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "held-0", Labels: map[string]string{"app": "held"}},
 			Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{
 				Name: "server", Image: "examples/server", Ports: []corev1.ContainerPort{{Name: "status", ContainerPort: int32(number)}},
-			}}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "ticket-keys", MountPath: "/var/run/ringmaster"}},
+			}}, Volumes: []corev1.Volume{{Name: "ticket-keys", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "held-ticket-keys"}}}}},
 		}
 		Expect(k8s.Create(ctx, pod)).To(Succeed())
 		pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "127.0.0.1",
@@ -47,6 +48,7 @@ var _ = Describe("a ring whose fleet does not confirm", func() {
 		held.Spec.Confirmation = &v1alpha1.Confirmation{
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "held"}},
 			Port:        intstr.FromString("status"), Timeout: metav1.Duration{Duration: time.Second}, OnTimeout: v1alpha1.ConfirmationWait,
+			MaxDelay: &metav1.Duration{Duration: time.Hour},
 		}
 		Expect(k8s.Create(ctx, held)).To(Succeed())
 		published("shop", "held")
@@ -58,7 +60,7 @@ var _ = Describe("a ring whose fleet does not confirm", func() {
 
 		st := run(admin, "status", "held", "-n", "shop")
 		Expect(st.Code).To(Equal(0))
-		Expect(st.Out).To(ContainSubstring("  Confirmation:    a due key waits for every pod app=held to hold it, up to 1s, then: Wait\n"))
+		Expect(st.Out).To(ContainSubstring("  Confirmation:    a due key waits for every pod app=held to hold it, up to 1s, then: Wait (by the clock at most 1h past its due time)\n"))
 		Expect(st.Out).To(MatchRegexp(`(?m)^Pods \(selected by app=held, asked on port status \S+ ago\): 0 of 1 ready pod\(s\) hold staged key \S+:$`))
 		Expect(st.Out).To(MatchRegexp(`(?m)^  shop\s+held-0\s+node-a\s+\S`))
 

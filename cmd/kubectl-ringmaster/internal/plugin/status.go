@@ -319,8 +319,16 @@ func printSummary(w io.Writer, st RingStatus) {
 		printf(w, "  Revoke request:  %s, %s\n", st.RevokeRequestedAt, handled)
 	}
 	if c := spec.Confirmation; c != nil {
+		ceiling := c.Timeout.Duration
+		if c.MaxDelay != nil {
+			ceiling = c.MaxDelay.Duration
+		}
+		then := fmt.Sprintf("%s (by the clock at most %s past its due time)", c.OnTimeout, limit(ceiling))
+		if c.OnTimeout == v1alpha1.ConfirmationPromote {
+			then = string(c.OnTimeout)
+		}
 		printf(w, "  Confirmation:    a due key waits for every pod %s to hold it, up to %s, then: %s\n",
-			metav1.FormatLabelSelector(&c.PodSelector), limit(c.Timeout.Duration), c.OnTimeout)
+			metav1.FormatLabelSelector(&c.PodSelector), limit(c.Timeout.Duration), then)
 	}
 	if st.Kind == audit.KindClusterTicketKeyRing {
 		printf(w, "  Targets:         %d namespace(s), %d failed\n", st.Status.Targets, len(st.Status.FailedTargets))
