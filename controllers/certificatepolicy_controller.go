@@ -264,7 +264,7 @@ func (r *CertificatePolicyReconciler) reconcilePolicy(ctx context.Context, name 
 	compiled, err := certpolicy.Compile(policy)
 	if err != nil {
 		r.store.DropPolicy(policy.Name)
-		return reconcile.Result{}, r.writePolicyStatus(ctx, policy, certpolicy.Invalid(policy.Status, policy.Generation, err))
+		return result(reconcile.Result{}, r.writePolicyStatus(ctx, policy, certpolicy.Invalid(policy.Status, policy.Generation, err)))
 	}
 	state := r.store.Policy(compiled)
 	if !state.Current() {

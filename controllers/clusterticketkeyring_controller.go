@@ -53,7 +53,7 @@ func (r *ClusterTicketKeyRingReconciler) Reconcile(ctx context.Context, req reco
 	if err != nil {
 		status := ringstatus.Build(ctkr.Status, ringstatus.Outcome{Now: r.Clock.Now(), Generation: ctkr.Generation,
 			Halted: &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: fmt.Sprintf("Invalid spec.namespaceSelector: %v", err)}})
-		return reconcile.Result{}, applyStatus(ctx, r.Client, ctkr, ctkr.Status, status)
+		return result(reconcile.Result{}, applyStatus(ctx, r.Client, ctkr, ctkr.Status, status))
 	}
 	namespaces := &corev1.NamespaceList{}
 	if err := r.List(ctx, namespaces); err != nil {

@@ -115,7 +115,7 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 		return in.status, reconcile.Result{}, err
 	}
 	plan, next, req, mintErr := r.plan(ctx, in, history, policy, confirmed, src, sh, &out)
-	publish, syncErr := r.decide(ctx, sh, &plan, &next, &req, mintErr, &out)
+	publish, syncErr := r.decide(ctx, in, sh, &plan, &next, &req, mintErr, &out)
 	if publish {
 		next.Epoch = max(keyring.NextEpoch(out.Current, in.status.Epoch), req.Shared)
 		snap, problem, err := r.publish(ctx, in, next, plan, req)
@@ -174,7 +174,7 @@ func (r *rings) requeue(now time.Time, policy keyring.Policy, plan keyring.Plan,
 // what its plan changed. A shared ring first brings its entry in Vault in
 // line (sync); when Vault fails it, the ring fails closed: the plan falls
 // back on destroying expired keys.
-func (r *rings) decide(ctx context.Context, sh *sharing, plan *keyring.Plan, next *keyring.Ring, req *distribute.Requests, mintErr error, out *ringstatus.Outcome) (bool, error) {
+func (r *rings) decide(ctx context.Context, in ring, sh *sharing, plan *keyring.Plan, next *keyring.Ring, req *distribute.Requests, mintErr error, out *ringstatus.Outcome) (bool, error) {
 	if sh == nil || sh.err != nil || mintErr != nil {
 		req.Shared = sh.localVersion()
 		return plan.Changed, nil
@@ -191,7 +191,7 @@ func (r *rings) decide(ctx context.Context, sh *sharing, plan *keyring.Plan, nex
 	}
 	rotationsTotal.WithLabelValues("failure").Inc()
 	sh.err = err
-	out.Source = sh.problem()
+	out.Source = sh.problem(in)
 	*plan = plan.WithoutMint(out.Now, out.Current)
 	*next, req.Shared = plan.Ring, sh.localVersion()
 	return plan.Changed, nil
@@ -234,7 +234,7 @@ func (r *rings) plan(ctx context.Context, in ring, history keyring.History, poli
 	if err := sh.blocked(); err != nil {
 		// A shared ring that cannot use its entry fails closed: it mints
 		// nothing and only destroys what expired.
-		out.Source = sh.problem()
+		out.Source = sh.problem(in)
 		plan = keyring.Plan{}.WithoutMint(out.Now, out.Current)
 		return plan, plan.Ring, req, nil
 	}
@@ -245,7 +245,10 @@ func (r *rings) plan(ctx context.Context, in ring, history keyring.History, poli
 	case mintErr != nil:
 		rotationsTotal.WithLabelValues("failure").Inc()
 		out.Source = &ringstatus.Problem{Reason: mint.ReasonOf(mintErr),
-			Message: fmt.Sprintf("Minting %d key(s) failed: %v. Nothing new was published and the current keys keep serving", plan.Mint, mintErr)}
+			Message: fmt.Sprintf("Minting %d key(s) failed: %s. Nothing new was published and the current keys keep serving", plan.Mint, in.sourceError(mintErr))}
+		if in.namespace != "" {
+			log.FromContext(ctx).Info("Mint failed", "keySource", in.spec.SourceRef.Name, "reason", mint.ReasonOf(mintErr), "error", mintErr.Error())
+		}
 		plan = plan.WithoutMint(out.Now, out.Current)
 		next = plan.Ring
 	case inputs.Revoke:
@@ -355,6 +358,17 @@ func (r *rings) finish(ctx context.Context, in ring, out ringstatus.Outcome) v1a
 		r.gauges.set(ringKey(in), out.Ring.Epoch, active.ActiveFrom, since, out.Overdue)
 	}
 	return status
+}
+
+// sourceError is what the ring's status shows of a key source's error: all
+// of it for a cluster ring, which a cluster administrator writes; for a
+// TicketKeyRing, only its reason and the key source's name
+// (mint.ForTenant).
+func (in ring) sourceError(err error) string {
+	if in.namespace == "" || in.spec.SourceRef == nil {
+		return err.Error()
+	}
+	return mint.ForTenant(err, in.spec.SourceRef.Name)
 }
 
 // mintError is the error a failed mint returns to the work queue, so that

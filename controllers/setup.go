@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
@@ -90,8 +92,18 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	if err := setupRings(ctx, mgr, shared, o); err != nil {
 		return nil, err
 	}
+	// A mint whose outcome changed has its key source checked again at
+	// once, so that its status holds the details its rings leave out.
+	minted := make(chan event.TypedGenericEvent[*v1alpha1.ClusterKeySource], 64)
+	sources.Minted = func(name string) {
+		select {
+		case minted <- event.TypedGenericEvent[*v1alpha1.ClusterKeySource]{Object: &v1alpha1.ClusterKeySource{ObjectMeta: metav1.ObjectMeta{Name: name}}}:
+		default: // a burst: the periodic check reports it
+		}
+	}
 	if err := builder.ControllerManagedBy(mgr).Named("clusterkeysource").
 		For(&v1alpha1.ClusterKeySource{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesRawSource(source.Channel(minted, &handler.TypedEnqueueRequestForObject[*v1alpha1.ClusterKeySource]{})).
 		Complete(&ClusterKeySourceReconciler{Client: mgr.GetClient(), Recorder: recorder, Clock: o.Clock, Sources: sources}); err != nil {
 		return nil, fmt.Errorf("set up the ClusterKeySource controller: %w", err)
 	}

@@ -150,10 +150,34 @@ var _ = Describe("Tenancy", func() {
 			}}}
 			mutate(c)
 			err := k8s.Create(ctx, c)
+			if message == "" {
+				Expect(err).NotTo(HaveOccurred(), "a valid key source")
+				Expect(k8s.Delete(ctx, c)).To(Succeed())
+				return
+			}
 			Expect(err).To(HaveOccurred())
 			Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
 			Expect(err.Error()).To(ContainSubstring(message))
 		},
+		Entry("a valid address with a port and a path", func(c *v1alpha1.ClusterKeySource) { c.Spec.Vault.Address = "https://vault.vault.svc:8200/" }, ""),
+		Entry("a valid IPv6 address", func(c *v1alpha1.ClusterKeySource) { c.Spec.Vault.Address = "https://[fd00::1]:8200" }, ""),
+		Entry("a valid nested mount path", func(c *v1alpha1.ClusterKeySource) { c.Spec.Vault.Auth.Kubernetes.MountPath = "clusters/prod.k8s_1" }, ""),
+		Entry("a user and password in the address", func(c *v1alpha1.ClusterKeySource) { c.Spec.Vault.Address = "https://ops:hunter2@vault.svc:8200" },
+			"address may not hold credentials (user:password@): give them in auth"),
+		Entry("a user in the address", func(c *v1alpha1.ClusterKeySource) { c.Spec.Vault.Address = "https://ops@vault.svc:8200/v1" },
+			"address may not hold credentials (user:password@): give them in auth"),
+		Entry("a mount path that climbs out of auth/", func(c *v1alpha1.ClusterKeySource) { c.Spec.Vault.Auth.Kubernetes.MountPath = "../sys/tools" },
+			"mountPath may not hold a . or .. segment"),
+		Entry("a mount path with a . segment", func(c *v1alpha1.ClusterKeySource) { c.Spec.Vault.Auth.Kubernetes.MountPath = "kubernetes/." },
+			"mountPath may not hold a . or .. segment"),
+		Entry("an absolute mount path", func(c *v1alpha1.ClusterKeySource) { c.Spec.Vault.Auth.Kubernetes.MountPath = "/kubernetes" },
+			"spec.vault.auth.kubernetes.mountPath in body should match"),
+		Entry("an AppRole mount path with a query", func(c *v1alpha1.ClusterKeySource) {
+			c.Spec.Vault.Auth = v1alpha1.VaultAuth{AppRole: &v1alpha1.VaultAppRoleAuth{RoleID: "r", SecretIDSecretRef: v1alpha1.KeyRef{Name: "s", Key: "id"}, MountPath: "approle?x=1"}}
+		}, "spec.vault.auth.appRole.mountPath in body should match"),
+		Entry("an AppRole mount path that climbs", func(c *v1alpha1.ClusterKeySource) {
+			c.Spec.Vault.Auth = v1alpha1.VaultAuth{AppRole: &v1alpha1.VaultAppRoleAuth{RoleID: "r", SecretIDSecretRef: v1alpha1.KeyRef{Name: "s", Key: "id"}, MountPath: "approle/../../sys"}}
+		}, "mountPath may not hold a . or .. segment"),
 		Entry("plain http", func(c *v1alpha1.ClusterKeySource) { c.Spec.Vault.Address = "http://vault.vault.svc:8200" },
 			"spec.vault.address in body should match"),
 		Entry("credentials in the address", func(c *v1alpha1.ClusterKeySource) { c.Spec.Vault.Address = "https://vault.svc:8200?token=x" },
@@ -222,7 +246,7 @@ var _ = Describe("Tenancy", func() {
 					return ""
 				}
 				return c.Reason + ": " + c.Message
-			}, mintTimeout+timeout, poll).Should(And(HavePrefix(v1alpha1.ReasonVaultUnavailable), ContainSubstring("did not answer in time")))
+			}, mintTimeout+timeout, poll).Should(And(HavePrefix(v1alpha1.ReasonVaultUnavailable), ContainSubstring("Vault did not answer")))
 			Expect(getRing(ctx, r).Status.Epoch).To(BeZero())
 		}
 	})

@@ -153,8 +153,19 @@ var _ = Describe("Keys from Vault", Ordered, func() {
 		ring := vaultRing("web", cks)
 		Eventually(ringReason(ctx, ring), timeout, poll).Should(Equal(v1alpha1.ReasonVaultPermissionDenied))
 		Eventually(warnings(ctx, ns, v1alpha1.ReasonVaultPermissionDenied), timeout, poll).Should(HaveLen(1))
-		Expect(meta.FindStatusCondition(getRing(ctx, ring).Status.Conditions, v1alpha1.ConditionReady).Message).To(ContainSubstring("policy"))
 		nothingPublished("web")
+
+		By("the ring, a tenant's, showing the reason and the key source's name; the key source the details")
+		msg := meta.FindStatusCondition(getRing(ctx, ring).Status.Conditions, v1alpha1.ConditionReady).Message
+		Expect(msg).To(And(ContainSubstring("key source "+cks.Name), ContainSubstring(v1alpha1.ReasonVaultPermissionDenied)))
+		Expect(msg).NotTo(Or(ContainSubstring(strings.TrimPrefix(srv.Addr, "https://")), ContainSubstring("sys/tools/random"), ContainSubstring(testenv.Namespace)))
+		Eventually(func() string {
+			c := meta.FindStatusCondition(getKeySource(ctx, cks.Name).Status.Conditions, v1alpha1.ConditionMinting)
+			if c == nil {
+				return ""
+			}
+			return string(c.Status) + " " + c.Reason + " " + c.Message
+		}, timeout, poll).Should(And(HavePrefix("False "+v1alpha1.ReasonVaultPermissionDenied), ContainSubstring("sys/tools/random"), ContainSubstring("policy")))
 	})
 
 	It("reports a broken key source before any ring uses it: a revoked token, a CA that does not vouch for Vault", func() {

@@ -50,7 +50,7 @@ done
 
 sets=(
 	""
-	"--set metrics.serviceMonitor.enabled=true --set metrics.prometheusRule.enabled=true --set podDisruptionBudget.enabled=true --set crds.keep=false --set image.digest=sha256:$(printf '0%.0s' {1..64}) --set maxRenewalsPerMinute=5"
+	"--set metrics.serviceMonitor.enabled=true --set metrics.tls.secretName=ringmaster-metrics-tls --set metrics.prometheusRule.enabled=true --set podDisruptionBudget.enabled=true --set crds.keep=false --set image.digest=sha256:$(printf '0%.0s' {1..64}) --set maxRenewalsPerMinute=5"
 	"--set crds.enabled=false --set serviceAccount.create=false --set serviceAccount.name=custom --set metrics.enabled=false --set fullnameOverride=rm --set excludeSecretsFromBackup=false"
 )
 for set in "${sets[@]}"; do

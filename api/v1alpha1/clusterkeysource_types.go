@@ -25,9 +25,12 @@ type ClusterKeySourceSpec struct {
 type VaultSource struct {
 	// address is Vault's URL, e.g. https://vault.vault.svc:8200. Only https
 	// is accepted; the server's certificate is verified against caBundle (or
-	// the operator's system roots) and redirects are not followed.
+	// the operator's system roots) and redirects are not followed. It may
+	// not hold credentials (https://user:password@...): it is shown in
+	// kubectl get's ADDRESS column; give them in auth.
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:Pattern=`^https://[^\s/?#]+(/[^\s?#]*)?$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^[a-z]+://[^/?#]*@')",message="address may not hold credentials (user:password@): give them in auth"
 	// +required
 	Address string `json:"address"`
 
@@ -166,9 +169,12 @@ type VaultKubernetesAuth struct {
 	// +kubebuilder:validation:MinLength=1
 	// +required
 	Role string `json:"role"`
-	// mountPath is where the Kubernetes auth method is mounted.
+	// mountPath is where the Kubernetes auth method is mounted, under
+	// auth/: one or more path segments, without . or .. segments.
 	// +kubebuilder:default="kubernetes"
 	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_.-]+(/[a-zA-Z0-9_.-]+)*$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.]?(/|$)')",message="mountPath may not hold a . or .. segment"
 	// +optional
 	MountPath string `json:"mountPath,omitempty"`
 	// audience of the token the operator requests for itself, which the
@@ -192,9 +198,12 @@ type VaultAppRoleAuth struct {
 	// secretIDSecretRef names the Secret key holding the secret id.
 	// +required
 	SecretIDSecretRef KeyRef `json:"secretIDSecretRef"`
-	// mountPath is where the AppRole auth method is mounted.
+	// mountPath is where the AppRole auth method is mounted, under auth/:
+	// one or more path segments, without . or .. segments.
 	// +kubebuilder:default="approle"
 	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_.-]+(/[a-zA-Z0-9_.-]+)*$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.]?(/|$)')",message="mountPath may not hold a . or .. segment"
 	// +optional
 	MountPath string `json:"mountPath,omitempty"`
 }

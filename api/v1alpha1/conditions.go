@@ -26,6 +26,11 @@ const (
 	// ConditionCompliant (policies) is True when every certificate the
 	// policy selects obeys every rule.
 	ConditionCompliant = "Compliant"
+	// ConditionMinting (key sources) is the outcome of the last mint from
+	// the key source since the operator started: True after a success,
+	// False with the reason and the whole error after a failure, which the
+	// rings' own status shows only as a reason and the key source's name.
+	ConditionMinting = "Minting"
 )
 
 // Reasons of a ring's conditions.
@@ -82,6 +87,9 @@ const (
 	// ReasonLoggedIn: the key source's Ready is True; the operator logged in
 	// and its token answers.
 	ReasonLoggedIn = "LoggedIn"
+	// ReasonMinted: the key source's Minting is True; its last mint
+	// succeeded.
+	ReasonMinted = "Minted"
 	// ReasonVaultUnavailable: Vault could not be reached, answered 5xx, or
 	// did not answer within the operator's deadline.
 	ReasonVaultUnavailable = "VaultUnavailable"

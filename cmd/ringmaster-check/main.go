@@ -18,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -33,17 +34,21 @@ import (
 
 func main() {
 	ns := flag.String("namespace", os.Getenv("POD_NAMESPACE"), "namespace of the test ring (default $POD_NAMESPACE)")
+	name := flag.String("name", "", "name of the test ring, which the test's Role names (default ringmaster-check-<random>)")
 	timeout := flag.Duration("timeout", 2*time.Minute, "how long to wait for the operator")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := run(ctx, *ns); err != nil {
+	if *name == "" {
+		*name = "ringmaster-check-" + rand.String(5)
+	}
+	if err := run(ctx, *ns, *name); err != nil {
 		fmt.Fprintln(os.Stderr, "ringmaster-check: FAIL:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, ns string) (err error) {
+func run(ctx context.Context, ns, name string) (err error) {
 	if ns == "" {
 		return errors.New("no namespace: set -namespace or POD_NAMESPACE")
 	}
@@ -61,15 +66,15 @@ func run(ctx context.Context, ns string) (err error) {
 	}
 
 	ring := &v1alpha1.TicketKeyRing{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ringmaster-check-" + rand.String(5)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1alpha1.TicketKeyRingSpec{
 			RotationInterval: metav1.Duration{Duration: time.Hour},
 			ActivationDelay:  metav1.Duration{Duration: time.Minute},
 			RetainedKeys:     1,
 		},
 	}
-	if err := c.Create(ctx, ring); err != nil {
-		return fmt.Errorf("create TicketKeyRing %s/%s: %w", ns, ring.Name, err)
+	if err := create(ctx, c, ring); err != nil {
+		return err
 	}
 	fmt.Printf("Created TicketKeyRing %s/%s\n", ns, ring.Name)
 	defer func() {
@@ -97,6 +102,29 @@ func run(ctx context.Context, ns string) (err error) {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("the operator did not publish TicketKeyRing %s/%s: %s", ns, ring.Name, what)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// create creates ring. One of the same name is a killed run's, which the
+// test's Role lets it delete: it goes first, with the Secrets it owns.
+func create(ctx context.Context, c client.Client, ring *v1alpha1.TicketKeyRing) error {
+	for {
+		err := c.Create(ctx, ring.DeepCopy())
+		if !apierrors.IsAlreadyExists(err) {
+			if err != nil {
+				return fmt.Errorf("create TicketKeyRing %s/%s: %w", ring.Namespace, ring.Name, err)
+			}
+			return nil
+		}
+		fmt.Printf("Deleting TicketKeyRing %s/%s, left by an earlier run\n", ring.Namespace, ring.Name)
+		if err := c.Delete(ctx, ring.DeepCopy()); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete the earlier TicketKeyRing %s/%s: %w", ring.Namespace, ring.Name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the earlier TicketKeyRing %s/%s is not gone: %w", ring.Namespace, ring.Name, ctx.Err())
 		case <-time.After(time.Second):
 		}
 	}

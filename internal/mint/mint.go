@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 )
 
@@ -38,4 +39,34 @@ func (r Random) Mint(_ context.Context, n int) ([]keyring.Secret, error) {
 		}
 	}
 	return out, nil
+}
+
+// ForTenant is what the status of a ring in a tenant's namespace shows of a
+// failed mint from the key source named source: the reason and the key
+// source's name. The error's own text may name the Vault address, the auth
+// mount, or Secrets of the operator's namespace, which are the cluster
+// administrator's: it goes on the ClusterKeySource's status (its Minting
+// condition, see Sources.LastMint) and into the operator's log instead.
+// The errors a tenant must act on (a key source that does not exist, or
+// does not allow the namespace) name nothing else, and are shown whole.
+func ForTenant(err error, source string) string {
+	reason := ReasonOf(err)
+	switch reason {
+	case "":
+		return ""
+	case v1alpha1.ReasonKeySourceNotFound, v1alpha1.ReasonKeySourceNotAllowed,
+		v1alpha1.ReasonSharedRingRolledBack, v1alpha1.ReasonSharedRingUnsupported:
+		// About the ring and its namespace, not the key source's settings.
+		return err.Error()
+	}
+	what := map[string]string{
+		v1alpha1.ReasonVaultUnavailable:      "Vault did not answer; the operator retries",
+		v1alpha1.ReasonVaultPermissionDenied: "Vault refused the operator",
+		v1alpha1.ReasonVaultBadResponse:      "Vault's answer was refused",
+		v1alpha1.ReasonVaultConfig:           "the key source's settings are invalid",
+	}[reason]
+	if what == "" {
+		what = "the key source failed"
+	}
+	return fmt.Sprintf("key source %s: %s (%s); a cluster administrator finds the details on ClusterKeySource %s's status", source, what, reason, source)
 }

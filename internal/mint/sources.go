@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -53,8 +54,45 @@ type Sources struct {
 	// Timeout bounds each mint and check; 0 means DefaultTimeout.
 	Timeout time.Duration
 
+	// Minted, if set, is told the name of a key source after each mint
+	// from it, so that its controller reports the outcome (LastMint).
+	Minted func(name string)
+
 	mu    sync.Mutex
 	vault map[string]cachedVault
+	mints map[string]MintResult
+}
+
+// MintResult is the outcome of the last mint from a key source.
+type MintResult struct {
+	// At is when it ended.
+	At time.Time
+	// Err is why it failed, nil when it succeeded.
+	Err error
+}
+
+// LastMint returns the outcome of the last mint from the key source named
+// name since it was last forgotten, if any.
+func (s *Sources) LastMint(name string) (MintResult, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.mints[name]
+	return m, ok
+}
+
+func (s *Sources) noteMint(name string, err error) {
+	s.mu.Lock()
+	if s.mints == nil {
+		s.mints = map[string]MintResult{}
+	}
+	prev, had := s.mints[name]
+	s.mints[name] = MintResult{At: time.Now(), Err: err}
+	s.mu.Unlock()
+	// Only a change is worth a check of the key source: not every
+	// successful rotation.
+	if s.Minted != nil && (!had || (prev.Err == nil) != (err == nil) || ReasonOf(prev.Err) != ReasonOf(err)) {
+		s.Minted(name)
+	}
 }
 
 type cachedVault struct {
@@ -124,8 +162,14 @@ func (s *Sources) vaultFor(ctx context.Context, cks *v1alpha1.ClusterKeySource) 
 	if err != nil {
 		return nil, err
 	}
+	src.name = cks.Name
 	if s.vault == nil {
 		s.vault = map[string]cachedVault{}
+	}
+	if old, ok := s.vault[cks.Name]; ok {
+		// Its spec or trust changed: the old client's token is of no
+		// further use.
+		s.revoke(old.source)
 	}
 	s.vault[cks.Name] = cachedVault{key: key, source: src}
 	return src, nil
@@ -177,11 +221,28 @@ func (s *Sources) WithTimeout(ctx context.Context) (context.Context, context.Can
 	return context.WithTimeout(ctx, s.timeout())
 }
 
-// Forget drops a deleted key source's client and its token.
+// Forget drops a deleted key source's client, and revokes its token
+// (token/revoke-self) in the background, within the timeout: a token the
+// operator no longer uses should not stay valid until its TTL runs out. A
+// token read from a Secret (auth.tokenSecretRef) is the owner's, and is
+// left alone.
 func (s *Sources) Forget(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if c, ok := s.vault[name]; ok {
+		s.revoke(c.source)
+	}
 	delete(s.vault, name)
+	delete(s.mints, name)
+}
+
+// revoke revokes v's token in the background; s.mu is held.
+func (s *Sources) revoke(v *Vault) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout())
+		defer cancel()
+		_ = v.Revoke(ctx) // best effort: the token expires at its TTL anyway
+	}()
 }
 
 // Check logs in with the key source (or reuses its token) and has Vault
@@ -207,15 +268,22 @@ func (s *Sources) Fill(ctx context.Context, src Source, plan keyring.Plan) (keyr
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout())
 	defer cancel()
+	v, fromVault := src.(*Vault)
 	secrets, err := src.Mint(ctx, plan.Mint)
 	if err != nil {
+		if fromVault && !errors.Is(err, context.Canceled) {
+			s.noteMint(v.name, err)
+		}
 		return keyring.Ring{}, err
 	}
 	next, err := plan.Fill(secrets)
+	if err != nil && fromVault {
+		err = &Error{Reason: v1alpha1.ReasonVaultBadResponse, Err: err}
+	}
+	if fromVault {
+		s.noteMint(v.name, err)
+	}
 	if err != nil {
-		if _, ok := src.(*Vault); ok {
-			return keyring.Ring{}, &Error{Reason: v1alpha1.ReasonVaultBadResponse, Err: err}
-		}
 		return keyring.Ring{}, err
 	}
 	return next, nil

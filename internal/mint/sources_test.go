@@ -3,6 +3,7 @@ package mint
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,6 +165,43 @@ func TestShares(t *testing.T) {
 			got, err := Shares(tt.source, tt.ns, tt.labels)
 			if got != tt.want || Reason(err) != tt.reason {
 				t.Fatalf("Shares = %t, %v; want %t with reason %q", got, err, tt.want, tt.reason)
+			}
+		})
+	}
+}
+
+// A TicketKeyRing's status shows a failed mint as its reason and the key
+// source's name: never the Vault address, the auth mount or the operator's
+// Secrets, which the error itself may name.
+func TestForTenant(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"no error", nil, ""},
+		{"an outage", fail(v1alpha1.ReasonVaultUnavailable, "read random bytes from sys/tools/random: Put \"https://ops:pw@vault.internal:8200/v1/sys/tools/random/32\": dial tcp 10.0.0.7:8200: connection refused"),
+			"key source vault-prod: Vault did not answer; the operator retries (VaultUnavailable); a cluster administrator finds the details on ClusterKeySource vault-prod's status"},
+		{"a refused login", fail(v1alpha1.ReasonVaultPermissionDenied, "vault refused the login at auth/k8s-prod/login (HTTP 403)"),
+			"key source vault-prod: Vault refused the operator (VaultPermissionDenied); a cluster administrator finds the details on ClusterKeySource vault-prod's status"},
+		{"a missing Secret", fail(v1alpha1.ReasonVaultConfig, "Secret ringmaster-system/vault-approle named by the key source does not exist"),
+			"key source vault-prod: the key source's settings are invalid (VaultConfigInvalid); a cluster administrator finds the details on ClusterKeySource vault-prod's status"},
+		{"garbage", fail(v1alpha1.ReasonVaultBadResponse, "vault transit/random answered without data"),
+			"key source vault-prod: Vault's answer was refused (VaultBadResponse); a cluster administrator finds the details on ClusterKeySource vault-prod's status"},
+		{"no reason", errors.New("read Secret ringmaster-system/vault-token: etcdserver: request timed out"),
+			"key source vault-prod: the key source failed (MintFailed); a cluster administrator finds the details on ClusterKeySource vault-prod's status"},
+		{"not found: the tenant's to fix", NotFound("vault-prod"), "ClusterKeySource vault-prod does not exist: create it, or fix spec.sourceRef"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ForTenant(tt.err, "vault-prod")
+			if got != tt.want {
+				t.Errorf("ForTenant = %q\nwant         %q", got, tt.want)
+			}
+			for _, secret := range []string{"vault.internal", "10.0.0.7", "k8s-prod", "ringmaster-system", "vault-approle", "vault-token", "ops:pw"} {
+				if strings.Contains(got, secret) {
+					t.Errorf("ForTenant shows %q: %s", secret, got)
+				}
 			}
 		})
 	}

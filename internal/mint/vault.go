@@ -91,6 +91,7 @@ type Vault struct {
 	path   string
 	login  Login
 	now    func() time.Time
+	name   string // of its ClusterKeySource, for Sources.LastMint
 
 	mu     sync.Mutex
 	token  string
@@ -279,6 +280,27 @@ func (v *Vault) hold(a *vault.SecretAuth, now time.Time) {
 		v.expiry = now.Add(time.Duration(a.LeaseDuration) * time.Second * 2 / 3)
 	}
 	v.client.SetToken(v.token)
+}
+
+// Revoke revokes the token the source logged in for (token/revoke-self)
+// and forgets it; the next request logs in again. A token it was given
+// (TokenLogin) is its owner's and is only forgotten.
+func (v *Vault) Revoke(ctx context.Context) error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.token == "" {
+		return nil
+	}
+	var err error
+	if _, given := v.login.(TokenLogin); !given {
+		err = v.client.Auth().Token().RevokeSelfWithContext(ctx, "")
+		if err != nil {
+			err = classify("revoke the operator's vault token", err)
+		}
+	}
+	v.token = ""
+	v.client.ClearToken()
+	return err
 }
 
 func (v *Vault) forget() {

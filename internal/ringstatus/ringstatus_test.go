@@ -246,15 +246,15 @@ func TestDescribeNamesKeysNeverBytes(t *testing.T) {
 }
 
 func TestKeySource(t *testing.T) {
-	ok, changed := KeySource(v1alpha1.ClusterKeySourceStatus{}, 1, "https://vault:8200", "", nil, t0.Add(500*time.Millisecond))
+	ok, changed := KeySource(v1alpha1.ClusterKeySourceStatus{}, 1, "https://vault:8200", "", nil, nil, t0.Add(500*time.Millisecond))
 	c := meta.FindStatusCondition(ok.Conditions, v1alpha1.ConditionReady)
 	if !changed || c.Status != metav1.ConditionTrue || c.Reason != v1alpha1.ReasonLoggedIn || !strings.Contains(c.Message, "https://vault:8200") || !ok.LastCheckTime.Time.Equal(t0) {
 		t.Errorf("first check: %+v changed %v, checked %v", c, changed, ok.LastCheckTime)
 	}
-	if _, changed := KeySource(ok, 1, "https://vault:8200", "", nil, t0.Add(5*time.Minute)); changed {
+	if _, changed := KeySource(ok, 1, "https://vault:8200", "", nil, nil, t0.Add(5*time.Minute)); changed {
 		t.Error("a second good check is a transition")
 	}
-	bad, changed := KeySource(ok, 2, "https://vault:8200", v1alpha1.ReasonVaultPermissionDenied, fmt.Errorf("vault refused the login"), t0)
+	bad, changed := KeySource(ok, 2, "https://vault:8200", v1alpha1.ReasonVaultPermissionDenied, fmt.Errorf("vault refused the login"), nil, t0)
 	c = meta.FindStatusCondition(bad.Conditions, v1alpha1.ConditionReady)
 	if !changed || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonVaultPermissionDenied || c.Message != "vault refused the login" || c.ObservedGeneration != 2 {
 		t.Errorf("failed check: %+v changed %v", c, changed)

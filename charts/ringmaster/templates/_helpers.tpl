@@ -57,3 +57,15 @@ app.kubernetes.io/component: operator
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 {{- end }}
+
+{{/*
+The Secret holding the metrics endpoint's serving certificate (tls.crt,
+tls.key, ca.crt), or "" when the operator makes itself a self-signed one.
+*/}}
+{{- define "ringmaster.metricsTLSSecret" -}}
+{{- if .Values.metrics.tls.certManager.enabled -}}
+{{- printf "%s-metrics-tls" (include "ringmaster.fullname" .) -}}
+{{- else -}}
+{{- .Values.metrics.tls.secretName -}}
+{{- end -}}
+{{- end }}
