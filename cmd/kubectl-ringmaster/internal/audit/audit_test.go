@@ -357,7 +357,7 @@ func TestParseCategories(t *testing.T) {
 		{in: "", want: nil},
 		{in: "overdue, violations,overdue", want: []audit.Category{audit.Overdue, audit.Violations}},
 		{in: "all", want: audit.Categories},
-		{in: "overdue,old", wantErr: `unknown category "old": want all, or some of overdue,key-age,expired-soon,violations,failed-targets,not-ready`},
+		{in: "overdue,old", wantErr: `unknown category "old": want all, or some of overdue,key-age,expired-soon,violations,failed-targets,not-ready,at-rest`},
 	} {
 		got, err := audit.ParseCategories(tc.in)
 		if tc.wantErr != "" {
