@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -165,5 +166,62 @@ var _ = Describe("Keys at rest", func() {
 		Eventually(func() bool {
 			return meta.IsStatusConditionFalse(getRing(ctx, ring).Status.Conditions, v1alpha1.ConditionRotationOverdue)
 		}, timeout, poll).Should(BeTrue())
+	})
+
+	It("recovers from an etcd restore with fresh keys: the restored snapshot's expired keys are deleted, never served again", func() {
+		ns := newNamespace(ctx)
+		ring := createRing(ctx, ns, "restored", func(r *v1alpha1.TicketKeyRing) {
+			r.Spec.RotationInterval = metav1.Duration{Duration: 10 * time.Minute}
+			r.Spec.RetainedKeys = 0
+			r.Spec.ActivationDelay = metav1.Duration{Duration: time.Minute}
+		})
+		waitEpoch(ctx, ring, 1)
+		fakeClock.Step(10 * time.Minute)
+		poke(ctx, ring)
+		waitEpoch(ctx, ring, 2)
+
+		By("taking a backup at epoch 2: its snapshot, its projection, the ring's status")
+		backupSnap := getSecret(ctx, ns, "restored-e2").DeepCopy()
+		backupProj := getSecret(ctx, ns, "restored-ticket-keys").DeepCopy()
+		backupStatus := *getRing(ctx, ring).Status.DeepCopy()
+		before := decode(backupSnap).Keys
+
+		fakeClock.Step(10 * time.Minute)
+		poke(ctx, ring)
+		waitEpoch(ctx, ring, 3)
+		fakeClock.Step(10 * time.Minute)
+		poke(ctx, ring)
+		waitEpoch(ctx, ring, 4)
+
+		By("restoring it with the operator down, as after an etcd restore")
+		stopManager()
+		snaps := &corev1.SecretList{}
+		Expect(k8s.List(ctx, snaps, client.InNamespace(ns), client.MatchingLabels{v1alpha1.ComponentLabel: v1alpha1.ComponentSnapshot})).To(Succeed())
+		for i := range snaps.Items {
+			Expect(k8s.Delete(ctx, &snaps.Items[i])).To(Succeed())
+		}
+		restored := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: backupSnap.Name, Labels: backupSnap.Labels,
+			Annotations: backupSnap.Annotations, OwnerReferences: backupSnap.OwnerReferences}, Type: backupSnap.Type, Data: backupSnap.Data, Immutable: backupSnap.Immutable}
+		Expect(k8s.Create(ctx, restored)).To(Succeed())
+		Expect(testenv.Update(ctx, k8s, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: backupProj.Name}}, func(s *corev1.Secret) {
+			s.Data, s.Annotations[v1alpha1.EpochAnnotation] = backupProj.Data, backupProj.Annotations[v1alpha1.EpochAnnotation]
+		})).To(Succeed())
+		got := getRing(ctx, ring)
+		got.Status = backupStatus
+		Expect(k8s.Status().Update(ctx, got)).To(Succeed())
+		startManager()
+		poke(ctx, ring)
+
+		By("one pass later: fresh keys, and no Secret holds a key of the backup, all expired by now")
+		Eventually(func() []string { return traces([]string{ns}, before) }, timeout, poll).Should(BeEmpty())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: ns, Name: backupSnap.Name}, &corev1.Secret{}))
+		}, timeout, poll).Should(BeTrue(), "the restored snapshot is deleted")
+		r := decode(getSecret(ctx, ns, "restored-ticket-keys"))
+		Expect(r.Keys).To(HaveLen(2), "a new ring: the restored keys had all expired")
+		Expect(r.Epoch).To(BeEquivalentTo(3), "the epoch follows the restored status: agents holding epoch 4 refuse it until their pods restart")
+		for _, k := range r.Keys {
+			Expect(slices.ContainsFunc(before, func(old keyring.Key) bool { return old.ID == k.ID })).To(BeFalse())
+		}
 	})
 })

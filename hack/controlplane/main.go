@@ -3,7 +3,9 @@
 // hack/envtest.sh and found through KUBEBUILDER_ASSETS), started the way
 // controller-runtime's envtest starts them. It writes an admin kubeconfig,
 // prints "ready", and runs until it receives SIGINT or SIGTERM, when it stops
-// both processes.
+// both processes. Secrets are encrypted at rest (secretbox, under a key
+// generated at start and removed at stop), as in the cluster suite's
+// cluster; -plaintext leaves them as kube-apiserver's default does.
 package main
 
 import (
@@ -11,27 +13,43 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/ringmaster-io/ringmaster/internal/atrest"
 )
 
 func main() {
 	kubeconfig := flag.String("write-kubeconfig", "kubeconfig", "Where to write the admin kubeconfig.")
+	plaintext := flag.Bool("plaintext", false, "Leave Secrets unencrypted at rest.")
 	flag.Parse()
-	if err := run(*kubeconfig); err != nil {
+	if err := run(*kubeconfig, *plaintext); err != nil {
 		fmt.Fprintln(os.Stderr, "controlplane:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig string) error {
+func run(kubeconfig string, plaintext bool) error {
 	// Listen for the stop signal before starting anything, so that a stop
 	// during start-up still stops etcd and kube-apiserver.
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM)
 
 	env := &envtest.Environment{}
+	if !plaintext {
+		dir, err := os.MkdirTemp("", "ringmaster-encryption-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		path := filepath.Join(dir, "encryption.yaml")
+		if err := atrest.WriteEncryptionConfig(path); err != nil {
+			return err
+		}
+		env.ControlPlane.GetAPIServer().Configure().Set("encryption-provider-config", path)
+	}
 	if _, err := env.Start(); err != nil {
 		return fmt.Errorf("start (is KUBEBUILDER_ASSETS set? make envtest prints it): %w", err)
 	}

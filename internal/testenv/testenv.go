@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/ringmaster-io/ringmaster/internal/atrest"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
 )
 
@@ -46,12 +47,29 @@ type Env struct {
 	// Config and Client act as a cluster admin.
 	Config *rest.Config
 	Client client.Client
+	// Encrypted says Secrets are encrypted at rest (see Options.Plaintext).
+	Encrypted bool
+	// configDir holds the EncryptionConfiguration; removed at Stop.
+	configDir string
 }
 
-// Start runs kube-apiserver and etcd with every CRD installed. The API
-// server enforces owner reference permissions, as hardened clusters do, so
-// that the suites prove the operator's RBAC covers them.
-func Start() (*Env, error) {
+// Options change how Start runs the control plane.
+type Options struct {
+	// Plaintext leaves Secrets unencrypted in etcd, kube-apiserver's own
+	// default. Otherwise they are encrypted at rest with secretbox, under a
+	// key generated for this control plane and never written elsewhere
+	// than its EncryptionConfiguration (see atrest.EncryptionConfig).
+	Plaintext bool
+}
+
+// Start runs kube-apiserver and etcd with every CRD installed, Secrets
+// encrypted at rest. The API server enforces owner reference permissions,
+// as hardened clusters do, so that the suites prove the operator's RBAC
+// covers them.
+func Start() (*Env, error) { return StartWith(Options{}) }
+
+// StartWith is Start with options.
+func StartWith(o Options) (*Env, error) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return nil, errors.New("KUBEBUILDER_ASSETS is unset: run the tests through make (make test, make test-integration), which builds kube-apiserver, etcd and kubectl and sets it")
 	}
@@ -64,23 +82,51 @@ func Start() (*Env, error) {
 		ErrorIfCRDPathMissing: true,
 	}
 	env.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
+	e := &Env{env: env, Encrypted: !o.Plaintext}
+	if e.Encrypted {
+		if e.configDir, err = os.MkdirTemp("", "ringmaster-encryption-"); err != nil {
+			return nil, err
+		}
+		path := filepath.Join(e.configDir, "encryption.yaml")
+		if err := atrest.WriteEncryptionConfig(path); err != nil {
+			return nil, errors.Join(err, os.RemoveAll(e.configDir))
+		}
+		env.ControlPlane.GetAPIServer().Configure().Set("encryption-provider-config", path)
+	}
 	cfg, err := env.Start()
 	if err != nil {
-		return nil, fmt.Errorf("start the control plane: %w", err)
+		return nil, errors.Join(fmt.Errorf("start the control plane: %w", err), e.removeConfig())
 	}
 	scheme, err := operator.Scheme()
 	if err != nil {
-		return nil, errors.Join(err, env.Stop())
+		return nil, errors.Join(err, e.Stop())
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		return nil, errors.Join(err, env.Stop())
+		return nil, errors.Join(err, e.Stop())
 	}
-	return &Env{env: env, Config: cfg, Client: c}, nil
+	e.Config, e.Client = cfg, c
+	return e, nil
 }
 
-// Stop ends kube-apiserver and etcd.
-func (e *Env) Stop() error { return e.env.Stop() }
+// Stop ends kube-apiserver and etcd, and removes etcd's data directory and
+// the encryption key.
+func (e *Env) Stop() error { return errors.Join(e.env.Stop(), e.removeConfig()) }
+
+func (e *Env) removeConfig() error {
+	if e.configDir == "" {
+		return nil
+	}
+	return os.RemoveAll(e.configDir)
+}
+
+// EtcdDataDir is etcd's data directory: member/snap/db (the bbolt file)
+// and member/wal, where every write lands before the API sees it.
+func (e *Env) EtcdDataDir() string { return e.env.ControlPlane.Etcd.DataDir }
+
+// EtcdURL is etcd's client URL, to read keys around kube-apiserver as an
+// etcd backup would.
+func (e *Env) EtcdURL() string { return e.env.ControlPlane.Etcd.URL.String() }
 
 // AddAdmin adds a user in system:masters and returns its kubeconfig, for a
 // process such as cert-manager's controllers.

@@ -48,10 +48,13 @@ const (
 	// NotReady: a ring or policy is not Ready for another reason, or the
 	// operator has not handled its current generation.
 	NotReady Category = "not-ready"
+	// AtRest: the API server's metrics do not show Secrets encrypted at
+	// rest, or a Secret holding keys is not excluded from backups.
+	AtRest Category = "at-rest"
 )
 
 // Categories lists every category, in the order problems are shown.
-var Categories = []Category{Overdue, KeyAge, ExpiredSoon, Violations, FailedTargets, NotReady}
+var Categories = []Category{Overdue, KeyAge, ExpiredSoon, Violations, FailedTargets, NotReady, AtRest}
 
 // ParseCategories reads a --fail-on value: categories separated by commas,
 // or "all".
@@ -163,6 +166,8 @@ type Report struct {
 	Namespace string `json:"namespace,omitempty"`
 	Rows      []Row  `json:"rows"`
 	Notes     []Note `json:"notes,omitempty"`
+	// AtRest is the keys' posture at rest; nil when nothing of it was read.
+	AtRest *Posture `json:"atRest,omitempty"`
 }
 
 // Input is what was read from the API server.
@@ -189,6 +194,13 @@ type Input struct {
 	ExpiryWindow time.Duration
 	// Notes say what could not be read.
 	Notes []Note
+	// KeySecrets are the Secrets holding keys in the namespace (or
+	// cluster), by their metadata; nil when they could not be listed.
+	KeySecrets []KeySecret
+	// Encryption and Provider are how the API server writes Secrets, from
+	// EncryptionFromMetrics; empty when its metrics were not read.
+	Encryption Encryption
+	Provider   string
 }
 
 // Build makes the report, problems first.
@@ -204,6 +216,7 @@ func Build(in Input) Report {
 	}
 	r.Rows = append(r.Rows, certificateRows(in)...)
 	Sort(r.Rows)
+	r.AtRest = posture(in)
 	return r
 }
 
@@ -231,6 +244,13 @@ func (r Report) Broken(cats []Category) []Finding {
 		for _, p := range row.Problems {
 			if p.In(cats) {
 				out = append(out, Finding{Ref: row.Ref(), Problem: p})
+			}
+		}
+	}
+	if r.AtRest != nil {
+		for _, p := range r.AtRest.Problems {
+			if p.In(cats) {
+				out = append(out, Finding{Ref: "Keys at rest", Problem: p})
 			}
 		}
 	}

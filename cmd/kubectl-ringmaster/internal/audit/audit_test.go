@@ -125,6 +125,16 @@ func TestRingRows(t *testing.T) {
 			want: []audit.Category{audit.Overdue, audit.Overdue, audit.NotReady}, message: "the ring holds no key",
 		},
 		{
+			// The key-less epoch, read from a status whose conditions the
+			// operator has not written: no staged key to name, no panic.
+			name: "no key left, conditions not written",
+			mutate: func(r *audit.Ring) {
+				r.Status.Keys = nil
+				r.Status.Conditions = []metav1.Condition{cond(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonPublished, "Epoch 4 is published", 1)}
+			},
+			want: []audit.Category{audit.Overdue}, message: "the ring holds no key",
+		},
+		{
 			name:   "nothing published yet",
 			mutate: func(r *audit.Ring) { r.Status = v1alpha1.TicketKeyRingStatus{} },
 			want:   []audit.Category{audit.NotReady}, message: "has not reported on the ring yet",
@@ -357,7 +367,7 @@ func TestParseCategories(t *testing.T) {
 		{in: "", want: nil},
 		{in: "overdue, violations,overdue", want: []audit.Category{audit.Overdue, audit.Violations}},
 		{in: "all", want: audit.Categories},
-		{in: "overdue,old", wantErr: `unknown category "old": want all, or some of overdue,key-age,expired-soon,violations,failed-targets,not-ready`},
+		{in: "overdue,old", wantErr: `unknown category "old": want all, or some of overdue,key-age,expired-soon,violations,failed-targets,not-ready,at-rest`},
 	} {
 		got, err := audit.ParseCategories(tc.in)
 		if tc.wantErr != "" {

@@ -111,7 +111,8 @@ func (r Ring) overdue(kr keyring.Ring, now time.Time) []Problem {
 	var out []Problem
 	if c := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionRotationOverdue); c != nil && c.Status == metav1.ConditionTrue {
 		out = append(out, problem(fmt.Sprintf("rotation overdue (%s): %s", c.Reason, c.Message), Overdue))
-	} else if since, ok := keyring.Overdue(kr, now); ok && now.Sub(since) > Grace {
+	} else if since, ok := keyring.Overdue(kr, now); ok && len(kr.Keys) > 0 && now.Sub(since) > Grace {
+		// A ring without keys is reported as such (see Row).
 		out = append(out, problem(fmt.Sprintf("no key is staged behind key %s, active since %s: a new key has been due for %s and the operator has not written the ring's status since (is it running?)",
 			kr.Keys[0].ID, stamp(since), duration.HumanDuration(now.Sub(since))), Overdue))
 	}

@@ -69,8 +69,17 @@ without it the audit says so, and shows what the policies' status reports.
 
 --fail-on names categories of problems that make audit exit with status 1,
 for CI and cron jobs: overdue, key-age, expired-soon, violations,
-failed-targets, not-ready, or all. It exits with status 2 when it cannot run,
-or cannot read what one of those categories needs.`,
+failed-targets, not-ready, at-rest, or all. It exits with status 2 when it
+cannot run, or cannot read what one of those categories needs.
+
+It ends with the keys' posture at rest: the Secrets that hold key bytes
+(read by their metadata only), whether backups skip them
+(velero.io/exclude-from-backup), and whether kube-apiserver encrypts Secrets,
+by its own metrics (apiserver_storage_transformation_operations_total; this
+takes get on the non-resource URL /metrics). The operator cannot learn the
+latter: a Secret read back through the API is decrypted alike. at-rest is a
+problem when the metrics show no encrypted write of a Secret, or a Secret
+holding keys is not excluded from backups.`,
 		Example: `  # The whole cluster
   kubectl ringmaster audit -A
 
@@ -94,7 +103,7 @@ or cannot read what one of those categories needs.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Audit the whole cluster: every namespace, every ClusterTicketKeyRing and CertificatePolicy.")
-	cmd.Flags().StringVar(&o.failOn, "fail-on", "", "Exit with status 1 when a problem of these categories is found: comma-separated overdue, key-age, expired-soon, violations, failed-targets, not-ready, or all.")
+	cmd.Flags().StringVar(&o.failOn, "fail-on", "", "Exit with status 1 when a problem of these categories is found: comma-separated overdue, key-age, expired-soon, violations, failed-targets, not-ready, at-rest, or all.")
 	cmd.Flags().DurationVar(&o.expiryWindow, "expiry-window", 7*24*time.Hour, "A certificate expiring within this window is a problem (expired-soon).")
 	addOutputFlag(cmd, &o.out, true)
 	return cmd
@@ -156,6 +165,9 @@ func (o *auditOptions) read(ctx context.Context, ns string) (audit.Input, error)
 	}
 	if err == nil {
 		err = r.certificates(ctx)
+	}
+	if err == nil {
+		err = r.atRest(ctx)
 	}
 	return r.in, err
 }
@@ -312,6 +324,7 @@ func printAudit(streams genericiooptions.IOStreams, rep audit.Report, wide bool)
 		return err
 	}
 	printProblems(streams.Out, rep.Rows)
+	printPosture(streams.Out, rep.AtRest)
 	return nil
 }
 

@@ -130,6 +130,31 @@ var _ = Describe("audit", func() {
 		Expect(res.Out).NotTo(ContainSubstring(lastAppliedMarker))
 	})
 
+	It("states the keys' posture at rest: the Secrets holding keys, that backups skip them, and encryption by the API server's metrics", func() {
+		rep, res := auditJSON(admin, "-A")
+		Expect(res.Code).To(Equal(0))
+		p := rep.AtRest
+		Expect(p).NotTo(BeNil())
+		Expect(p.Encryption).To(Equal(audit.EncryptionOn), "the suite's API server encrypts Secrets with secretbox")
+		Expect(p.Provider).To(ContainSubstring("k8s:enc:secretbox:v1:"))
+		Expect(p.Snapshots).To(BeNumerically(">=", 4), "web, late, stuck, calm, edge")
+		Expect(p.Projections).To(BeNumerically(">=", 4))
+		Expect(p.Namespaces).To(ContainElements("shop", "quiet"))
+		Expect(p.InBackups).To(BeEmpty())
+		Expect(p.Problems).To(BeEmpty())
+		Expect(p.Verify).To(MatchRegexp(`^ETCDCTL_API=3 etcdctl get /registry/secrets/\S+/\S+ --print-value-only`))
+
+		table := run(admin, "audit", "-A", "--fail-on", "at-rest")
+		Expect(table.Code).To(Equal(0))
+		Expect(table.Out).To(ContainSubstring("\nKeys at rest:\n"))
+		Expect(table.Out).To(ContainSubstring("Encryption at rest: on, by the API server's metrics (Secrets written as k8s:enc:secretbox:v1:"))
+		Expect(table.Out).To(ContainSubstring("The operator cannot see how kube-apiserver stores Secrets"))
+		Expect(table.Out).To(ContainSubstring("Backups: every one is labelled velero.io/exclude-from-backup=true"))
+
+		res = run(viewer, "audit", "-A", "--fail-on", "at-rest")
+		Expect(res.Code).To(Equal(2), "a viewer may not read /metrics: the audit cannot vouch for at-rest")
+	})
+
 	It("exits 1 when a problem of --fail-on's categories is found, 0 when none is", func() {
 		res := run(admin, "audit", "-A", "--fail-on", "violations,failed-targets")
 		Expect(res.Code).To(Equal(1))
@@ -156,7 +181,8 @@ var _ = Describe("audit", func() {
 		Expect(res.Err).To(ContainSubstring(`Warning: cert-manager Certificates in the cluster were not listed, so their keys are dated only where a CertificatePolicy's status names them: certificates.cert-manager.io is forbidden: User "viewer" cannot list resource "certificates" in API group "cert-manager.io" at the cluster scope`))
 		Expect(res.Err).To(ContainSubstring(`Warning: kubernetes.io/tls Secrets in the cluster were not listed`))
 		Expect(res.Err).To(ContainSubstring(`secrets is forbidden: User "viewer" cannot list resource "secrets" in API group "" at the cluster scope`))
-		Expect(rep.Notes).To(HaveLen(3), "namespaces, Certificates, Secrets: %v", rep.Notes)
+		Expect(rep.Notes).To(HaveLen(5), "namespaces, Certificates, TLS Secrets, the Secrets holding keys, /metrics: %v", rep.Notes)
+		Expect(res.Err).To(ContainSubstring("Warning: the API server's /metrics were not read, so encryption at rest is not checked"))
 
 		Expect(categories(rowOf(rep, "TicketKeyRing shop/late"))).To(ContainElement(audit.Overdue))
 		old := rowOf(rep, "Secret certs/old")
