@@ -345,7 +345,7 @@ var _ = Describe("A ring shared by two clusters through Vault", Ordered, func() 
 		Expect(won["B"]).To(BeEmpty(), "the cluster whose spec differs wrote to the entry")
 		Expect(written).To(BeNumerically("<=", rotations), "more versions than rotations")
 		Expect(written).To(BeNumerically(">=", rotations-1), "the entry's own cluster kept rotating")
-		Expect(int(last.CurrentVersion)).To(Equal(len(won["A"])))
+		Expect(last.CurrentVersion).To(Equal(len(won["A"])))
 	}, NodeTimeout(6*time.Minute))
 
 	It("keeps rotating in one cluster while the other's operator is down, and the other catches up without a second key for any version", func(ctx SpecContext) {
@@ -423,9 +423,9 @@ func createKeySource(ctx context.Context, c *fleet.Cluster, addr string, ca []by
 	return c.Client.Create(ctx, &v1alpha1.ClusterKeySource{
 		ObjectMeta: metav1.ObjectMeta{Name: source},
 		Spec: v1alpha1.ClusterKeySourceSpec{NamespaceSelector: &metav1.LabelSelector{}, Vault: &v1alpha1.VaultSource{
-			Address:     addr,
-			Auth:        v1alpha1.VaultAuth{TokenSecretRef: &v1alpha1.KeyRef{Name: "vault", Key: "token"}},
-			CABundle:    &v1alpha1.CABundleSource{SecretKeyRef: &v1alpha1.KeyRef{Name: "vault", Key: "ca.crt"}},
+			Address:  addr,
+			Auth:     v1alpha1.VaultAuth{TokenSecretRef: &v1alpha1.KeyRef{Name: "vault", Key: "token"}},
+			CABundle: &v1alpha1.CABundleSource{SecretKeyRef: &v1alpha1.KeyRef{Name: "vault", Key: "ca.crt"}},
 			SharedRings: &v1alpha1.VaultSharedRings{Path: "ringmaster/e2e", NamespaceSelector: &metav1.LabelSelector{
 				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{ns}}},
 			}},
