@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -96,9 +97,10 @@ type CertificatePolicyReconciler struct {
 	// Clock drives evaluation and the renewal rate limit; tests inject a
 	// fake one.
 	Clock clock.PassiveClock
-	// SecretCache holds the kubernetes.io/tls Secrets, stripped of their
-	// private keys (see NewTLSSecretCache). SetupWithManager makes it when
-	// nil.
+	// SecretCache holds the kubernetes.io/tls Secrets, each as the facts of
+	// its certificate (see NewTLSSecretCache). SetupWithManager makes it;
+	// it starts, and the controller watches it, once a CertificatePolicy
+	// exists (WatchingSecrets).
 	SecretCache cache.Cache
 	// MaxRenewalsPerMinute bounds the renewals Enforce triggers across the
 	// cluster: a token bucket of that many, refilled at that rate. 0 means
@@ -113,7 +115,21 @@ type CertificatePolicyReconciler struct {
 	metrics  *cpolMetrics
 	limiter  *rate.Limiter
 	policies chan event.TypedGenericEvent[string]
+
+	// The TLS Secret cache is started lazily: mgr runs it, controller
+	// watches it, and secrets says both are done and every Secret it held
+	// then was observed.
+	mgr         manager.Manager
+	controller  controller.TypedController[cpolRequest]
+	cacheAdded  bool
+	watchAdded  bool
+	secretsDone atomic.Bool
 }
+
+// WatchingSecrets reports whether the TLS Secret cache runs: from the first
+// CertificatePolicy the controller reconciles on. Until then no TLS Secret
+// is listed, watched or held.
+func (r *CertificatePolicyReconciler) WatchingSecrets() bool { return r.secretsDone.Load() }
 
 // SetupWithManager registers the controller, its TLS Secret cache and its
 // metrics.
@@ -135,13 +151,62 @@ func (r *CertificatePolicyReconciler) SetupWithManager(mgr manager.Manager, regi
 		WatchesRawSource(source.TypedKind(mgr.GetCache(), &v1alpha1.CertificatePolicy{},
 			handler.TypedEnqueueRequestsFromMapFunc(r.requestsOfPolicy),
 			predicate.Or[*v1alpha1.CertificatePolicy](predicate.TypedGenerationChangedPredicate[*v1alpha1.CertificatePolicy]{}, predicate.TypedAnnotationChangedPredicate[*v1alpha1.CertificatePolicy]{}))).
-		WatchesRawSource(source.TypedKind(r.SecretCache, &corev1.Secret{}, handler.TypedEnqueueRequestsFromMapFunc(r.requestsOfSecret))).
 		WatchesRawSource(source.TypedKind(mgr.GetCache(), &corev1.Namespace{}, handler.TypedFuncs[*corev1.Namespace, cpolRequest]{UpdateFunc: r.relabelledNamespace})).
 		WatchesRawSource(source.TypedChannel(r.policies, handler.TypedFuncs[string, cpolRequest]{GenericFunc: r.aggregateLater}))
 	if *r.WatchCertificates {
 		b = b.WatchesRawSource(source.TypedKind(mgr.GetCache(), &cmapi.Certificate{}, handler.TypedEnqueueRequestsFromMapFunc(r.requestsOfCertificate)))
 	}
-	return b.Complete(r)
+	c, err := b.Build(r)
+	if err != nil {
+		return err
+	}
+	r.mgr, r.controller = mgr, c
+	return nil
+}
+
+// watchSecrets starts the TLS Secret cache and the controller's watch of
+// it, once: a cluster without CertificatePolicies never holds its TLS
+// Secrets. The Secrets the cache lists at start are observed here, before
+// the policy that started it is judged, so that its first status counts
+// them all; the watch passes on only what changes after.
+func (r *CertificatePolicyReconciler) watchSecrets(ctx context.Context) error {
+	if r.secretsDone.Load() {
+		return nil
+	}
+	if !r.cacheAdded {
+		if err := r.mgr.Add(r.SecretCache); err != nil {
+			return fmt.Errorf("start the TLS Secret cache: %w", err)
+		}
+		r.cacheAdded = true
+		log.FromContext(ctx).Info("Started the TLS Secret cache: a CertificatePolicy exists")
+	}
+	if !r.SecretCache.WaitForCacheSync(ctx) {
+		return errors.New("the TLS Secret cache did not sync")
+	}
+	src := source.TypedKind(r.SecretCache, &corev1.Secret{}, handler.TypedEnqueueRequestsFromMapFunc(r.requestsOfSecret),
+		predicate.TypedFuncs[*corev1.Secret]{CreateFunc: func(e event.TypedCreateEvent[*corev1.Secret]) bool { return !e.IsInInitialList }})
+	if !r.watchAdded {
+		if err := r.controller.Watch(src); err != nil {
+			return fmt.Errorf("watch TLS Secrets: %w", err)
+		}
+		if err := src.WaitForSync(ctx); err != nil {
+			return fmt.Errorf("watch TLS Secrets: %w", err)
+		}
+		r.watchAdded = true
+	}
+	list := &corev1.SecretList{}
+	if err := r.SecretCache.List(ctx, list); err != nil {
+		return fmt.Errorf("list TLS Secrets: %w", err)
+	}
+	r.secretsDone.Store(true)
+	for i := range list.Items {
+		for _, req := range r.requestsOfSecret(ctx, &list.Items[i]) {
+			if _, err := r.Reconcile(ctx, req); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // defaults fills what the reconciler was not given.
@@ -156,9 +221,6 @@ func (r *CertificatePolicyReconciler) defaults(mgr manager.Manager) error {
 		c, err := NewTLSSecretCache(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper())
 		if err != nil {
 			return fmt.Errorf("create TLS Secret cache: %w", err)
-		}
-		if err := mgr.Add(c); err != nil {
-			return err
 		}
 		r.SecretCache = c
 	}
@@ -259,6 +321,9 @@ func (r *CertificatePolicyReconciler) reconcilePolicy(ctx context.Context, name 
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("policy", klog.KObj(policy)))
+	if err := r.watchSecrets(ctx); err != nil {
+		return reconcile.Result{}, err
+	}
 	now := r.Clock.Now()
 
 	compiled, err := certpolicy.Compile(policy)

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -25,6 +26,9 @@ import (
 // Certificate manages is judged as that Certificate.
 func (r *CertificatePolicyReconciler) observeSecret(ctx context.Context, key types.NamespacedName) error {
 	id := certpolicy.ID{Kind: v1alpha1.KindSecret, Namespace: key.Namespace, Name: key.Name}
+	if !r.WatchingSecrets() {
+		return nil // no policy yet: watchSecrets observes it when one comes
+	}
 	secret := &corev1.Secret{}
 	if err := r.SecretCache.Get(ctx, key, secret); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -80,7 +84,12 @@ func (r *CertificatePolicyReconciler) observeCertificate(ctx context.Context, ke
 	}
 	f := certpolicy.CertificateFacts(crt)
 	secret := &corev1.Secret{}
-	err := r.SecretCache.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: crt.Spec.SecretName}, secret)
+	var err error = apierrors.NewNotFound(corev1.Resource("secrets"), crt.Spec.SecretName)
+	if r.WatchingSecrets() {
+		// Before the first policy the Secret is not read: watchSecrets
+		// observes the Certificate again with it.
+		err = r.SecretCache.Get(ctx, types.NamespacedName{Namespace: key.Namespace, Name: crt.Spec.SecretName}, secret)
+	}
 	switch {
 	case apierrors.IsNotFound(err):
 		r.store.Ledger.Release(id.String()) // not issued yet
@@ -94,9 +103,20 @@ func (r *CertificatePolicyReconciler) observeCertificate(ctx context.Context, ke
 	return nil
 }
 
-// readCertificate parses a Secret's tls.crt and dates its key.
+// readCertificate reads the facts the TLS Secret cache parsed from a
+// Secret's tls.crt (StripTLSSecret), and dates its key, as
+// certpolicy.Ledger.Read does from the certificate itself.
 func (r *CertificatePolicyReconciler) readCertificate(id certpolicy.ID, secret *corev1.Secret, cm *certpolicy.CertManager) certpolicy.Subject {
-	return r.store.Ledger.Read(id, secret.Namespace, secret.Name, secret.Data[corev1.TLSCertKey], cm)
+	s := certpolicy.Subject{CertManager: cm}
+	facts := tlsFactsOf(secret)
+	if facts.Cert == nil {
+		s.ReadError = fmt.Sprintf("Secret %s/%s: %s: %s", secret.Namespace, secret.Name, corev1.TLSCertKey, facts.Error)
+		r.store.Ledger.Release(id.String())
+		return s
+	}
+	s.Cert = facts.Cert
+	s.KeySince = certpolicy.KeySince(*facts.Cert, cm, r.store.Ledger.Observe(id.String(), *facts.Cert))
+	return s
 }
 
 // observe stores new facts, judges them against every policy, and has each

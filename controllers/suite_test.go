@@ -18,6 +18,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -44,6 +45,8 @@ var (
 	fakeClock   *clocktesting.FakeClock
 	registry    *prometheus.Registry
 	stopMgr     func()
+	// operatorCache is the running operator's cache, for what it holds.
+	operatorCache cache.Cache
 )
 
 func TestControllers(t *testing.T) {
@@ -94,7 +97,7 @@ var _ = AfterSuite(func() {
 func startManager() {
 	GinkgoHelper()
 	registry = prometheus.NewRegistry()
-	_, stop, err := testenv.RunOperator(operatorCfg, operator.Options{
+	op, stop, err := testenv.RunOperator(operatorCfg, operator.Options{
 		MetricsAddr: "0", ProbeAddr: "0", LeaderElection: true,
 		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: time.Second,
 		SkipNameValidation: true, // a restart registers the controller names again
@@ -104,6 +107,7 @@ func startManager() {
 		},
 	})
 	Expect(err).NotTo(HaveOccurred(), "the operator leads, with its own RBAC")
+	operatorCache = op.GetCache()
 	stopMgr = func() { Expect(stop()).To(Succeed()) }
 }
 

@@ -3,6 +3,7 @@
 package certificatepolicy_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -22,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/controllers"
 )
 
 var _ = Describe("CertificatePolicy in Audit mode", func() {
@@ -135,16 +137,26 @@ var _ = Describe("CertificatePolicy in Audit mode", func() {
 		}
 	})
 
-	It("keeps no private key in its cache", func() {
+	It("keeps neither private key nor certificate in its cache, only the certificate's facts", func() {
 		p := issue(certSpec{})
 		tlsSecret(ctx, ns, "web-tls", p, map[string]string{
 			"cert-manager.io/issuer-name": "ca", "unrelated.io/note": "not needed",
 		})
+		createPolicy(ctx, "cache-"+ns, baseline(ns))
+		Eventually(reconciler.WatchingSecrets, timeout, poll).Should(BeTrue(), "a policy exists: the TLS Secret cache runs")
 		cached := &corev1.Secret{}
 		Eventually(func() error {
 			return reconciler.SecretCache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-tls"}, cached)
 		}, timeout, poll).Should(Succeed())
-		Expect(cached.Data).To(Equal(map[string][]byte{corev1.TLSCertKey: p.crt}), "tls.crt only: tls.key is dropped before caching")
+		Expect(cached.Data).To(HaveLen(1), "tls.key and tls.crt are dropped before caching")
+		var facts controllers.TLSFacts
+		Expect(json.Unmarshal(cached.Data[controllers.TLSFactsKey], &facts)).To(Succeed())
+		Expect(facts.Error).To(BeEmpty())
+		Expect(facts.Cert.DNSNames).To(Equal([]string{"www.example.com"}))
+		Expect(facts.Cert.NotAfter).To(BeTemporally("==", p.notAfter))
+		for _, held := range [][]byte{p.crt, p.key} {
+			Expect(bytes.Contains(cached.Data[controllers.TLSFactsKey], held)).To(BeFalse())
+		}
 		Expect(cached.Annotations).To(Equal(map[string]string{"cert-manager.io/issuer-name": "ca"}))
 		Expect(cached.ManagedFields).To(BeEmpty())
 
@@ -158,6 +170,7 @@ var _ = Describe("CertificatePolicy in Audit mode", func() {
 		Expect(reconciler.SecretCache.List(ctx, list, client.InNamespace(ns))).To(Succeed())
 		for _, s := range list.Items {
 			Expect(s.Type).To(Equal(corev1.SecretTypeTLS))
+			Expect(s.Data).To(HaveKey(controllers.TLSFactsKey))
 			Expect(s.Data).NotTo(HaveKey(corev1.TLSPrivateKeyKey))
 		}
 		Expect(list.Items).To(HaveLen(2))

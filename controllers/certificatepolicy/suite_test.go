@@ -10,13 +10,16 @@
 package certificatepolicy_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -64,4 +67,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(err).NotTo(HaveOccurred(), "the operator leads, with its own RBAC")
 	DeferCleanup(stop)
 	reconciler = op.CertificatePolicy
+
+	// No CertificatePolicy exists yet: the operator holds no TLS Secret.
+	Expect(reconciler.WatchingSecrets()).To(BeFalse())
+	err = reconciler.SecretCache.List(ctx, &corev1.SecretList{})
+	Expect(errors.As(err, new(*cache.ErrCacheNotStarted))).To(BeTrue(), "the TLS Secret cache has not started: %v", err)
 }, NodeTimeout(2*time.Minute))

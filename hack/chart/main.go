@@ -14,7 +14,14 @@
 //     chart's ServiceAccount name; names ringmaster-<x> become
 //     <fullname>-<x>.
 //
-//     go run ./hack/chart -crds config/crd/bases -rbac config/rbac/role.yaml -chart charts/ringmaster
+//   - templates/admission.yaml from config/admission/policy.yaml: the
+//     admission guard of ringmaster's Secrets behind admissionPolicy.enabled,
+//     with the release's names: the operator's service account
+//     system:serviceaccount:ringmaster-system:ringmaster becomes the chart's
+//     (release namespace, ServiceAccount name), and ringmaster-<x> becomes
+//     <fullname>-<x>, in the messages too.
+//
+//     go run ./hack/chart -crds config/crd/bases -rbac config/rbac/role.yaml -admission config/admission/policy.yaml -chart charts/ringmaster
 package main
 
 import (
@@ -52,15 +59,16 @@ const (
 func main() {
 	crds := flag.String("crds", "config/crd/bases", "directory of the generated CRDs")
 	rbac := flag.String("rbac", "config/rbac/role.yaml", "RBAC generated from the markers")
+	admission := flag.String("admission", "config/admission/policy.yaml", "the admission policy of ringmaster's Secrets")
 	chart := flag.String("chart", "charts/ringmaster", "the chart")
 	flag.Parse()
-	if err := run(*crds, *rbac, *chart); err != nil {
+	if err := run(*crds, *rbac, *admission, *chart); err != nil {
 		fmt.Fprintln(os.Stderr, "chart:", err)
 		os.Exit(1)
 	}
 }
 
-func run(crdDir, rbacFile, chart string) error {
+func run(crdDir, rbacFile, admissionFile, chart string) error {
 	templates := filepath.Join(chart, "templates")
 	old, err := filepath.Glob(filepath.Join(templates, "crd-*.yaml"))
 	if err != nil {
@@ -86,6 +94,10 @@ func run(crdDir, rbacFile, chart string) error {
 		return fmt.Errorf("%s: %w", rbacFile, err)
 	}
 	want[filepath.Join(templates, "rbac.yaml")] = out
+	if out, err = admissionTemplate(admissionFile); err != nil {
+		return fmt.Errorf("%s: %w", admissionFile, err)
+	}
+	want[filepath.Join(templates, "admission.yaml")] = out
 
 	for _, f := range old {
 		if _, ok := want[f]; !ok {
@@ -237,6 +249,65 @@ func writeRole(b *strings.Builder, kind, name, ns string, rules []rbacv1.PolicyR
 	fmt.Fprintf(b, "roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: %s\n  name: %s\n", kind, name)
 	fmt.Fprintf(b, "subjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n", saName, namespace)
 	return nil
+}
+
+// admissionTemplate turns the admission policy and its binding into the
+// chart's, behind admissionPolicy.enabled. The policy names the operator's
+// service account and itself in CEL strings and messages; both become the
+// release's. Every object gets the chart's labels.
+func admissionTemplate(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	text := string(data)
+	if strings.Contains(text, "{{") {
+		return nil, errors.New("holds {{, which Helm would read as a template")
+	}
+	operatorUser := "system:serviceaccount:" + operatorNamespace + ":" + operatorName
+	if !strings.Contains(text, "'"+operatorUser+"'") {
+		return nil, fmt.Errorf("names no operator service account %s in a CEL string", operatorUser)
+	}
+	var b strings.Builder
+	b.WriteString("{{- if .Values.admissionPolicy.enabled }}\n")
+	fmt.Fprintf(&b, header, filepath.ToSlash(path))
+	kinds := map[string]bool{}
+	for doc := range strings.SplitSeq(text, "\n---\n") {
+		var obj struct {
+			APIVersion string            `json:"apiVersion"`
+			Kind       string            `json:"kind"`
+			Metadata   metav1.ObjectMeta `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			return nil, err
+		}
+		if obj.Kind == "" {
+			continue
+		}
+		if obj.APIVersion != "admissionregistration.k8s.io/v1" {
+			return nil, fmt.Errorf("%s %s: apiVersion %q, want admissionregistration.k8s.io/v1", obj.Kind, obj.Metadata.Name, obj.APIVersion)
+		}
+		if obj.Metadata.Namespace != "" || len(obj.Metadata.Labels) > 0 || len(obj.Metadata.Annotations) > 0 {
+			return nil, fmt.Errorf("%s %s: metadata holds more than a name", obj.Kind, obj.Metadata.Name)
+		}
+		// Everything from the name on is copied, with the release's names.
+		head := "metadata:\n  name: " + obj.Metadata.Name + "\n"
+		i := strings.Index(doc, head)
+		if i < 0 || !strings.HasPrefix(obj.Metadata.Name, operatorName+"-") {
+			return nil, fmt.Errorf("%s: no metadata.name ringmaster-<x> written as %q", obj.Kind, head)
+		}
+		rest := strings.TrimSuffix(doc[i+len(head):], "\n")
+		rest = strings.ReplaceAll(rest, operatorUser, "system:serviceaccount:"+namespace+":"+saName)
+		rest = strings.ReplaceAll(rest, obj.Metadata.Name, chartName(obj.Metadata.Name))
+		fmt.Fprintf(&b, "---\napiVersion: %s\nkind: %s\nmetadata:\n  name: %s\n  labels:\n    %s\n%s\n",
+			obj.APIVersion, obj.Kind, chartName(obj.Metadata.Name), labels, rest)
+		kinds[obj.Kind] = true
+	}
+	if !kinds["ValidatingAdmissionPolicy"] || !kinds["ValidatingAdmissionPolicyBinding"] {
+		return nil, errors.New("wants a ValidatingAdmissionPolicy and its ValidatingAdmissionPolicyBinding")
+	}
+	b.WriteString("{{- end }}\n")
+	return []byte(b.String()), nil
 }
 
 // chartName maps ringmaster-<x> to <fullname>-<x>; other names get the

@@ -123,3 +123,46 @@ func TestCRDTemplate(t *testing.T) {
 		t.Error("a CRD holding {{ was accepted")
 	}
 }
+
+func TestAdmissionTemplate(t *testing.T) {
+	out, err := admissionTemplate(filepath.Join("..", "..", "config", "admission", "policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(out)
+	for _, want := range []string{
+		"{{- if .Values.admissionPolicy.enabled }}\n",
+		"kind: ValidatingAdmissionPolicy\nmetadata:\n  name: {{ include \"ringmaster.fullname\" . }}-secrets\n  labels:\n    {{- include \"ringmaster.labels\" . | nindent 4 }}\nspec:\n",
+		"kind: ValidatingAdmissionPolicyBinding\nmetadata:\n  name: {{ include \"ringmaster.fullname\" . }}-secrets\n",
+		"  policyName: {{ include \"ringmaster.fullname\" . }}-secrets\n",
+		// The operator is the chart's service account, in the release namespace.
+		"request.userInfo.username == 'system:serviceaccount:{{ .Release.Namespace }}:{{ include \"ringmaster.serviceAccountName\" . }}'",
+		// The messages name the release's policy.
+		"'{{ include \"ringmaster.fullname\" . }}-secrets: only the ringmaster operator (system:serviceaccount:{{ .Release.Namespace }}:",
+		"\n{{- end }}\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing\n%s\nin\n%s", want, got)
+		}
+	}
+	for _, gone := range []string{"ringmaster-system", "name: ringmaster-secrets", "'ringmaster-secrets:"} {
+		if strings.Contains(got, gone) {
+			t.Errorf("%q left in\n%s", gone, got)
+		}
+	}
+
+	dir := t.TempDir()
+	for name, doc := range map[string]string{
+		"templated":   "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n  name: ringmaster-x\nspec:\n  x: '{{ y }}' 'system:serviceaccount:ringmaster-system:ringmaster'\n",
+		"no operator": "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n  name: ringmaster-x\n",
+		"no binding":  "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n  name: ringmaster-x\nspec:\n  x: 'system:serviceaccount:ringmaster-system:ringmaster'\n",
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
+		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admissionTemplate(path); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

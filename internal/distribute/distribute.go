@@ -267,15 +267,24 @@ func Updated(have, want *corev1.Secret) *corev1.Secret {
 	return out
 }
 
+// MaxEpoch is the highest epoch a ring may reach: 2^53-1, the largest
+// integer every JSON reader of ticketkeys.json reads exactly, and so far
+// beyond any ring's rotations (one a second for 285 million years) that a
+// snapshot labelled above it was forged or corrupted. Refusing it keeps
+// keyring.NextEpoch from overflowing into a ring that can never publish.
+const MaxEpoch = 1<<53 - 1
+
 // Record reads a snapshot Secret back into the record of its epoch. The
-// ring it holds is checked against the Secret's epoch label, so that a
-// Secret altered by hand is refused with an error naming it rather than
-// trusted.
+// ring it holds is checked against the Secret's epoch label, and the label
+// against MaxEpoch, so that a Secret altered by hand is refused with an
+// error naming it rather than trusted.
 func Record(s *corev1.Secret) keyring.Record {
 	rec := keyring.Record{Epoch: SnapshotEpoch(s), RotateRequest: s.Annotations[v1alpha1.RotateRequestedAtAnnotation],
 		RevokeRequest: s.Annotations[v1alpha1.RevokeRequestedAtAnnotation]}
 	r, err := keyring.Decode(s.Data[keyring.FileName])
 	switch {
+	case rec.Epoch > MaxEpoch:
+		rec.Err = fmt.Errorf("snapshot %s/%s: labelled epoch %d, above %d, the most a ring may reach", s.Namespace, s.Name, rec.Epoch, int64(MaxEpoch))
 	case err != nil:
 		rec.Err = fmt.Errorf("snapshot %s/%s: %w", s.Namespace, s.Name, err)
 	case strconv.FormatInt(r.Epoch, 10) != s.Labels[v1alpha1.EpochLabel]:

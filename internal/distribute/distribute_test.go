@@ -3,6 +3,7 @@ package distribute
 import (
 	"crypto/sha256"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -254,6 +255,37 @@ func TestRecordRefusesTampering(t *testing.T) {
 	}
 	if got := SnapshotEpoch(&corev1.Secret{}); got != 0 {
 		t.Errorf("SnapshotEpoch of an unlabelled Secret = %d, want 0", got)
+	}
+}
+
+// A snapshot whose epoch would overflow keyring.NextEpoch is refused, even
+// when its ring file agrees with its label.
+func TestRecordRefusesEpochsBeyondTheBound(t *testing.T) {
+	for _, tt := range []struct {
+		epoch int64
+		want  string // "" for accepted
+	}{
+		{MaxEpoch, ""},
+		{MaxEpoch + 1, "labelled epoch 9007199254740992, above 9007199254740991"},
+		{math.MaxInt64, "labelled epoch 9223372036854775807, above 9007199254740991"},
+	} {
+		r := testRing()
+		r.Epoch = tt.epoch
+		s, err := Snapshot(testOwner(), r, Requests{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := Record(s)
+		switch {
+		case tt.want == "" && rec.Err != nil:
+			t.Errorf("epoch %d: refused: %v", tt.epoch, rec.Err)
+		case tt.want == "" && keyring.NextEpoch(rec.Ring, 0) != MaxEpoch+1:
+			t.Errorf("epoch %d: next epoch %d", tt.epoch, keyring.NextEpoch(rec.Ring, 0))
+		case tt.want != "" && (rec.Err == nil || !strings.Contains(rec.Err.Error(), tt.want) || !strings.Contains(rec.Err.Error(), s.Name)):
+			t.Errorf("epoch %d: error %v, want one naming %s and %q", tt.epoch, rec.Err, s.Name, tt.want)
+		case tt.want != "" && len(rec.Ring.Keys) != 0:
+			t.Errorf("epoch %d: a refused snapshot still yields keys", tt.epoch)
+		}
 	}
 }
 

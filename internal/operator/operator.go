@@ -112,7 +112,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       o.Namespace,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controllers.CacheOptions(),
+		Cache:                         controllers.CacheOptions(o.Namespace),
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.SkipNameValidation)},
 	}
 	if o.LeaseDuration > 0 {

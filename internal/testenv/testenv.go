@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -81,7 +82,12 @@ func StartWith(o Options) (*Env, error) {
 		CRDDirectoryPaths:     []string{filepath.Join(Root(), "config", "crd", "bases"), cm},
 		ErrorIfCRDPathMissing: true,
 	}
-	env.ControlPlane.GetAPIServer().Configure().Append("enable-admission-plugins", "OwnerReferencesPermissionEnforcement")
+	// ValidatingAdmissionPolicy is on by default since Kubernetes 1.30;
+	// named here so that the admission guard's specs (Guard) never run
+	// against an API server that would ignore it.
+	env.ControlPlane.GetAPIServer().Configure().
+		Append("enable-admission-plugins", "OwnerReferencesPermissionEnforcement").
+		Append("enable-admission-plugins", "ValidatingAdmissionPolicy")
 	e := &Env{env: env, Encrypted: !o.Plaintext}
 	if e.Encrypted {
 		if e.configDir, err = os.MkdirTemp("", "ringmaster-encryption-"); err != nil {
@@ -212,6 +218,40 @@ func (e *Env) Apply(ctx context.Context, path string) error {
 			return fmt.Errorf("%s: create %s %s: %w", path, u.GetKind(), u.GetName(), err)
 		}
 	}
+}
+
+// Guard installs the admission guard of ringmaster's Secrets as config/
+// ships it (config/admission/policy.yaml: the policy and its binding) and
+// returns what removes it again. The API server enforces a policy a moment
+// after it is created, and stops a moment after it is deleted: callers wait
+// for either.
+func (e *Env) Guard(ctx context.Context) (remove func(context.Context) error, err error) {
+	path := filepath.Join(Root(), "config", "admission", "policy.yaml")
+	if err := e.Apply(ctx, path); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		var errs []error
+		for _, obj := range []client.Object{
+			&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: GuardName}},
+			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: GuardName}},
+		} {
+			errs = append(errs, client.IgnoreNotFound(e.Client.Delete(ctx, obj)))
+		}
+		return errors.Join(errs...)
+	}, nil
+}
+
+// GuardName is the name of the admission guard's policy and binding in
+// config/admission.
+const GuardName = "ringmaster-secrets"
+
+// As returns a client that acts as the given user and groups, by
+// impersonation: what the user may do is what RBAC and admission allow it.
+func (e *Env) As(user string, groups ...string) (client.Client, error) {
+	cfg := rest.CopyConfig(e.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: append([]string{"system:authenticated"}, groups...)}
+	return client.New(cfg, client.Options{Scheme: e.Client.Scheme()})
 }
 
 // Root is the repository's root directory.

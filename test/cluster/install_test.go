@@ -196,6 +196,9 @@ var _ = Describe("ringmaster installed with its Helm chart", Ordered, func() {
 		Expect(len(lags)).To(BeNumerically(">=", rotations*servers))
 	}, NodeTimeout(10*time.Minute))
 
+	It("guards ringmaster's Secrets: a tenant's forged snapshot, forged projection and ring-labelled Secret are refused, naming the policy; the operator still rotates, and garbage collection and namespace deletion still remove them",
+		guardsRingmastersSecrets, NodeTimeout(5*time.Minute))
+
 	It("upgrades to a changed value, and the new pods take over", func(ctx SpecContext) {
 		_, err := helm(ctx, "upgrade", release, root+"/charts/ringmaster", "--namespace", releaseNS, "--reuse-values",
 			"--set", "logLevel=debug", "--wait", "--timeout", "3m")
