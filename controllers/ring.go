@@ -283,8 +283,8 @@ func (r *rings) plan(ctx context.Context, in ring, history keyring.History, poli
 func (r *rings) revoked(in ring, snap *corev1.Secret, next keyring.Ring, rev *v1alpha1.Revocation) {
 	rev.Epoch = next.Epoch
 	r.Recorder.Eventf(in.obj, snap, corev1.EventTypeWarning, v1alpha1.ReasonRevoked, "Revoke",
-		"Revoked keys %s at the request of %s (%s): epoch %d encrypts with fresh key %s; tickets issued before no longer resume",
-		strings.Join(rev.Keys, " "), cmp.Or(rev.RequestedBy, "an unknown client"), rev.RequestedAt, next.Epoch, next.Keys[1].ID)
+		"Revoked keys %s, requested with field manager %s at %s: epoch %d encrypts with fresh key %s; tickets issued before no longer resume",
+		strings.Join(rev.Keys, " "), cmp.Or(rev.RequestedBy, "unknown"), rev.RequestedAt, next.Epoch, next.Keys[1].ID)
 }
 
 // confirm asks the ring's pods whether they hold its held staged key, under
