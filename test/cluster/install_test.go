@@ -196,6 +196,11 @@ var _ = Describe("ringmaster installed with its Helm chart", Ordered, func() {
 		Expect(len(lags)).To(BeNumerically(">=", rotations*servers))
 	}, NodeTimeout(10*time.Minute))
 
+	It("keeps no plaintext copy of any key in etcd's files: Secrets are encrypted at rest", func(ctx SpecContext) {
+		minted, destroyed := keysAtRest(ctx)
+		GinkgoWriter.Printf("etcd's files hold none of the %d keys minted (%d destroyed) in plaintext\n", minted, destroyed)
+	}, NodeTimeout(3*time.Minute))
+
 	It("upgrades to a changed value, and the new pods take over", func(ctx SpecContext) {
 		_, err := helm(ctx, "upgrade", release, root+"/charts/ringmaster", "--namespace", releaseNS, "--reuse-values",
 			"--set", "logLevel=debug", "--wait", "--timeout", "3m")
