@@ -106,12 +106,30 @@ func TestSnapshot(t *testing.T) {
 			if s.Labels[v1alpha1.RingLabel] != "web" || s.Labels[v1alpha1.EpochLabel] != "1" || s.Labels[v1alpha1.ComponentLabel] != "snapshot" {
 				t.Errorf("labels = %v", s.Labels)
 			}
-			if len(s.Data) != len(tt.files) {
-				t.Errorf("files = %d, want %v", len(s.Data), tt.files)
+			// The record is the ring file alone; the projections carry
+			// the derived files.
+			if len(s.Data) != 1 || len(s.Data[keyring.FileName]) == 0 {
+				t.Errorf("snapshot files = %d, want ticketkeys.json alone", len(s.Data))
+			}
+			p := Projection(owner, s, "shop")
+			if len(p.Data) != len(tt.files) {
+				t.Errorf("projection files = %d, want %v", len(p.Data), tt.files)
 			}
 			for _, f := range tt.files {
-				if len(s.Data[f]) == 0 {
+				if len(p.Data[f]) == 0 {
 					t.Errorf("file %s missing", f)
+				}
+			}
+			r := testRing()
+			for _, f := range tt.formats {
+				want, err := r.Files(keyring.Format(f), r.IssuedAt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for name, b := range want {
+					if string(p.Data[name]) != string(b) {
+						t.Errorf("%s: not the keys derived as of the epoch's issuedAt", name)
+					}
 				}
 			}
 			rec := Record(s)
