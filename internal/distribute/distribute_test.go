@@ -3,6 +3,7 @@ package distribute
 import (
 	"crypto/sha256"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -359,5 +360,34 @@ func TestExcludedFromBackups(t *testing.T) {
 		if _, ok := owner.SnapshotLabels()[ExcludeFromBackupLabel]; ok {
 			t.Error("the snapshot selector includes the backup label")
 		}
+	}
+}
+
+// TestProjectionOfOlderSnapshot: a snapshot an older operator wrote, with
+// the derived files in it, gives the same projection as one without: an
+// upgrade rewrites no projection, which would be one more copy of its keys.
+func TestProjectionOfOlderSnapshot(t *testing.T) {
+	owner := testOwner("nginx", "haproxy", "envoy")
+	snap, err := Snapshot(owner, testRing(), Requests{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := snap.DeepCopy()
+	r := testRing()
+	for _, f := range owner.Formats {
+		files, err := r.Files(keyring.Format(f), r.IssuedAt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		maps.Copy(older.Data, files)
+	}
+	if len(older.Data) <= len(snap.Data) {
+		t.Fatal("the older snapshot holds no derived file")
+	}
+	// What the older operator projected: the older snapshot's data.
+	have := Projection(owner, snap, "shop")
+	have.Data = older.DeepCopy().Data
+	if !InSync(have, Projection(owner, snap, "shop")) || !InSync(have, Projection(owner, older, "shop")) {
+		t.Error("a projection the older operator wrote is not in sync with the new one: an upgrade would rewrite it")
 	}
 }
