@@ -7,6 +7,7 @@
 package distribute
 
 import (
+	"bytes"
 	"fmt"
 	"maps"
 	"slices"
@@ -150,20 +151,19 @@ type Requests struct {
 }
 
 // Snapshot builds the immutable snapshot Secret of r, owned by o:
-// ticketkeys.json plus the files of every extra format, with the derived
-// keys ordered as of the epoch's IssuedAt, and the requests it carries out.
+// ticketkeys.json, the record, and the requests it carries out. The files
+// of the extra formats are derived from it into the projections only: the
+// record does not need them, and every copy of a key written to etcd is one
+// more that etcd's files and backups keep. They are derived here too, and
+// dropped, so that a format that cannot be derived fails the publication.
 func Snapshot(o Owner, r keyring.Ring, req Requests) (*corev1.Secret, error) {
 	ringFile, err := keyring.Encode(r)
 	if err != nil {
 		return nil, fmt.Errorf("encode epoch %d: %w", r.Epoch, err)
 	}
 	data := map[string][]byte{keyring.FileName: ringFile}
-	for _, f := range o.Formats {
-		files, err := r.Files(keyring.Format(f), r.IssuedAt)
-		if err != nil {
-			return nil, fmt.Errorf("epoch %d: %w", r.Epoch, err)
-		}
-		maps.Copy(data, files)
+	if _, err := formatFiles(o, r); err != nil {
+		return nil, err
 	}
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
@@ -196,11 +196,37 @@ func Snapshot(o Owner, r keyring.Ring, req Requests) (*corev1.Secret, error) {
 	return s, nil
 }
 
-// Projection builds the projection Secret for namespace ns: a copy of the
-// snapshot's data under the ring's projection name, owned by the ring (a
-// namespaced Secret may have a cluster-scoped owner, so a cluster ring's
-// copies are garbage collected with it too).
+// formatFiles derives the files of o's extra formats from r, with the keys
+// ordered as of the epoch's IssuedAt.
+func formatFiles(o Owner, r keyring.Ring) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, f := range o.Formats {
+		files, err := r.Files(keyring.Format(f), r.IssuedAt)
+		if err != nil {
+			return nil, fmt.Errorf("epoch %d: %w", r.Epoch, err)
+		}
+		maps.Copy(out, files)
+	}
+	return out, nil
+}
+
+// Projection builds the projection Secret for namespace ns, under the
+// ring's projection name, owned by the ring (a namespaced Secret may have a
+// cluster-scoped owner, so a cluster ring's copies are garbage collected
+// with it too): the snapshot's ticketkeys.json and the files of the ring's
+// formats derived from it. A snapshot whose ring does not decode (never
+// the newest: the reconcile halts on it) is copied as it is.
 func Projection(o Owner, snapshot *corev1.Secret, ns string) *corev1.Secret {
+	data := snapshot.DeepCopy().Data // bytes and all: the two must never alias
+	if r, err := keyring.Decode(snapshot.Data[keyring.FileName]); err == nil {
+		if files, err := formatFiles(o, r); err == nil {
+			data = map[string][]byte{keyring.FileName: bytes.Clone(snapshot.Data[keyring.FileName])}
+			maps.Copy(data, files)
+		}
+		for i := range r.Keys {
+			clear(r.Keys[i].Secret[:])
+		}
+	}
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            o.SecretName,
@@ -210,7 +236,7 @@ func Projection(o Owner, snapshot *corev1.Secret, ns string) *corev1.Secret {
 			OwnerReferences: []metav1.OwnerReference{o.ownerRef()},
 		},
 		Type: SecretType,
-		Data: snapshot.DeepCopy().Data, // bytes and all: the two must never alias
+		Data: data,
 	}
 }
 

@@ -3,6 +3,7 @@ package distribute
 import (
 	"crypto/sha256"
 	"errors"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -107,12 +108,30 @@ func TestSnapshot(t *testing.T) {
 			if s.Labels[v1alpha1.RingLabel] != "web" || s.Labels[v1alpha1.EpochLabel] != "1" || s.Labels[v1alpha1.ComponentLabel] != "snapshot" {
 				t.Errorf("labels = %v", s.Labels)
 			}
-			if len(s.Data) != len(tt.files) {
-				t.Errorf("files = %d, want %v", len(s.Data), tt.files)
+			// The record is the ring file alone; the projections carry
+			// the derived files.
+			if len(s.Data) != 1 || len(s.Data[keyring.FileName]) == 0 {
+				t.Errorf("snapshot files = %d, want ticketkeys.json alone", len(s.Data))
+			}
+			p := Projection(owner, s, "shop")
+			if len(p.Data) != len(tt.files) {
+				t.Errorf("projection files = %d, want %v", len(p.Data), tt.files)
 			}
 			for _, f := range tt.files {
-				if len(s.Data[f]) == 0 {
+				if len(p.Data[f]) == 0 {
 					t.Errorf("file %s missing", f)
+				}
+			}
+			r := testRing()
+			for _, f := range tt.formats {
+				want, err := r.Files(keyring.Format(f), r.IssuedAt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for name, b := range want {
+					if string(p.Data[name]) != string(b) {
+						t.Errorf("%s: not the keys derived as of the epoch's issuedAt", name)
+					}
 				}
 			}
 			rec := Record(s)
@@ -373,5 +392,34 @@ func TestExcludedFromBackups(t *testing.T) {
 		if _, ok := owner.SnapshotLabels()[ExcludeFromBackupLabel]; ok {
 			t.Error("the snapshot selector includes the backup label")
 		}
+	}
+}
+
+// TestProjectionOfOlderSnapshot: a snapshot an older operator wrote, with
+// the derived files in it, gives the same projection as one without: an
+// upgrade rewrites no projection, which would be one more copy of its keys.
+func TestProjectionOfOlderSnapshot(t *testing.T) {
+	owner := testOwner("nginx", "haproxy", "envoy")
+	snap, err := Snapshot(owner, testRing(), Requests{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := snap.DeepCopy()
+	r := testRing()
+	for _, f := range owner.Formats {
+		files, err := r.Files(keyring.Format(f), r.IssuedAt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		maps.Copy(older.Data, files)
+	}
+	if len(older.Data) <= len(snap.Data) {
+		t.Fatal("the older snapshot holds no derived file")
+	}
+	// What the older operator projected: the older snapshot's data.
+	have := Projection(owner, snap, "shop")
+	have.Data = older.DeepCopy().Data
+	if !InSync(have, Projection(owner, snap, "shop")) || !InSync(have, Projection(owner, older, "shop")) {
+		t.Error("a projection the older operator wrote is not in sync with the new one: an upgrade would rewrite it")
 	}
 }
