@@ -135,7 +135,16 @@ var _ = Describe("ClusterTicketKeyRing", func() {
 		Expect(k8s.Create(ctx, rq)).To(Succeed())
 		rq.Status = corev1.ResourceQuotaStatus{Hard: none, Used: none}
 		Expect(k8s.Status().Update(ctx, rq)).To(Succeed())
-		Expect(apierrors.IsForbidden(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: quota, Name: "probe"}}))).To(BeTrue(), "the quota bites")
+		// The quota admission plugin reads quotas from its own informer, so
+		// it may admit a Secret or two before it sees this one.
+		Eventually(func() bool {
+			probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: quota, GenerateName: "probe-"}}
+			err := k8s.Create(ctx, probe)
+			if err == nil {
+				_ = k8s.Delete(ctx, probe)
+			}
+			return apierrors.IsForbidden(err)
+		}, timeout, poll).Should(BeTrue(), "the quota bites")
 
 		ring := create(fmt.Sprintf("partial-%d", time.Now().UnixNano()%100000), func(c *v1alpha1.ClusterTicketKeyRing) {
 			c.Spec.RotationInterval = metav1.Duration{Duration: 10 * time.Minute}

@@ -55,7 +55,7 @@ func ForTenant(err error, source string) string {
 	case "":
 		return ""
 	case v1alpha1.ReasonKeySourceNotFound, v1alpha1.ReasonKeySourceNotAllowed,
-		v1alpha1.ReasonSharedRingRolledBack, v1alpha1.ReasonSharedRingUnsupported:
+		v1alpha1.ReasonSharedRingRolledBack, v1alpha1.ReasonSharedRingUnsupported, v1alpha1.ReasonSharedRingPolicyMismatch:
 		// About the ring and its namespace, not the key source's settings.
 		return err.Error()
 	}
