@@ -58,8 +58,8 @@ type rings struct {
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
 	Sources   *mint.Sources
-	// Asker asks pods what they hold (spec.confirmation).
-	Asker  *confirm.Asker
+	// Prober asks pods what they hold (spec.confirmation).
+	Prober *confirm.Prober
 	gauges *ringGauges
 	sweeps sweeper
 	// adoptions: see sharing.adoptions.
@@ -103,10 +103,7 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 	src := r.keySource(ctx, in)
 	sh := r.share(ctx, in, src, out.Current, newest, now)
 
-	confirmed, err := r.confirm(ctx, in, policy, &out)
-	if err != nil {
-		return in.status, reconcile.Result{}, err
-	}
+	confirmed := r.confirm(in, policy, &out)
 	plan, next, req, mintErr := r.plan(ctx, in, history, policy, confirmed, src, sh, &out)
 	publish, syncErr := r.decide(ctx, sh, &plan, &next, &req, mintErr, &out)
 	if publish {
@@ -273,36 +270,34 @@ func (r *rings) revoked(in ring, snap *corev1.Secret, next keyring.Ring, rev *v1
 		strings.Join(rev.Keys, " "), cmp.Or(rev.RequestedBy, "an unknown client"), rev.RequestedAt, next.Epoch, next.Keys[1].ID)
 }
 
-// confirm asks the ring's pods whether they hold its held staged key, under
-// spec.confirmation, and reports it in out. It says whether every selected,
-// ready pod does.
-func (r *rings) confirm(ctx context.Context, in ring, policy keyring.Policy, out *ringstatus.Outcome) (bool, error) {
+// confirm reads what the ring's pods last said of its held staged key,
+// under spec.confirmation, and reports it in out. It says whether every
+// selected, ready pod holds it, by answers recent enough. The prober asks
+// the pods, off this path: a reconcile never waits for a pod.
+func (r *rings) confirm(in ring, policy keyring.Policy, out *ringstatus.Outcome) bool {
 	c, cur := in.spec.Confirmation, out.Current
+	key := confirm.Key{Kind: in.owner.Kind, NamespacedName: ringKey(in)}
 	if c == nil || cur.Due.IsZero() || len(cur.Keys) < 2 || !out.Now.Before(cur.Keys[0].ActiveFrom) {
-		return false, nil
+		r.Prober.Forget(key)
+		return false
 	}
-	sel, err := metav1.LabelSelectorAsSelector(&c.PodSelector)
-	if err != nil {
-		return false, nil // the API's validation let an invalid selector through: nobody confirms
+	seen, ok := r.Prober.Want(confirm.Want{Key: key, Ring: cur.Name, StagedKey: cur.Keys[0].ID, Due: cur.Due,
+		Namespaces: in.targets, SecretName: in.owner.SecretName, Confirmation: *c})
+	if !ok {
+		// Not asked yet: the status keeps the last answers, about the
+		// key they name.
+		out.Confirmation = in.status.Confirmation
+		return false
 	}
-	var pods []corev1.Pod
-	for _, ns := range in.targets {
-		list := &corev1.PodList{}
-		if err := r.APIReader.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-			return false, fmt.Errorf("list the pods of namespace %s: %w", ns, err)
-		}
-		pods = append(pods, list.Items...)
-	}
-	targets, unreachable := confirm.Targets(pods, c.Port)
-	result := confirm.Tally(cur.Name, cur.Keys[0].ID, r.Asker.Ask(ctx, targets), unreachable)
 	out.Confirmation = &v1alpha1.ConfirmationStatus{
-		StagedKey: cur.Keys[0].ID, Due: &metav1.Time{Time: cur.Due}, Pods: int32(result.Pods), Holding: int32(result.Holding),
-		Missing: result.Missing, CheckedAt: metav1.NewTime(out.Now.Truncate(time.Second)),
+		StagedKey: cur.Keys[0].ID, Due: &metav1.Time{Time: cur.Due}, Pods: int32(seen.Pods), Holding: int32(seen.Holding),
+		Missing: seen.Missing, CheckedAt: metav1.NewTime(seen.At.Truncate(time.Second)),
 	}
-	if late := cur.Due.Add(policy.Confirm.Timeout); !result.Confirmed() && !out.Now.Before(late) {
+	confirmed := seen.Confirms(out.Now)
+	if late := cur.Due.Add(policy.Confirm.Timeout); !confirmed && !out.Now.Before(late) {
 		out.Overdue = late
 	}
-	return result.Confirmed(), nil
+	return confirmed
 }
 
 // finish builds the status, emits the Warning event a transition calls for,

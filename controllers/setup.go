@@ -54,6 +54,9 @@ type Options struct {
 	Clock clock.PassiveClock
 	// Registry receives the controllers' metrics.
 	Registry prometheus.Registerer
+	// Prober asks rings' pods what they hold (spec.confirmation); the
+	// manager must run it.
+	Prober *confirm.Prober
 }
 
 // Controllers are the controllers Setup registered, for what tests observe
@@ -74,10 +77,13 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	if o.Namespace == "" {
 		return nil, errors.New("the operator's namespace is not set (--cluster-resource-namespace or $POD_NAMESPACE)")
 	}
+	if o.Prober == nil {
+		return nil, errors.New("no prober to ask the rings' pods")
+	}
 	sources := &mint.Sources{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Namespace: o.Namespace, ServiceAccount: o.ServiceAccount, Timeout: o.MintTimeout}
 	recorder := mgr.GetEventRecorder("ringmaster")
 	shared := &rings{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, Sources: sources,
-		Asker: &confirm.Asker{}, gauges: newRingGauges(o.Clock)}
+		Prober: o.Prober, gauges: newRingGauges(o.Clock)}
 	for _, c := range []prometheus.Collector{rotationsTotal, sharedWritesTotal, sharedPropagationSeconds, shared.gauges} {
 		if err := o.Registry.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 			return nil, err
@@ -118,6 +124,7 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindTicketKeyRing))).
 		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.TicketKeyRingList{}))).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(shared.sourcedRingsIn), builder.WithPredicates(labelsChanged())).
+		WatchesRawSource(shared.Prober.Source(v1alpha1.KindTicketKeyRing)).
 		Complete(&TicketKeyRingReconciler{rings: shared}); err != nil {
 		return fmt.Errorf("set up the TicketKeyRing controller: %w", err)
 	}
@@ -127,6 +134,7 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindClusterTicketKeyRing))).
 		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.ClusterTicketKeyRingList{}))).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(ctkr.allRings), builder.WithPredicates(labelsChanged())).
+		WatchesRawSource(shared.Prober.Source(v1alpha1.KindClusterTicketKeyRing)).
 		Complete(ctkr); err != nil {
 		return fmt.Errorf("set up the ClusterTicketKeyRing controller: %w", err)
 	}
