@@ -283,18 +283,18 @@ func (r *rings) confirm(in ring, policy keyring.Policy, out *ringstatus.Outcome)
 	}
 	seen, ok := r.Prober.Want(confirm.Want{Key: key, Ring: cur.Name, StagedKey: cur.Keys[0].ID, Due: cur.Due,
 		Namespaces: in.targets, SecretName: in.owner.SecretName, Confirmation: *c})
-	if !ok {
-		// Not asked yet: the status keeps the last answers, about the
-		// key they name.
+	confirmed := ok && seen.Confirms(out.Now)
+	if ok {
+		out.Confirmation = &v1alpha1.ConfirmationStatus{
+			StagedKey: cur.Keys[0].ID, Due: &metav1.Time{Time: cur.Due}, Pods: int32(seen.Pods), Holding: int32(seen.Holding),
+			Missing: seen.Missing, CheckedAt: metav1.NewTime(seen.At.Truncate(time.Second)),
+		}
+	} else {
+		// Not asked yet (a new key, a restart): the status keeps the last
+		// answers, about the key they name.
 		out.Confirmation = in.status.Confirmation
-		return false
 	}
-	out.Confirmation = &v1alpha1.ConfirmationStatus{
-		StagedKey: cur.Keys[0].ID, Due: &metav1.Time{Time: cur.Due}, Pods: int32(seen.Pods), Holding: int32(seen.Holding),
-		Missing: seen.Missing, CheckedAt: metav1.NewTime(seen.At.Truncate(time.Second)),
-	}
-	confirmed := seen.Confirms(out.Now)
-	if late := cur.Due.Add(policy.Confirm.Timeout); !confirmed && !out.Now.Before(late) {
+	if late := cur.Due.Add(policy.Confirm.Timeout); !confirmed && out.Confirmation != nil && out.Confirmation.StagedKey == cur.Keys[0].ID && !out.Now.Before(late) {
 		out.Overdue = late
 	}
 	return confirmed
