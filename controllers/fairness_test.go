@@ -162,13 +162,20 @@ var _ = Describe("Probing under a namespace's silent pods", func() {
 
 		By("a revoke under the attack")
 		epoch = getRing(ctx, victim).Status.Epoch
+		before := decode(getSecret(ctx, victimNS, "web-ticket-keys"))
 		start := time.Now()
 		patchRing(ctx, victim, func(r *v1alpha1.TicketKeyRing) {
 			r.Annotations[v1alpha1.RevokeRequestedAtAnnotation] = fakeClock.Now().UTC().Format(time.RFC3339)
 		})
 		Eventually(func() int { return len(getRing(ctx, victim).Status.Revocations) }, victimBudget, 10*time.Millisecond).Should(Equal(1))
 		revoke := time.Since(start)
+		waitEpoch(ctx, victim, getRing(ctx, victim).Status.Epoch)
 		Expect(getRing(ctx, victim).Status.Epoch).To(BeNumerically(">", epoch))
+		after := decode(getSecret(ctx, victimNS, "web-ticket-keys"))
+		for _, k := range before.Keys {
+			_, held := after.Key(k.ID)
+			Expect(held).To(BeFalse(), "revoked key %s is gone from the victim's projection", k.ID)
+		}
 
 		By("the attack was real: its rings' pods were asked, and hold their staged keys back")
 		Eventually(func() *v1alpha1.ConfirmationStatus { return getRing(ctx, attack[0]).Status.Confirmation }, 2*victimBudget, poll).Should(And(
