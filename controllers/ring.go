@@ -58,8 +58,8 @@ type rings struct {
 	Recorder  events.EventRecorder
 	Clock     clock.PassiveClock
 	Sources   *mint.Sources
-	// Asker asks pods what they hold (spec.confirmation).
-	Asker  *confirm.Asker
+	// Prober asks pods what they hold (spec.confirmation).
+	Prober *confirm.Prober
 	gauges *ringGauges
 	sweeps sweeper
 	// adoptions: see sharing.adoptions.
@@ -110,10 +110,7 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 	src := r.keySource(ctx, in)
 	sh := r.share(ctx, in, src, policy, out.Current, newest, now)
 
-	confirmed, err := r.confirm(ctx, in, policy, &out)
-	if err != nil {
-		return in.status, reconcile.Result{}, err
-	}
+	confirmed := r.confirm(in, policy, &out)
 	plan, next, req, mintErr := r.plan(ctx, in, history, policy, confirmed, src, sh, &out)
 	publish, syncErr := r.decide(ctx, in, sh, &plan, &next, &req, mintErr, &out)
 	if publish {
@@ -287,36 +284,34 @@ func (r *rings) revoked(in ring, snap *corev1.Secret, next keyring.Ring, rev *v1
 		strings.Join(rev.Keys, " "), cmp.Or(rev.RequestedBy, "unknown"), rev.RequestedAt, next.Epoch, next.Keys[1].ID)
 }
 
-// confirm asks the ring's pods whether they hold its held staged key, under
-// spec.confirmation, and reports it in out. It says whether every selected,
-// ready pod does.
-func (r *rings) confirm(ctx context.Context, in ring, policy keyring.Policy, out *ringstatus.Outcome) (bool, error) {
+// confirm reads what the ring's pods last said of its held staged key,
+// under spec.confirmation, and reports it in out. It says whether every
+// selected, ready pod holds it, by answers recent enough. The prober asks
+// the pods, off this path: a reconcile never waits for a pod.
+func (r *rings) confirm(in ring, policy keyring.Policy, out *ringstatus.Outcome) bool {
 	c, cur := in.spec.Confirmation, out.Current
+	key := confirm.Key{Kind: in.owner.Kind, NamespacedName: ringKey(in)}
 	if c == nil || cur.Due.IsZero() || len(cur.Keys) < 2 || !out.Now.Before(cur.Keys[0].ActiveFrom) {
-		return false, nil
+		r.Prober.Forget(key)
+		return false
 	}
-	sel, err := metav1.LabelSelectorAsSelector(&c.PodSelector)
-	if err != nil {
-		return false, nil // the API's validation let an invalid selector through: nobody confirms
-	}
-	var pods []corev1.Pod
-	for _, ns := range in.voters {
-		list := &corev1.PodList{}
-		if err := r.APIReader.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-			return false, fmt.Errorf("list the pods of namespace %s: %w", ns, err)
+	seen, ok := r.Prober.Want(confirm.Want{Key: key, Ring: cur.Name, StagedKey: cur.Keys[0].ID, Due: cur.Due,
+		Namespaces: in.voters, SecretName: in.owner.SecretName, Confirmation: *c})
+	confirmed := ok && seen.Confirms(out.Now)
+	if ok {
+		out.Confirmation = &v1alpha1.ConfirmationStatus{
+			StagedKey: cur.Keys[0].ID, Due: &metav1.Time{Time: cur.Due}, Pods: int32(seen.Pods), Holding: int32(seen.Holding),
+			Missing: seen.Missing, CheckedAt: metav1.NewTime(seen.At.Truncate(time.Second)),
 		}
-		pods = append(pods, list.Items...)
+	} else {
+		// Not asked yet (a new key, a restart): the status keeps the last
+		// answers, about the key they name.
+		out.Confirmation = in.status.Confirmation
 	}
-	targets, unreachable := confirm.Voters(pods, in.owner.SecretName, c.Port)
-	result := confirm.Tally(cur.Name, cur.Keys[0].ID, r.Asker.Ask(ctx, targets), unreachable)
-	out.Confirmation = &v1alpha1.ConfirmationStatus{
-		StagedKey: cur.Keys[0].ID, Due: &metav1.Time{Time: cur.Due}, Pods: int32(result.Pods), Holding: int32(result.Holding),
-		Missing: result.Missing, CheckedAt: metav1.NewTime(out.Now.Truncate(time.Second)),
-	}
-	if late := cur.Due.Add(policy.Confirm.Timeout); !result.Confirmed() && !out.Now.Before(late) {
+	if late := cur.Due.Add(policy.Confirm.Timeout); !confirmed && out.Confirmation != nil && out.Confirmation.StagedKey == cur.Keys[0].ID && !out.Now.Before(late) {
 		out.Overdue = late
 	}
-	return result.Confirmed(), nil
+	return confirmed
 }
 
 // unconfirmed describes the held staged key the plan found activated by

@@ -60,6 +60,9 @@ type Options struct {
 	// (distribute.ExcludeFromBackupLabel) off the Secrets that hold keys.
 	// Off by default: a key must never outlive its expiresAt in a backup.
 	KeepSecretsInBackups bool
+	// Prober asks rings' pods what they hold (spec.confirmation); the
+	// manager must run it.
+	Prober *confirm.Prober
 }
 
 // Controllers are the controllers Setup registered, for what tests observe
@@ -80,10 +83,13 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	if o.Namespace == "" {
 		return nil, errors.New("the operator's namespace is not set (--cluster-resource-namespace or $POD_NAMESPACE)")
 	}
+	if o.Prober == nil {
+		return nil, errors.New("no prober to ask the rings' pods")
+	}
 	sources := &mint.Sources{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Namespace: o.Namespace, ServiceAccount: o.ServiceAccount, Timeout: o.MintTimeout}
 	recorder := mgr.GetEventRecorder("ringmaster")
 	shared := &rings{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, Sources: sources,
-		Asker: &confirm.Asker{}, gauges: newRingGauges(o.Clock), keepInBackups: o.KeepSecretsInBackups}
+		Prober: o.Prober, gauges: newRingGauges(o.Clock), keepInBackups: o.KeepSecretsInBackups}
 	for _, c := range []prometheus.Collector{rotationsTotal, unconfirmedActivationsTotal, sharedWritesTotal, sharedPropagationSeconds, shared.gauges} {
 		if err := o.Registry.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 			return nil, err
@@ -134,6 +140,7 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindTicketKeyRing))).
 		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.TicketKeyRingList{}))).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(shared.sourcedRingsIn), builder.WithPredicates(labelsChanged())).
+		WatchesRawSource(shared.Prober.Source(v1alpha1.KindTicketKeyRing)).
 		Complete(&TicketKeyRingReconciler{rings: shared}); err != nil {
 		return fmt.Errorf("set up the TicketKeyRing controller: %w", err)
 	}
@@ -143,6 +150,7 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindClusterTicketKeyRing))).
 		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.ClusterTicketKeyRingList{}))).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(ctkr.allRings), builder.WithPredicates(labelsChanged())).
+		WatchesRawSource(shared.Prober.Source(v1alpha1.KindClusterTicketKeyRing)).
 		Complete(ctkr); err != nil {
 		return fmt.Errorf("set up the ClusterTicketKeyRing controller: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -99,26 +100,56 @@ const maxAnswer = 64 << 10
 // Asker asks pods, several at a time, each within a deadline.
 type Asker struct {
 	// Client makes the requests; it must not follow redirects. Nil: one
-	// with a 2-second timeout that follows none.
+	// from NewClient with a 1-second connect timeout and a 2-second
+	// timeout per pod.
 	Client *http.Client
-	// Parallel is how many pods are asked at once; 0 means 16.
+	// Parallel is how many pods one Ask asks at once; 0 means 16.
 	Parallel int
+	// Acquire, when set, is called before each request and must return a
+	// release for after it: it bounds requests across Asks (the Prober's
+	// budget). Its error is the pod's answer.
+	Acquire func(context.Context, Target) (release func(), err error)
+}
+
+// NewClient is an HTTP client for pods' status ports: it connects within
+// connect, gives up on a pod after timeout, follows no redirect, uses no
+// proxy, and keeps no idle connection (no goroutine of its stays behind).
+func NewClient(connect, timeout time.Duration) *http.Client {
+	dialer := &net.Dialer{Timeout: connect}
+	return &http.Client{
+		Timeout:       timeout,
+		Transport:     &http.Transport{DialContext: dialer.DialContext, DisableKeepAlives: true, MaxResponseHeaderBytes: 16 << 10},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 // Ask asks every target and returns their answers, in order.
 func (a *Asker) Ask(ctx context.Context, targets []Target) []Answer {
 	c := a.Client
 	if c == nil {
-		c = &http.Client{Timeout: 2 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		c = NewClient(time.Second, 2*time.Second)
 	}
 	sem := make(chan struct{}, cmp.Or(a.Parallel, 16))
 	out := make([]Answer, len(targets))
 	var wg sync.WaitGroup
 	for i, t := range targets {
+		out[i] = Answer{Target: t}
 		wg.Go(func() {
-			sem <- struct{}{}
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				out[i].Err = ctx.Err()
+				return
+			}
 			defer func() { <-sem }()
-			out[i] = Answer{Target: t}
+			if a.Acquire != nil {
+				release, err := a.Acquire(ctx, t)
+				if err != nil {
+					out[i].Err = err
+					return
+				}
+				defer release()
+			}
 			out[i].Status, out[i].Err = ask(ctx, c, t.URL)
 		})
 	}

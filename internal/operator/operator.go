@@ -25,6 +25,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/controllers"
+	"github.com/ringmaster-io/ringmaster/internal/confirm"
 )
 
 // Leader election uses a Lease in the operator's namespace, and nothing
@@ -60,6 +61,9 @@ type Options struct {
 	LeaderElection bool
 
 	controllers.Options
+	// Probing bounds how the operator asks pods what they hold
+	// (spec.confirmation); its zero value is the defaults.
+	Probing confirm.Budget
 
 	// SkipNameValidation allows a test to build the operator more than once
 	// in one process, as an operator restart.
@@ -122,6 +126,13 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
+	// Pods are asked off the reconcile path, by one prober with a budget
+	// of its own, so that no namespace's pods hold up another's rings.
+	prober := &confirm.Prober{Reader: mgr.GetAPIReader(), Clock: o.Clock, Budget: o.Probing}
+	if err := mgr.Add(prober); err != nil {
+		return nil, fmt.Errorf("add the prober: %w", err)
+	}
+	o.Prober = prober
 	c, err := controllers.Setup(ctx, mgr, o.Options)
 	if err != nil {
 		return nil, err

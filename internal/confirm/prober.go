@@ -1,0 +1,446 @@
+package confirm
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+)
+
+// Budget bounds what the Prober spends on pods, so that no namespace's pods,
+// however many or however silent, hold up another namespace's rings. The
+// zero value of each field is its default.
+type Budget struct {
+	// PodsPerRing is how many pods of one ring are asked in one round; 0
+	// means 64. Pods already holding the staged key are not asked again,
+	// so a larger fleet is covered over several rounds.
+	PodsPerRing int
+	// RingsPerNamespace is how many rings of one namespace are probed at
+	// once (cluster rings count as one namespace); 0 means 4.
+	RingsPerNamespace int
+	// Rings is how many rings are probed at once overall; 0 means 32.
+	Rings int
+	// FetchesPerNamespace is how many requests to the pods of one
+	// namespace are in flight at once; 0 means 16.
+	FetchesPerNamespace int
+	// Fetches is how many requests are in flight at once overall; 0 means
+	// 64.
+	Fetches int
+	// ConnectTimeout bounds connecting to one pod; 0 means 1s.
+	ConnectTimeout time.Duration
+	// FetchTimeout bounds one pod's whole answer; 0 means 2s.
+	FetchTimeout time.Duration
+	// RoundDeadline bounds one round of one ring, waiting for a slot
+	// included; 0 means 10s. A pod not asked by then counts as not
+	// confirmed this round.
+	RoundDeadline time.Duration
+	// Interval is the least time between two rounds of one ring; 0 means
+	// 5s.
+	Interval time.Duration
+	// Lead is how long before its staged key falls due a ring's pods are
+	// first asked, so that a confirmed key activates on time; 0 means 30s.
+	Lead time.Duration
+}
+
+func (b Budget) withDefaults() Budget {
+	b.PodsPerRing = cmp.Or(b.PodsPerRing, 64)
+	b.RingsPerNamespace = cmp.Or(b.RingsPerNamespace, 4)
+	b.Rings = cmp.Or(b.Rings, 32)
+	b.FetchesPerNamespace = cmp.Or(b.FetchesPerNamespace, 16)
+	b.Fetches = cmp.Or(b.Fetches, 64)
+	b.ConnectTimeout = cmp.Or(b.ConnectTimeout, time.Second)
+	b.FetchTimeout = cmp.Or(b.FetchTimeout, 2*time.Second)
+	b.RoundDeadline = cmp.Or(b.RoundDeadline, 10*time.Second)
+	b.Interval = cmp.Or(b.Interval, 5*time.Second)
+	b.Lead = cmp.Or(b.Lead, 30*time.Second)
+	return b
+}
+
+// MaxAge is how old answers may be, by the ring's clock, and still confirm a
+// staged key: older ones are shown but confirm nothing.
+const MaxAge = time.Minute
+
+// wantTTL is how long a ring inside its probing window stays probed
+// without a reconcile asking for it again (a ring deleted meanwhile).
+// Reconciles of a ring awaiting its fleet ask every few seconds.
+const wantTTL = 2 * time.Minute
+
+// tick is how often the Prober looks for rings to probe, besides when a
+// reconcile or a finished round wakes it.
+const tick = time.Second
+
+// Key names a ring: its kind, and its namespace (empty for a cluster ring)
+// and name.
+type Key struct {
+	Kind string
+	types.NamespacedName
+}
+
+// Want is what a reconcile needs to know of a ring's fleet.
+type Want struct {
+	Key
+	// Ring is the ring's name as its pods serve it ("shop/web").
+	Ring string
+	// StagedKey is the id of the held staged key the pods are asked about.
+	StagedKey string
+	// Due is when it falls due: its pods are asked from Budget.Lead before.
+	Due time.Time
+	// Namespaces are where the ring's pods live: its targets.
+	Namespaces []string
+	// SecretName is the ring's projection Secret.
+	SecretName string
+	// Confirmation is the ring's spec.confirmation.
+	Confirmation v1alpha1.Confirmation
+}
+
+// same reports whether two wants ask the same question: answers to one
+// answer the other.
+func (w Want) same(o Want) bool {
+	return w.Ring == o.Ring && w.StagedKey == o.StagedKey && w.SecretName == o.SecretName &&
+		slices.Equal(w.Namespaces, o.Namespaces) && equality.Semantic.DeepEqual(w.Confirmation, o.Confirmation)
+}
+
+// Seen is the latest round's answers about a ring's staged key.
+type Seen struct {
+	Result
+	// At is when the round ended, by the ring's clock.
+	At time.Time
+}
+
+// Confirms reports whether the answers confirm the staged key at now: every
+// pod holds it, and the answers are at most MaxAge old.
+func (s Seen) Confirms(now time.Time) bool {
+	return s.Confirmed() && now.Sub(s.At) <= MaxAge
+}
+
+// SelectFunc chooses, among the pods a ring's podSelector matched in its
+// namespaces, those to ask (targets) and those that count as not confirmed
+// without being asked (missing, with why).
+type SelectFunc func(w Want, pods []corev1.Pod) (targets []Target, missing []v1alpha1.PodReport)
+
+// Selected is the default SelectFunc: every ready pod off the host
+// network, at the port of spec.confirmation (see Targets).
+func Selected(w Want, pods []corev1.Pod) ([]Target, []v1alpha1.PodReport) {
+	return Voters(pods, w.SecretName, w.Confirmation.Port)
+}
+
+// Prober asks rings' pods what they hold, off the reconcile path: a
+// reconcile says what it needs (Want) and reads the latest answers at once;
+// the Prober asks the pods of each ring whose staged key is due, or about
+// to be, round after round within its Budget, and enqueues a ring when its
+// answers change. It is a manager Runnable, run by the leader only; no
+// goroutine of its outlives Start.
+type Prober struct {
+	// Reader lists pods.
+	Reader client.Reader
+	// Clock is the rings' clock: it says when a staged key is due and
+	// stamps the answers. Rounds are paced by real time.
+	Clock clock.PassiveClock
+	// Budget bounds the probing.
+	Budget Budget
+	// Select chooses the pods to ask; nil means Selected.
+	Select SelectFunc
+	// Client asks the pods; nil means NewClient within the budget's
+	// timeouts.
+	Client *http.Client
+
+	once    sync.Once
+	mu      sync.Mutex
+	rings   map[Key]*probe
+	rounds  map[string]int // rounds in flight by ring namespace
+	total   int            // rounds in flight
+	fetches map[string]chan struct{}
+	global  chan struct{}
+	kick    chan struct{}
+	out     map[string]chan event.TypedGenericEvent[types.NamespacedName]
+}
+
+// probe is what the Prober keeps of one ring.
+type probe struct {
+	want     Want
+	wantedAt time.Time // real time of the last Want
+	seen     *Seen
+	answers  map[Target]asked
+	next     time.Time // real time of the next round
+	probing  bool
+}
+
+// asked is a pod's last answer, and when (real time) it was asked.
+type asked struct {
+	Answer
+	at time.Time
+}
+
+func (p *Prober) init() {
+	p.once.Do(func() {
+		p.Budget = p.Budget.withDefaults()
+		if p.Select == nil {
+			p.Select = Selected
+		}
+		if p.Client == nil {
+			p.Client = NewClient(p.Budget.ConnectTimeout, p.Budget.FetchTimeout)
+		}
+		p.rings = map[Key]*probe{}
+		p.rounds = map[string]int{}
+		p.fetches = map[string]chan struct{}{}
+		p.global = make(chan struct{}, p.Budget.Fetches)
+		p.kick = make(chan struct{}, 1)
+		if p.out == nil {
+			p.out = map[string]chan event.TypedGenericEvent[types.NamespacedName]{}
+		}
+	})
+}
+
+// Source is where the Prober enqueues the rings of one kind whose answers
+// changed, for that kind's controller to watch. Call it before Start.
+func (p *Prober) Source(kind string) source.Source {
+	p.init()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ch := make(chan event.TypedGenericEvent[types.NamespacedName], 64)
+	p.out[kind] = ch
+	return source.TypedChannel(ch, handler.TypedEnqueueRequestsFromMapFunc(
+		func(_ context.Context, n types.NamespacedName) []reconcile.Request {
+			return []reconcile.Request{{NamespacedName: n}}
+		}))
+}
+
+// Want records what a reconcile needs to know of a ring's fleet and returns
+// the latest answers to it, if there are any yet. It never blocks on a pod.
+func (p *Prober) Want(w Want) (Seen, bool) {
+	p.init()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pr := p.rings[w.Key]
+	if pr == nil || !pr.want.same(w) {
+		pr = &probe{answers: map[Target]asked{}}
+		p.rings[w.Key] = pr
+	}
+	pr.want, pr.wantedAt = w, time.Now()
+	p.wake()
+	if pr.seen == nil {
+		return Seen{}, false
+	}
+	return *pr.seen, true
+}
+
+// Forget stops probing a ring: its staged key is no longer held.
+func (p *Prober) Forget(k Key) {
+	p.init()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.rings, k)
+}
+
+// NeedLeaderElection: only the leader reconciles, so only it probes.
+func (p *Prober) NeedLeaderElection() bool { return true }
+
+// Start probes until ctx is done, and returns once every round it started
+// has ended.
+func (p *Prober) Start(ctx context.Context) error {
+	p.init()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		for _, pr := range p.due(time.Now()) {
+			wg.Go(func() { p.round(ctx, pr) })
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-p.kick:
+		}
+	}
+}
+
+func (p *Prober) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// due picks the rings to probe now, the longest waiting first, within the
+// budget of rounds per namespace and overall, and marks them in flight.
+func (p *Prober) due(now time.Time) []*probe {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ringNow := p.Clock.Now()
+	var ready []*probe
+	for k, pr := range p.rings {
+		window := !ringNow.Before(pr.want.Due.Add(-p.Budget.Lead))
+		if window && now.Sub(pr.wantedAt) > wantTTL && !pr.probing {
+			delete(p.rings, k)
+			continue
+		}
+		if window && !pr.probing && !now.Before(pr.next) {
+			ready = append(ready, pr)
+		}
+	}
+	slices.SortFunc(ready, func(a, b *probe) int {
+		return cmp.Or(a.next.Compare(b.next), cmp.Compare(a.want.Namespace, b.want.Namespace), cmp.Compare(a.want.Name, b.want.Name))
+	})
+	var out []*probe
+	for _, pr := range ready {
+		ns := pr.want.Namespace
+		if p.total >= p.Budget.Rings {
+			break
+		}
+		if p.rounds[ns] >= p.Budget.RingsPerNamespace {
+			continue
+		}
+		p.rounds[ns]++
+		p.total++
+		pr.probing = true
+		out = append(out, pr)
+	}
+	return out
+}
+
+// errNotAsked is a pod's answer when the budget left it for a later round.
+var errNotAsked = errors.New("not asked yet: over the budget of pods asked per round")
+
+// round asks one ring's pods, within the round's deadline, and keeps what
+// they said. It enqueues the ring when the answers changed.
+func (p *Prober) round(ctx context.Context, pr *probe) {
+	p.mu.Lock()
+	w, previous := pr.want, pr.answers
+	p.mu.Unlock()
+
+	rctx, cancel := context.WithTimeout(ctx, p.Budget.RoundDeadline)
+	defer cancel()
+	answers, result, err := p.ask(rctx, w, previous)
+	if err != nil && ctx.Err() == nil {
+		log.FromContext(ctx).Error(err, "Probing a ring's pods failed", "ring", w.Ring)
+	}
+
+	p.mu.Lock()
+	p.rounds[w.Namespace]--
+	p.total--
+	pr.probing, pr.next = false, time.Now().Add(p.Budget.Interval)
+	changed := false
+	if err == nil && p.rings[w.Key] == pr {
+		changed = pr.seen == nil || result.Confirmed() || !sameResult(pr.seen.Result, result)
+		pr.seen, pr.answers = &Seen{Result: result, At: p.Clock.Now()}, answers
+	}
+	ch := p.out[w.Kind]
+	p.wake() // a slot is free
+	p.mu.Unlock()
+
+	if changed && ch != nil {
+		select {
+		case ch <- event.TypedGenericEvent[types.NamespacedName]{Object: w.NamespacedName}:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// ask lists and selects the ring's pods, asks those that have not yet
+// confirmed (the longest unasked first, at most PodsPerRing), and tallies
+// every selected pod by its latest answer.
+func (p *Prober) ask(ctx context.Context, w Want, previous map[Target]asked) (map[Target]asked, Result, error) {
+	sel, err := metav1.LabelSelectorAsSelector(&w.Confirmation.PodSelector)
+	if err != nil {
+		// The API's validation let an invalid selector through: nobody
+		// confirms.
+		return nil, Result{}, fmt.Errorf("spec.confirmation.podSelector: %w", err)
+	}
+	var pods []corev1.Pod
+	for _, ns := range w.Namespaces {
+		list := &corev1.PodList{}
+		if err := p.Reader.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			return nil, Result{}, fmt.Errorf("list the pods of namespace %s: %w", ns, err)
+		}
+		pods = append(pods, list.Items...)
+	}
+	targets, missing := p.Select(w, pods)
+
+	holds := func(a asked) bool {
+		return a.Err == nil && Tally(w.Ring, w.StagedKey, []Answer{a.Answer}, nil).Confirmed()
+	}
+	var toAsk []Target
+	for _, t := range targets {
+		if a, ok := previous[t]; !ok || !holds(a) {
+			toAsk = append(toAsk, t)
+		}
+	}
+	slices.SortStableFunc(toAsk, func(a, b Target) int { return previous[a].at.Compare(previous[b].at) })
+	toAsk = toAsk[:min(len(toAsk), p.Budget.PodsPerRing)]
+
+	now := time.Now()
+	// The budget's slots pace the requests (acquire), not the Asker.
+	asker := &Asker{Client: p.Client, Parallel: max(1, len(toAsk)), Acquire: p.acquire}
+	fresh := map[Target]Answer{}
+	for _, a := range asker.Ask(ctx, toAsk) {
+		fresh[a.Target] = a
+	}
+
+	answers := map[Target]asked{}
+	all := make([]Answer, 0, len(targets))
+	for _, t := range targets {
+		a, before := previous[t]
+		if f, ok := fresh[t]; ok {
+			a.Answer, a.at = f, now
+		} else if !before {
+			a.Answer = Answer{Target: t, Err: errNotAsked}
+		}
+		answers[t] = a
+		all = append(all, a.Answer)
+	}
+	return answers, Tally(w.Ring, w.StagedKey, all, missing), nil
+}
+
+// acquire takes a slot of the pod's namespace, then one of the whole
+// operator, within the round's deadline.
+func (p *Prober) acquire(ctx context.Context, t Target) (func(), error) {
+	late := fmt.Errorf("not asked within the round's deadline of %s", p.Budget.RoundDeadline)
+	p.mu.Lock()
+	ns := p.fetches[t.Namespace]
+	if ns == nil {
+		ns = make(chan struct{}, p.Budget.FetchesPerNamespace)
+		p.fetches[t.Namespace] = ns
+	}
+	p.mu.Unlock()
+	select {
+	case ns <- struct{}{}:
+	case <-ctx.Done():
+		return nil, late
+	}
+	select {
+	case p.global <- struct{}{}:
+	case <-ctx.Done():
+		<-ns
+		return nil, late
+	}
+	release := func() { <-p.global; <-ns }
+	if ctx.Err() != nil { // both were ready: select chose at random
+		release()
+		return nil, late
+	}
+	return release, nil
+}
+
+func sameResult(a, b Result) bool {
+	return a.Pods == b.Pods && a.Holding == b.Holding && a.MissingCount == b.MissingCount && slices.Equal(a.Missing, b.Missing)
+}
