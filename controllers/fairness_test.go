@@ -134,6 +134,9 @@ var _ = Describe("Probing under a namespace's silent pods", func() {
 					Port:        intstr.FromString("status"),
 					Timeout:     metav1.Duration{Duration: 10 * time.Minute},
 					OnTimeout:   v1alpha1.ConfirmationWait,
+					// Past the spec's clock steps: the held keys wait for
+					// their fleet throughout, never activating by the clock.
+					MaxDelay: &metav1.Duration{Duration: 50 * time.Minute},
 				}
 			}))
 		}

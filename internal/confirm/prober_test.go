@@ -62,7 +62,10 @@ func (p *pods) place(t *testing.T, ns, prefix string, n int, addr string) {
 		p.all[ns] = append(p.all[ns], corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: prefix + "-" + strconv.Itoa(i), Labels: map[string]string{"app": "web"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "server",
-				Ports: []corev1.ContainerPort{{Name: "status", ContainerPort: int32(num)}}}}},
+				Ports:        []corev1.ContainerPort{{Name: "status", ContainerPort: int32(num)}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "ticket-keys", MountPath: "/var/run/ringmaster"}}}},
+				Volumes: []corev1.Volume{{Name: "ticket-keys", VolumeSource: corev1.VolumeSource{
+					Secret: &corev1.SecretVolumeSource{SecretName: "web-ticket-keys"}}}}},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: host,
 				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 		})
