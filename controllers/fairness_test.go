@@ -5,11 +5,6 @@ package controllers_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -20,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/testing/blackhole"
 )
 
 // The attack the prober's budget exists for: one namespace's rings, all due
@@ -38,52 +34,6 @@ const (
 	// cost.
 	victimBudget = timeout
 )
-
-// blackhole accepts connections on loopback and never answers, as a pod
-// whose status port hangs; it counts what it accepted. Each connection ends
-// when the operator hangs up, and all of them with the spec.
-func silentListener() (port int32, accepted *atomic.Int64) {
-	GinkgoHelper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	Expect(err).NotTo(HaveOccurred())
-	accepted = &atomic.Int64{}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns = map[net.Conn]bool{}
-	)
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			mu.Lock()
-			conns[c] = true
-			mu.Unlock()
-			wg.Go(func() {
-				_, _ = io.Copy(io.Discard, c) // until the operator hangs up
-				mu.Lock()
-				delete(conns, c)
-				mu.Unlock()
-				_ = c.Close()
-			})
-		}
-	})
-	DeferCleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	_, p, _ := net.SplitHostPort(ln.Addr().String())
-	n, _ := strconv.Atoi(p)
-	return int32(n), accepted
-}
 
 // silentPod creates a ready pod in ns, labelled app=silent, whose status
 // port is port on loopback, and that mounts the projection Secrets named:
@@ -118,7 +68,8 @@ var _ = Describe("Probing under a namespace's silent pods", func() {
 		waitEpoch(ctx, victim, 1)
 
 		By(fmt.Sprintf("%d rings under confirmation over %d silent pods, not yet due", attackRings, attackPods))
-		port, accepted := silentListener()
+		hole := blackhole.Listen(GinkgoT())
+		port := hole.Port()
 		var secrets []string
 		for i := range attackRings {
 			secrets = append(secrets, fmt.Sprintf("ring-%02d-ticket-keys", i))
@@ -147,7 +98,7 @@ var _ = Describe("Probing under a namespace's silent pods", func() {
 		for _, r := range attack {
 			waitEpoch(ctx, r, 1)
 		}
-		Expect(accepted.Load()).To(BeZero(), "no pod is asked before its ring's staged key is due")
+		Expect(hole.Accepted()).To(BeZero(), "no pod is asked before its ring's staged key is due")
 
 		// rotateNow requests a rotation of the victim and returns how long
 		// the request took to be carried out, within victimBudget.
@@ -172,7 +123,7 @@ var _ = Describe("Probing under a namespace's silent pods", func() {
 		for _, r := range attack {
 			poke(ctx, r)
 		}
-		Eventually(accepted.Load, victimBudget, poll).Should(BeNumerically(">=", 32), "the silent pods are being asked")
+		Eventually(hole.Accepted, victimBudget, poll).Should(BeNumerically(">=", 32), "the silent pods are being asked")
 
 		underAttack := rotateNow("under-attack")
 
@@ -201,8 +152,8 @@ var _ = Describe("Probing under a namespace's silent pods", func() {
 		}
 
 		AddReportEntry("victim latency", fmt.Sprintf("rotate-now %s without the attack, %s under it; revoke %s under it; %d connections to silent pods",
-			calm.Round(time.Millisecond), underAttack.Round(time.Millisecond), revoke.Round(time.Millisecond), accepted.Load()))
+			calm.Round(time.Millisecond), underAttack.Round(time.Millisecond), revoke.Round(time.Millisecond), hole.Accepted()))
 		GinkgoWriter.Printf("victim: rotate-now %s calm, %s under attack; revoke %s under attack; %d silent connections\n",
-			calm, underAttack, revoke, accepted.Load())
+			calm, underAttack, revoke, hole.Accepted())
 	})
 })

@@ -5,10 +5,6 @@ package controllers_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	vault "github.com/hashicorp/vault/api"
@@ -25,6 +21,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/sharedring"
 	"github.com/ringmaster-io/ringmaster/internal/testenv"
+	"github.com/ringmaster-io/ringmaster/internal/testing/blackhole"
 	"github.com/ringmaster-io/ringmaster/internal/vaulttest"
 )
 
@@ -359,66 +356,16 @@ func keyIDs(r keyring.Ring) []string {
 	return out
 }
 
-// blackhole is a loopback listener that accepts connections and never
-// answers, as a Vault behind a dropped route looks. It counts the
-// connections open at once, and the most it ever held.
-type blackhole struct {
-	addr      string
-	open, max atomic.Int32
-}
-
-func newBlackhole() *blackhole {
-	GinkgoHelper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	Expect(err).NotTo(HaveOccurred())
-	b := &blackhole{addr: "https://" + l.Addr().String()}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			n := b.open.Add(1)
-			for m := b.max.Load(); n > m && !b.max.CompareAndSwap(m, n); m = b.max.Load() {
-			}
-			wg.Go(func() {
-				// Until the client gives up: nothing is ever written back.
-				_, _ = io.Copy(io.Discard, c)
-				_ = c.Close()
-				b.open.Add(-1)
-			})
-		}
-	}()
-	DeferCleanup(func() {
-		_ = l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return b
-}
-
 var _ = Describe("Shared rings of a key source whose Vault never answers", func() {
 	It("hold up no other ring: another namespace's rotate-now is carried out while they wait, and the Vault never holds more calls than the key source's budget", func(ctx SpecContext) {
-		hole := newBlackhole()
+		hole := blackhole.Listen(GinkgoT())
 		ns := newNamespace(ctx)
 		name := fmt.Sprintf("blackhole-%d", time.Now().UnixNano())
 		Expect(k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testenv.Namespace, Name: name},
 			Data: map[string][]byte{"token": []byte("s.never-answered")}})).To(Succeed())
 		cks := &v1alpha1.ClusterKeySource{ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: v1alpha1.ClusterKeySourceSpec{NamespaceSelector: allNamespaces, Vault: &v1alpha1.VaultSource{
-				Address:     hole.addr,
+				Address:     "https://" + hole.Addr,
 				Auth:        v1alpha1.VaultAuth{TokenSecretRef: &v1alpha1.KeyRef{Name: name, Key: "token"}},
 				SharedRings: &v1alpha1.VaultSharedRings{Path: "ringmaster/blackhole", NamespaceSelector: allNamespaces},
 			}}}
@@ -436,7 +383,7 @@ var _ = Describe("Shared rings of a key source whose Vault never answers", func(
 				r.Spec.ActivationDelay = metav1.Duration{Duration: 4 * time.Second} // its entry is read every second
 			}))
 		}
-		Eventually(hole.open.Load, timeout, poll).Should(BeNumerically(">", 0), "the rings wait on the Vault that never answers")
+		Eventually(hole.Open, timeout, poll).Should(BeNumerically(">", 0), "the rings wait on the Vault that never answers")
 
 		requested := time.Now()
 		at := requested.UTC().Format(time.RFC3339Nano)
@@ -447,7 +394,7 @@ var _ = Describe("Shared rings of a key source whose Vault never answers", func(
 		waited := time.Since(requested)
 		Expect(decode(getSecret(ctx, victim.Namespace, "victim-ticket-keys")).Epoch).To(BeEquivalentTo(2), "the victim's pods receive the epoch that carried it out")
 		GinkgoWriter.Printf("With %d shared rings on a blackholed Vault and %d ring workers, another namespace's rotate-now was carried out %s after it was requested; the Vault held %d calls at most\n",
-			stuck, controllers.DefaultRingWorkers, waited.Round(time.Millisecond), hole.max.Load())
+			stuck, controllers.DefaultRingWorkers, waited.Round(time.Millisecond), hole.MaxOpen())
 
 		for _, r := range rings {
 			Eventually(func() string {
@@ -461,7 +408,7 @@ var _ = Describe("Shared rings of a key source whose Vault never answers", func(
 		}
 		// The key source's own check, on its own controller's worker, may
 		// hold one more.
-		Expect(hole.max.Load()).To(BeNumerically("<=", mint.SharedCalls+1), "the Vault held more calls than the key source's budget")
+		Expect(hole.MaxOpen()).To(BeNumerically("<=", mint.SharedCalls+1), "the Vault held more calls than the key source's budget")
 		for _, r := range rings {
 			Expect(k8s.Delete(ctx, r)).To(Succeed())
 		}

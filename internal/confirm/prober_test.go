@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/testing/blackhole"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 
@@ -70,43 +71,6 @@ func (p *pods) place(t *testing.T, ns, prefix string, n int, addr string) {
 				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 		})
 	}
-}
-
-// silent accepts connections on loopback and never answers, as a pod whose
-// status port hangs. It counts the connections it accepted.
-func silent(t *testing.T) (addr string, accepted *atomic.Int64) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted = &atomic.Int64{}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String(), accepted
 }
 
 // holding answers as an agent holding the given keys of ring shop/web, and
@@ -228,7 +192,7 @@ func TestProberAsksOnlyWhileDue(t *testing.T) {
 
 func TestProberBudget(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
-	addr, _ := silent(t)
+	addr := blackhole.Listen(t).Addr
 
 	t.Run("pods per ring", func(t *testing.T) {
 		lister := &pods{}

@@ -2,56 +2,22 @@ package mint
 
 import (
 	"context"
-	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/testing/blackhole"
 )
-
-// blackhole is a loopback listener that accepts connections and never
-// answers, as a Vault behind a dropped route looks; it counts them.
-func blackhole(t *testing.T) (addr string, accepted *atomic.Int32) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted = &atomic.Int32{}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted.Add(1)
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return "https://" + l.Addr().String(), accepted
-}
 
 // TestSharedBudgetBoundsABlackholedVault has more rings read their entries
 // at once than the key source's budget allows, from a Vault that never
 // answers: SharedCalls of them reach it and give up at the read timeout;
 // the others give up without calling, after SharedWait.
 func TestSharedBudgetBoundsABlackholedVault(t *testing.T) {
-	addr, accepted := blackhole(t)
+	hole := blackhole.Listen(t)
+	addr := "https://" + hole.Addr
 	v, err := NewVault(VaultOptions{Address: addr,
 		Login: TokenLogin{Token: func(context.Context) (string, error) { return "s.token", nil }}})
 	if err != nil {
@@ -86,7 +52,7 @@ func TestSharedBudgetBoundsABlackholedVault(t *testing.T) {
 	if timedOut != SharedCalls || busy != rings-SharedCalls {
 		t.Errorf("%d reads timed out and %d gave up without calling; want %d and %d", timedOut, busy, SharedCalls, rings-SharedCalls)
 	}
-	if n := accepted.Load(); n > SharedCalls {
+	if n := hole.Accepted(); n > SharedCalls {
 		t.Errorf("vault was called on %d connections; the budget is %d", n, SharedCalls)
 	}
 	for i := range SharedCalls {
