@@ -1,6 +1,7 @@
 package blackhole
 
 import (
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -23,7 +24,8 @@ func TestListenerNeverAnswers(t *testing.T) {
 	}
 	_ = conns[0].SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 	n, err := conns[0].Read(make([]byte, 1))
-	if ne, ok := err.(net.Error); n != 0 || !ok || !ne.Timeout() {
+	var ne net.Error
+	if n != 0 || !errors.As(err, &ne) || !ne.Timeout() {
 		t.Fatalf("read %d bytes, %v; want a timeout with nothing read", n, err)
 	}
 	for deadline := time.Now().Add(5 * time.Second); l.MaxOpen() < 3 && time.Now().Before(deadline); {
