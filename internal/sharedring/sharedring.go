@@ -127,7 +127,7 @@ func Decode(data map[string]any, want string) (Record, error) {
 	var rec Record
 	for k := range data {
 		if k != RingField && k != RequestsField && k != PolicyField {
-			return rec, fmt.Errorf("unknown field %q", clip(k))
+			return rec, errors.New("the entry holds an unknown field")
 		}
 	}
 	ring, ok := data[RingField].(string)
@@ -139,7 +139,7 @@ func Decode(data map[string]any, want string) (Record, error) {
 		return rec, fmt.Errorf("field %s: %w", RingField, err)
 	}
 	if r.Name != want {
-		return rec, fmt.Errorf("field %s holds ring %q, not %q", RingField, clip(r.Name), want)
+		return rec, fmt.Errorf("field %s holds another ring than %s", RingField, want)
 	}
 	rec.Ring = r
 	if raw, ok := data[RequestsField]; ok {
@@ -150,7 +150,7 @@ func Decode(data map[string]any, want string) (Record, error) {
 		dec := json.NewDecoder(bytes.NewReader([]byte(s)))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&rec.Requests); err != nil {
-			return rec, fmt.Errorf("field %s is not a list of requests: %w", RequestsField, err)
+			return rec, fmt.Errorf("field %s is not a list of requests", RequestsField)
 		}
 		if len(rec.Requests.Rotate) > MaxRequests || len(rec.Requests.Revoke) > MaxRequests {
 			return rec, fmt.Errorf("field %s lists more than %d requests of a kind", RequestsField, MaxRequests)
@@ -168,13 +168,6 @@ func Decode(data map[string]any, want string) (Record, error) {
 		rec.Policy = &p
 	}
 	return rec, nil
-}
-
-func clip(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "..."
-	}
-	return s
 }
 
 // ErrRolledBack is the error of an entry older than the version a cluster
@@ -403,12 +396,12 @@ func decodePolicy(s string) (Policy, error) {
 	dec := json.NewDecoder(strings.NewReader(s))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
-		return Policy{}, fmt.Errorf("not a policy: %w", err)
+		return Policy{}, errors.New("not a policy object of the known fields")
 	}
 	duration := func(name, v string) (time.Duration, error) {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > maxPolicyDuration {
-			return 0, fmt.Errorf("%s %q is not a duration between 0 and %s", name, clip(v), maxPolicyDuration)
+			return 0, fmt.Errorf("%s is not a duration between 0 and %s", name, maxPolicyDuration)
 		}
 		return d, nil
 	}
@@ -434,7 +427,7 @@ func decodePolicy(s string) (Policy, error) {
 		case "Promote":
 			p.Confirmation.Promote = true
 		default:
-			return p, fmt.Errorf("confirmation.onTimeout %q is neither Wait nor Promote", clip(c.OnTimeout))
+			return p, errors.New("confirmation.onTimeout is neither Wait nor Promote")
 		}
 	}
 	return p, nil

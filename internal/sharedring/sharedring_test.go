@@ -83,27 +83,33 @@ func TestDecodeRefuses(t *testing.T) {
 		data map[string]any
 		ring string
 		want string
+		// hidden is a value read from the entry that the error must not
+		// quote: any field of an entry may hold key bytes.
+		hidden string
 	}{
-		{"unknown field", with("extra", "1"), "shop/web", `unknown field "extra"`},
-		{"no ring", with(sharedring.RingField, nil), "shop/web", "missing or not a string"},
-		{"ring not a string", with(sharedring.RingField, 42), "shop/web", "missing or not a string"},
-		{"ring not JSON", with(sharedring.RingField, "{"), "shop/web", sharedring.RingField},
-		{"another ring", good, "shop/api", `holds ring "shop/web", not "shop/api"`},
-		{"requests not a string", with(sharedring.RequestsField, []any{"a"}), "shop/web", "is not a string"},
-		{"requests with unknown fields", with(sharedring.RequestsField, `{"rotate":[],"other":1}`), "shop/web", "not a list of requests"},
-		{"too many requests", with(sharedring.RequestsField, many), "shop/web", "more than 10 requests"},
-		{"policy not a string", with(sharedring.PolicyField, 3), "shop/web", "policy.json is not a string"},
-		{"policy not JSON", with(sharedring.PolicyField, "{"), "shop/web", "not a policy"},
-		{"policy with unknown fields", with(sharedring.PolicyField, `{"rotationInterval":"1h","retainedKeys":1,"activationDelay":"1m","x":1}`), "shop/web", "not a policy"},
-		{"policy interval not a duration", with(sharedring.PolicyField, `{"rotationInterval":"soon","retainedKeys":1,"activationDelay":"1m"}`), "shop/web", `rotationInterval "soon" is not a duration`},
-		{"policy interval past a ticket's life", with(sharedring.PolicyField, `{"rotationInterval":"200h","retainedKeys":1,"activationDelay":"1m"}`), "shop/web", "rotationInterval"},
-		{"policy retaining too many", with(sharedring.PolicyField, `{"rotationInterval":"1h","retainedKeys":17,"activationDelay":"1m"}`), "shop/web", "retainedKeys 17 is outside"},
-		{"policy with an unknown onTimeout", with(sharedring.PolicyField, `{"rotationInterval":"1h","retainedKeys":1,"activationDelay":"1m","confirmation":{"timeout":"1m","onTimeout":"Never"}}`), "shop/web", `onTimeout "Never"`},
+		{"unknown field", with("extra", "1"), "shop/web", "unknown field", "extra"},
+		{"no ring", with(sharedring.RingField, nil), "shop/web", "missing or not a string", ""},
+		{"ring not a string", with(sharedring.RingField, 42), "shop/web", "missing or not a string", ""},
+		{"ring not JSON", with(sharedring.RingField, "{"), "shop/web", sharedring.RingField, ""},
+		{"another ring", good, "shop/api", "holds another ring than shop/api", "shop/web"},
+		{"requests not a string", with(sharedring.RequestsField, []any{"a"}), "shop/web", "is not a string", ""},
+		{"requests with unknown fields", with(sharedring.RequestsField, `{"rotate":[],"other":1}`), "shop/web", "not a list of requests", ""},
+		{"too many requests", with(sharedring.RequestsField, many), "shop/web", "more than 10 requests", ""},
+		{"policy not a string", with(sharedring.PolicyField, 3), "shop/web", "policy.json is not a string", ""},
+		{"policy not JSON", with(sharedring.PolicyField, "{"), "shop/web", "not a policy", ""},
+		{"policy with unknown fields", with(sharedring.PolicyField, `{"rotationInterval":"1h","retainedKeys":1,"activationDelay":"1m","x":1}`), "shop/web", "not a policy", ""},
+		{"policy interval not a duration", with(sharedring.PolicyField, `{"rotationInterval":"soon","retainedKeys":1,"activationDelay":"1m"}`), "shop/web", "rotationInterval is not a duration", "soon"},
+		{"policy interval past a ticket's life", with(sharedring.PolicyField, `{"rotationInterval":"200h","retainedKeys":1,"activationDelay":"1m"}`), "shop/web", "rotationInterval", ""},
+		{"policy retaining too many", with(sharedring.PolicyField, `{"rotationInterval":"1h","retainedKeys":17,"activationDelay":"1m"}`), "shop/web", "retainedKeys 17 is outside", ""},
+		{"policy with an unknown onTimeout", with(sharedring.PolicyField, `{"rotationInterval":"1h","retainedKeys":1,"activationDelay":"1m","confirmation":{"timeout":"1m","onTimeout":"Never"}}`), "shop/web", "onTimeout is neither Wait nor Promote", "Never"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := sharedring.Decode(tc.data, tc.ring)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Decode = %v, want an error containing %q", err, tc.want)
+			}
+			if tc.hidden != "" && strings.Contains(err.Error(), tc.hidden) {
+				t.Fatalf("Decode = %v, which quotes %q read from the entry", err, tc.hidden)
 			}
 		})
 	}
