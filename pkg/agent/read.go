@@ -135,21 +135,31 @@ func (a *Agent) load(w *fsnotify.Watcher) loaded {
 			return loaded{errs: []*loadError{{reasonDirectory, err}}}
 		}
 		gen, err := a.resolve(root)
-		if err != nil {
+		switch {
+		case errors.Is(err, errGenerationGone):
+			// ..data was swapped between its read and the look at its
+			// target, which the kubelet then deleted: read again.
+			root.Close()
+			files = nil
+		case err != nil:
 			root.Close()
 			return loaded{errs: []*loadError{{reasonDirectory, err}}}
+		default:
+			if a.readHook != nil {
+				a.readHook(attempt)
+			}
+			files, missing = a.readFiles(root, gen, names)
+			again, err := a.resolve(root)
+			root.Close()
+			if err != nil || again != gen {
+				for _, b := range files {
+					clear(b)
+				}
+				files = nil // the read raced a swap
+			}
 		}
-		if a.readHook != nil {
-			a.readHook(attempt)
-		}
-		files, missing = a.readFiles(root, gen, names)
-		again, err := a.resolve(root)
-		root.Close()
-		if err == nil && again == gen {
+		if files != nil {
 			break
-		}
-		for _, b := range files {
-			clear(b)
 		}
 		if attempt+1 == readAttempts {
 			return loaded{errs: []*loadError{{reasonInconsistent,
@@ -200,6 +210,11 @@ func (a *Agent) openRoot() (*os.Root, error) {
 	return os.OpenRoot(a.dir)
 }
 
+// errGenerationGone is resolve's answer when ..data names a directory that
+// no longer exists: a swap under the read, which the read survives by
+// starting over.
+var errGenerationGone = errors.New("the directory ..data names is gone")
+
 // resolve returns the generation to read: the target of ..data, a
 // directory beside it, or "" for a plain directory without one.
 //
@@ -221,6 +236,9 @@ func (a *Agent) resolve(root *os.Root) (gen string, err error) {
 		return "", fmt.Errorf("%s points to %s, not to an entry of %s", dataDir, quote(target), a.dir)
 	}
 	fi, err := root.Lstat(target)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", errGenerationGone
+	}
 	if err != nil {
 		return "", fmt.Errorf("resolve %s: %w", dataDir, err)
 	}
