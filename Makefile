@@ -12,7 +12,7 @@ HELM_VERSION := v3.22.0
 HELM := $(BIN)/helm
 # Helm built from source assumes Kubernetes v1.20 unless told.
 KUBE_VERSION := 1.37.2
-# Go test flags; e.g. make test-integration PKG=./controllers/ TESTFLAGS='-ginkgo.focus "rotates now"'.
+# Go test flags; e.g. make test-integration PKG=./internal/controller/ TESTFLAGS='-ginkgo.focus "rotates now"'.
 TESTFLAGS ?=
 # The packages a test target runs; e.g. make test-unit PKG=./internal/keyring/.
 PKG ?= ./...
@@ -40,7 +40,7 @@ help: ## Show this help.
 
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRDs and RBAC from the API markers, and the chart's CRD and RBAC templates from them.
-	$(CONTROLLER_GEN) crd rbac:roleName=ringmaster-manager paths="{./api/...,./controllers/...,./internal/...}" \
+	$(CONTROLLER_GEN) crd rbac:roleName=ringmaster-manager paths="{./api/...,./internal/...}" \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	go run ./hack/chart -crds config/crd/bases -rbac config/rbac/role.yaml -admission config/admission/policy.yaml -chart charts/ringmaster
 

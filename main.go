@@ -13,7 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/ringmaster-io/ringmaster/controllers"
+	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
 )
 
@@ -28,8 +28,8 @@ func main() {
 	flag.StringVar(&o.Namespace, "cluster-resource-namespace", podNamespace,
 		"The operator's namespace: its leader election Lease, ClusterTicketKeyRing snapshots, and the Secrets and ConfigMaps ClusterKeySources name (default $POD_NAMESPACE).")
 	flag.StringVar(&o.ServiceAccount, "service-account-name", "ringmaster", "The operator's service account, in its namespace, for Vault's Kubernetes auth.")
-	flag.IntVar(&o.RingWorkers, "ring-workers", controllers.DefaultRingWorkers, "Rings of each kind reconciled at once, so that a slow key source holds up only its own rings.")
-	flag.IntVar(&o.MaxRenewalsPerMinute, "max-renewals-per-minute", controllers.DefaultMaxRenewalsPerMinute, "Most cert-manager Certificates that Enforce CertificatePolicies re-issue per minute, across the cluster (bursts of as many).")
+	flag.IntVar(&o.RingWorkers, "ring-workers", controller.DefaultRingWorkers, "Rings of each kind reconciled at once, so that a slow key source holds up only its own rings.")
+	flag.IntVar(&o.MaxRenewalsPerMinute, "max-renewals-per-minute", controller.DefaultMaxRenewalsPerMinute, "Most cert-manager Certificates that Enforce CertificatePolicies re-issue per minute, across the cluster (bursts of as many).")
 	exclude := flag.Bool("exclude-secrets-from-backup", true,
 		"Label every Secret that holds keys velero.io/exclude-from-backup=true, so that backups skip them: a key in a backup outlives its expiresAt.")
 	zo := zap.Options{}

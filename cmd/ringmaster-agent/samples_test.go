@@ -15,8 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/ringmaster-io/ringmaster/internal/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
-	"github.com/ringmaster-io/ringmaster/test/e2e/fleet"
 )
 
 // The paths the samples mount their volumes at.

@@ -22,8 +22,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringmaster-io/ringmaster/internal/atomicdir"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/testing/atomicdir"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 

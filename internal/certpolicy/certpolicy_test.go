@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/ringmaster-io/ringmaster/internal/certpolicy"
-	"github.com/ringmaster-io/ringmaster/internal/testpki"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 )
 
 const (

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/pkg/agent"
+	"github.com/ringmaster-io/ringmaster/pkg/agentstatus"
 )
 
 // MaxMissing bounds the pods a ring's status names.
@@ -35,7 +35,7 @@ type Target struct {
 // Answer is what one pod said, or why it could not be asked.
 type Answer struct {
 	Target
-	Status agent.Status
+	Status agentstatus.Status
 	Err    error
 }
 
@@ -75,7 +75,7 @@ func Tally(ring, stagedKey string, answers []Answer, unreachable []v1alpha1.PodR
 			rep.Reason = fmt.Sprintf("cannot be asked: %v", a.Err)
 		case a.Status.Ring != ring:
 			rep.Reason = fmt.Sprintf("serves ring %q, not %q", clip(a.Status.Ring), ring)
-		case !slices.ContainsFunc(a.Status.Keys, func(k agent.KeyStatus) bool { return k.ID == stagedKey }):
+		case !slices.ContainsFunc(a.Status.Keys, func(k agentstatus.KeyStatus) bool { return k.ID == stagedKey }):
 			rep.Reason = fmt.Sprintf("holds epoch %d, without key %s", a.Status.Epoch, stagedKey)
 		default:
 			r.Holding++
@@ -157,8 +157,8 @@ func (a *Asker) Ask(ctx context.Context, targets []Target) []Answer {
 	return out
 }
 
-func ask(ctx context.Context, c *http.Client, url string) (agent.Status, error) {
-	var st agent.Status
+func ask(ctx context.Context, c *http.Client, url string) (agentstatus.Status, error) {
+	var st agentstatus.Status
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return st, err

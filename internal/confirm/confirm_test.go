@@ -10,14 +10,14 @@ import (
 	"testing"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/pkg/agent"
+	"github.com/ringmaster-io/ringmaster/pkg/agentstatus"
 )
 
 func TestTally(t *testing.T) {
-	status := func(ring string, epoch int64, ids ...string) agent.Status {
-		s := agent.Status{Ring: ring, Epoch: epoch}
+	status := func(ring string, epoch int64, ids ...string) agentstatus.Status {
+		s := agentstatus.Status{Ring: ring, Epoch: epoch}
 		for _, id := range ids {
-			s.Keys = append(s.Keys, agent.KeyStatus{ID: id})
+			s.Keys = append(s.Keys, agentstatus.KeyStatus{ID: id})
 		}
 		return s
 	}
@@ -48,7 +48,7 @@ func TestTally(t *testing.T) {
 
 func TestAsk(t *testing.T) {
 	good := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(agent.Status{Ring: "shop/web", Epoch: 3, Keys: []agent.KeyStatus{{ID: "k3"}}})
+		_ = json.NewEncoder(w).Encode(agentstatus.Status{Ring: "shop/web", Epoch: 3, Keys: []agentstatus.KeyStatus{{ID: "k3"}}})
 	}))
 	defer good.Close()
 	var followed atomic.Int64

@@ -23,7 +23,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/testing/blackhole"
-	"github.com/ringmaster-io/ringmaster/pkg/agent"
+	"github.com/ringmaster-io/ringmaster/pkg/agentstatus"
 )
 
 // pods lists the pods a test placed, by namespace: the Prober's only read
@@ -78,9 +78,9 @@ func (p *pods) place(t *testing.T, ns, prefix string, n int, addr string) {
 func holding(t *testing.T, ids ...string) (addr string, served *atomic.Int64) {
 	t.Helper()
 	served = &atomic.Int64{}
-	st := agent.Status{Ring: "shop/web", Epoch: 2}
+	st := agentstatus.Status{Ring: "shop/web", Epoch: 2}
 	for _, id := range ids {
-		st.Keys = append(st.Keys, agent.KeyStatus{ID: id})
+		st.Keys = append(st.Keys, agentstatus.KeyStatus{ID: id})
 	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		served.Add(1)

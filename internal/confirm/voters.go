@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/pkg/agent"
+	"github.com/ringmaster-io/ringmaster/pkg/agentstatus"
 )
 
 // Voters chooses, among the pods a ring's podSelector matched, those whose
@@ -41,7 +41,7 @@ func Voters(pods []corev1.Pod, secretName string, port intstr.IntOrString) (targ
 			continue
 		}
 		targets = append(targets, Target{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,
-			URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(n))) + agent.StatusPath})
+			URL: "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(n))) + agentstatus.Path})
 	}
 	return targets, missing
 }

@@ -15,7 +15,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
-	"github.com/ringmaster-io/ringmaster/internal/testpki"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 )
 
 // A loopback stand-in for Vault answers what a broken or hostile Vault might;

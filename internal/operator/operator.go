@@ -24,8 +24,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/controllers"
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
+	"github.com/ringmaster-io/ringmaster/internal/controller"
 )
 
 // Leader election uses a Lease in the operator's namespace, and nothing
@@ -60,7 +60,7 @@ type Options struct {
 	// LeaderElectionID in the operator's namespace.
 	LeaderElection bool
 
-	controllers.Options
+	controller.Options
 	// Probing bounds how the operator asks pods what they hold
 	// (spec.confirmation); its zero value is the defaults.
 	Probing confirm.Budget
@@ -76,7 +76,7 @@ type Options struct {
 // Operator is a built manager and the controllers it runs.
 type Operator struct {
 	manager.Manager
-	*controllers.Controllers
+	*controller.Controllers
 }
 
 // Scheme is every API the operator reads or writes.
@@ -116,7 +116,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       o.Namespace,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controllers.CacheOptions(o.Namespace),
+		Cache:                         controller.CacheOptions(o.Namespace),
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.SkipNameValidation)},
 	}
 	if o.LeaseDuration > 0 {
@@ -133,7 +133,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 		return nil, fmt.Errorf("add the prober: %w", err)
 	}
 	o.Prober = prober
-	c, err := controllers.Setup(ctx, mgr, o.Options)
+	c, err := controller.Setup(ctx, mgr, o.Options)
 	if err != nil {
 		return nil, err
 	}

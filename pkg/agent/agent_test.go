@@ -17,8 +17,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/ringmaster-io/ringmaster/internal/atomicdir"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/testing/atomicdir"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 

@@ -27,8 +27,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/ringmaster-io/ringmaster/internal/atomicdir"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/testing/atomicdir"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 

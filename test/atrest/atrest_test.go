@@ -30,12 +30,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/controllers"
 	"github.com/ringmaster-io/ringmaster/internal/atrest"
+	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
-	"github.com/ringmaster-io/ringmaster/internal/testenv"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 )
 
 // rotations is how many rotations each run goes through: with retainedKeys
@@ -78,7 +78,7 @@ func run(t *testing.T, plaintext bool) {
 	clock := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
 	_, stop, err := testenv.RunOperator(opCfg, operator.Options{
 		MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, // one operator per subtest
-		Options: controllers.Options{Namespace: testenv.Namespace, ServiceAccount: testenv.ServiceAccount, Clock: clock, Registry: prometheus.NewRegistry()},
+		Options: controller.Options{Namespace: testenv.Namespace, ServiceAccount: testenv.ServiceAccount, Clock: clock, Registry: prometheus.NewRegistry()},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/internal/atomicdir"
-	"github.com/ringmaster-io/ringmaster/internal/testenv"
-	"github.com/ringmaster-io/ringmaster/internal/testpki"
+	"github.com/ringmaster-io/ringmaster/internal/testing/atomicdir"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 

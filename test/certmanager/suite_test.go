@@ -24,9 +24,9 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/ringmaster-io/ringmaster/controllers"
+	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
-	"github.com/ringmaster-io/ringmaster/internal/testenv"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 )
 
 var (
@@ -75,7 +75,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(err).NotTo(HaveOccurred())
 	_, stop, err := testenv.RunOperator(cfg, operator.Options{
 		MetricsAddr: "0", ProbeAddr: "0", LeaderElection: true,
-		Options: controllers.Options{Namespace: testenv.Namespace, ServiceAccount: testenv.ServiceAccount, Registry: registry},
+		Options: controller.Options{Namespace: testenv.Namespace, ServiceAccount: testenv.ServiceAccount, Registry: registry},
 	})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(stop)

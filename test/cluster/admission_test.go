@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
-	"github.com/ringmaster-io/ringmaster/test/e2e/fleet"
 )
 
 // guardsRingmastersSecrets runs after the fleet's spec, with the chart's

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/fleet"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
-	"github.com/ringmaster-io/ringmaster/test/e2e/fleet"
 )
 
 // The servers' suite: real nginx and HAProxy from Debian's packages, two

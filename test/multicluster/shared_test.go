@@ -25,10 +25,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/sharedring"
 	"github.com/ringmaster-io/ringmaster/internal/vaulttest"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
-	"github.com/ringmaster-io/ringmaster/test/e2e/fleet"
 )
 
 // policy is the whole Vault policy of both operators: random bytes, and the

@@ -13,7 +13,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/audit"
-	"github.com/ringmaster-io/ringmaster/internal/testpki"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 )
 
 const (

@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/internal/testenv"
-	"github.com/ringmaster-io/ringmaster/internal/testpki"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 )
 
 const day = 24 * time.Hour

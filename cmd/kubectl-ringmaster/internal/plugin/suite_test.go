@@ -1,7 +1,7 @@
 //go:build integration
 
 // The suite of kubectl ringmaster runs each command against a real
-// kube-apiserver and etcd (internal/testenv), with ringmaster's and
+// kube-apiserver and etcd (internal/testing/testenv), with ringmaster's and
 // cert-manager's CRDs installed and the operator built as main.go builds it
 // (internal/operator), running as its own service account with the RBAC
 // config/rbac generates. The plugin runs in-process as three users: an
@@ -28,9 +28,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/plugin"
-	"github.com/ringmaster-io/ringmaster/controllers"
+	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
-	"github.com/ringmaster-io/ringmaster/internal/testenv"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 )
 
 const (
@@ -64,7 +64,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	registry = prometheus.NewRegistry()
 	_, stop, err := testenv.RunOperator(cfg, operator.Options{
 		MetricsAddr: "0", ProbeAddr: "0", LeaderElection: true,
-		Options: controllers.Options{Namespace: testenv.Namespace, ServiceAccount: testenv.ServiceAccount, Registry: registry},
+		Options: controller.Options{Namespace: testenv.Namespace, ServiceAccount: testenv.ServiceAccount, Registry: registry},
 	})
 	Expect(err).NotTo(HaveOccurred(), "the operator leads, with its own RBAC")
 	DeferCleanup(stop)

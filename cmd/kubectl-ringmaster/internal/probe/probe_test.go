@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/probe"
-	"github.com/ringmaster-io/ringmaster/internal/testpki"
-	"github.com/ringmaster-io/ringmaster/test/e2e/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 )
 
 // servers starts n HTTPS servers on loopback. keys gives each server's

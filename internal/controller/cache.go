@@ -1,0 +1,165 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/certpolicy"
+	"github.com/ringmaster-io/ringmaster/internal/distribute"
+)
+
+// CacheOptions keeps the manager's cache narrow. Of all the cluster's
+// Secrets it holds only those of ringmaster's own type, and of those it
+// keeps whole only the operator's: the Secrets a ring controls and those in
+// the operator's namespace. Of the others, which anyone who may create a
+// Secret can make, it keeps what tells them apart from the operator's
+// (KeepOwnedSecrets). Other Secrets, and their key material, never enter the
+// operator's memory.
+func CacheOptions(namespace string) cache.Options {
+	return cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}: {
+				Field:     fields.OneTermEqualSelector("type", string(distribute.SecretType)),
+				Transform: KeepOwnedSecrets(namespace),
+			},
+		},
+	}
+}
+
+// KeepOwnedSecrets is the cache transform of ringmaster.io/ticket-keys
+// Secrets. A Secret that a TicketKeyRing or ClusterTicketKeyRing controls
+// (whose data the operator compares with what it would write), or that
+// lives in the operator's namespace (where cluster rings' snapshots live and
+// only administrators write), is kept whole but for its managed fields. Of any
+// other, it keeps the name, labels, owner references and type: enough to
+// map it to a ring and to see that it is not the ring's, and nothing a
+// tenant could inflate it with. Owner.Owns decides ownership by the ring's
+// UID; a controller reference to any ring keeps a Secret whole here, which
+// only the operator can write where the admission guard is installed.
+func KeepOwnedSecrets(namespace string) toolscache.TransformFunc {
+	return func(obj any) (any, error) {
+		s, ok := obj.(*corev1.Secret)
+		if !ok {
+			return obj, nil // a deletion tombstone: passed on as it is
+		}
+		s.ManagedFields = nil
+		if s.Namespace == namespace || controlledByRing(s) {
+			return s, nil
+		}
+		return &corev1.Secret{
+			TypeMeta: s.TypeMeta,
+			ObjectMeta: metav1.ObjectMeta{
+				Name: s.Name, Namespace: s.Namespace, UID: s.UID,
+				ResourceVersion: s.ResourceVersion, CreationTimestamp: s.CreationTimestamp, DeletionTimestamp: s.DeletionTimestamp,
+				Labels: s.Labels, OwnerReferences: s.OwnerReferences,
+			},
+			Type: s.Type,
+		}, nil
+	}
+}
+
+// controlledByRing reports whether a ring of either kind is s's controller.
+func controlledByRing(s *corev1.Secret) bool {
+	ref := metav1.GetControllerOfNoCopy(s)
+	return ref != nil && ref.APIVersion == v1alpha1.GroupVersion.String() &&
+		(ref.Kind == v1alpha1.KindTicketKeyRing || ref.Kind == v1alpha1.KindClusterTicketKeyRing)
+}
+
+// NewTLSSecretCache makes the cache of kubernetes.io/tls Secrets that
+// CertificatePolicies judge. It is separate from the manager's cache, whose
+// Secrets are ringmaster's own (CacheOptions), started only once a
+// CertificatePolicy exists, and it holds neither private key nor
+// certificate: StripTLSSecret keeps the parsed facts of tls.crt instead.
+func NewTLSSecretCache(cfg *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper) (cache.Cache, error) {
+	return cache.New(cfg, cache.Options{
+		Scheme: scheme,
+		Mapper: mapper,
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Secret{}: {
+				Field:     fields.OneTermEqualSelector("type", string(corev1.SecretTypeTLS)),
+				Transform: StripTLSSecret,
+			},
+		},
+	})
+}
+
+// TLSFactsKey is the one data key of a kubernetes.io/tls Secret in the TLS
+// Secret cache: the JSON of its TLSFacts, in place of tls.crt and tls.key.
+const TLSFactsKey = "ringmaster.io/facts"
+
+// TLSFacts is what CertificatePolicy evaluation reads of a Secret's
+// tls.crt: the facts of its leaf certificate, or why it could not be
+// parsed (a message that never quotes the data).
+type TLSFacts struct {
+	Cert  *certpolicy.Certificate `json:"cert,omitempty"`
+	Error string                  `json:"error,omitempty"`
+}
+
+// StripTLSSecret is the cache transform of kubernetes.io/tls Secrets. It
+// keeps what CertificatePolicy reads, their identity, labels, cert-manager's
+// annotations, and the facts of tls.crt's leaf certificate (TLSFactsKey),
+// and drops the rest: tls.key, the certificate chain and any other data
+// never stay in the operator's memory. The certificate is parsed once, here,
+// rather than at each evaluation. Transforming its own output changes
+// nothing.
+func StripTLSSecret(obj any) (any, error) {
+	s, ok := obj.(*corev1.Secret)
+	if !ok {
+		return obj, nil // a deletion tombstone: passed on as it is
+	}
+	if _, done := s.Data[TLSFactsKey]; done && len(s.Data) == 1 {
+		// Transformed already: an informer may pass a stored object
+		// through its transform again (client-go does on a relist).
+		return s, nil
+	}
+	out := &corev1.Secret{
+		TypeMeta: s.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: s.Name, Namespace: s.Namespace, UID: s.UID,
+			ResourceVersion: s.ResourceVersion, CreationTimestamp: s.CreationTimestamp, DeletionTimestamp: s.DeletionTimestamp,
+			Labels: s.Labels,
+		},
+		Type: s.Type,
+	}
+	for k, v := range s.Annotations {
+		if strings.HasPrefix(k, "cert-manager.io/") {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
+	}
+	var facts TLSFacts
+	if c, err := certpolicy.Parse(s.Data[corev1.TLSCertKey]); err != nil {
+		facts.Error = err.Error()
+	} else {
+		facts.Cert = &c
+	}
+	data, err := json.Marshal(facts)
+	if err != nil {
+		return nil, fmt.Errorf("encode the facts of Secret %s/%s: %w", s.Namespace, s.Name, err)
+	}
+	out.Data = map[string][]byte{TLSFactsKey: data}
+	return out, nil
+}
+
+// tlsFactsOf reads back what StripTLSSecret kept of a cached Secret.
+func tlsFactsOf(s *corev1.Secret) TLSFacts {
+	var f TLSFacts
+	if err := json.Unmarshal(s.Data[TLSFactsKey], &f); err != nil || (f.Cert == nil && f.Error == "") {
+		return TLSFacts{Error: "no facts cached"}
+	}
+	return f
+}

@@ -1,0 +1,124 @@
+package controller
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+)
+
+// rotationsTotal counts published epochs and failed attempts to publish one.
+// Labels: result ("success" or "failure").
+var rotationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "ringmaster_ticketkeyring_rotations_total",
+	Help: "Epochs published (result=success) and attempts that published nothing (result=failure).",
+}, []string{"result"})
+
+// unconfirmedActivationsTotal counts, per ring, the held staged keys that
+// activated by the clock without every voter confirming them: at the
+// ceiling (spec.confirmation.maxDelay) under Wait, at the timeout under
+// Promote. Labels: namespace (empty for a ClusterTicketKeyRing), name.
+var unconfirmedActivationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "ringmaster_ticketkeyring_unconfirmed_activations_total",
+	Help: "Held staged keys that activated by the clock without every voter confirming them (at the confirmation ceiling, or the timeout under Promote).",
+}, []string{"namespace", "name"})
+
+// sharedWritesTotal counts writes of shared rings' entries in Vault.
+// Labels: result ("won", or "lost" to another operator's check-and-set).
+var sharedWritesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "ringmaster_shared_ring_writes_total",
+	Help: "Writes of a shared ring's next version to Vault: won, or lost to another cluster's operator (which this one then adopts).",
+}, []string{"result"})
+
+// sharedPropagationSeconds observes how long after another cluster wrote a
+// shared ring's version this cluster published it.
+var sharedPropagationSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+	Name:    "ringmaster_shared_ring_propagation_seconds",
+	Help:    "Seconds from a shared ring version's write in Vault by another cluster to its publication in this one.",
+	Buckets: []float64{0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120},
+})
+
+// ringGauges exports, per ring, the newest epoch and the age of the key that
+// encrypts now. The age is computed at scrape time from the active key's
+// activeFrom, so it keeps growing between reconciles, as a key's age does.
+//
+//	ringmaster_ticketkeyring_epoch{namespace,name}
+//	ringmaster_ticketkeyring_active_key_age_seconds{namespace,name}
+//	ringmaster_ticketkeyring_rotation_overdue_seconds{namespace,name}
+//	ringmaster_ticketkeyring_confirmation_overdue_seconds{namespace,name}
+type ringGauges struct {
+	clock       clock.PassiveClock
+	epoch       *prometheus.Desc
+	age         *prometheus.Desc
+	overdue     *prometheus.Desc
+	unconfirmed *prometheus.Desc
+
+	mu    sync.Mutex
+	rings map[types.NamespacedName]ringGauge
+}
+
+type ringGauge struct {
+	epoch        int64
+	activeFrom   time.Time
+	overdueSince time.Time // zero: on schedule
+	// unconfirmedSince is when the staged key's confirmation timeout passed
+	// while it waits for its fleet; zero otherwise.
+	unconfirmedSince time.Time
+}
+
+func newRingGauges(c clock.PassiveClock) *ringGauges {
+	labels := []string{"namespace", "name"}
+	return &ringGauges{
+		clock: c,
+		epoch: prometheus.NewDesc("ringmaster_ticketkeyring_epoch", "Newest published epoch of a TicketKeyRing.", labels, nil),
+		age:   prometheus.NewDesc("ringmaster_ticketkeyring_active_key_age_seconds", "Seconds since the key that encrypts now became active.", labels, nil),
+		overdue: prometheus.NewDesc("ringmaster_ticketkeyring_rotation_overdue_seconds",
+			"Seconds since a rotation became due that could not be minted (0 when on schedule).", labels, nil),
+		unconfirmed: prometheus.NewDesc("ringmaster_ticketkeyring_confirmation_overdue_seconds",
+			"Seconds a staged key has waited for its fleet past its confirmation timeout (0 when none waits).", labels, nil),
+		rings: map[types.NamespacedName]ringGauge{},
+	}
+}
+
+func (g *ringGauges) set(ring types.NamespacedName, epoch int64, activeFrom, overdueSince, unconfirmedSince time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.rings[ring] = ringGauge{epoch: epoch, activeFrom: activeFrom, overdueSince: overdueSince, unconfirmedSince: unconfirmedSince}
+}
+
+func (g *ringGauges) forget(ring types.NamespacedName) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.rings, ring)
+}
+
+// Describe implements prometheus.Collector.
+func (g *ringGauges) Describe(ch chan<- *prometheus.Desc) {
+	ch <- g.epoch
+	ch <- g.age
+	ch <- g.overdue
+	ch <- g.unconfirmed
+}
+
+// Collect implements prometheus.Collector.
+func (g *ringGauges) Collect(ch chan<- prometheus.Metric) {
+	now := g.clock.Now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for ring, v := range g.rings {
+		ch <- prometheus.MustNewConstMetric(g.epoch, prometheus.GaugeValue, float64(v.epoch), ring.Namespace, ring.Name)
+		ch <- prometheus.MustNewConstMetric(g.age, prometheus.GaugeValue, now.Sub(v.activeFrom).Seconds(), ring.Namespace, ring.Name)
+		ch <- prometheus.MustNewConstMetric(g.overdue, prometheus.GaugeValue, secondsSince(now, v.overdueSince), ring.Namespace, ring.Name)
+		ch <- prometheus.MustNewConstMetric(g.unconfirmed, prometheus.GaugeValue, secondsSince(now, v.unconfirmedSince), ring.Namespace, ring.Name)
+	}
+}
+
+// secondsSince is now - t in seconds, or 0 for a zero t.
+func secondsSince(now, t time.Time) float64 {
+	if t.IsZero() {
+		return 0
+	}
+	return now.Sub(t).Seconds()
+}

@@ -1,0 +1,239 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/confirm"
+	"github.com/ringmaster-io/ringmaster/internal/distribute"
+	"github.com/ringmaster-io/ringmaster/internal/mint"
+)
+
+// DefaultRingWorkers is how many rings are reconciled at once, per kind, so
+// that one ring waiting on a slow key source does not hold up the others.
+const DefaultRingWorkers = 4
+
+// sourceRefIndex indexes rings of both kinds by the key source they name.
+const sourceRefIndex = "spec.sourceRef.name"
+
+// Options configure the controllers.
+type Options struct {
+	// Namespace is the operator's own: where ClusterTicketKeyRing snapshots
+	// live, and the Secrets and ConfigMaps ClusterKeySources name.
+	Namespace string
+	// ServiceAccount is the operator's own, in Namespace, which Vault's
+	// Kubernetes auth logs in as.
+	ServiceAccount string
+	// RingWorkers reconcile rings of each kind at once; 0 means
+	// DefaultRingWorkers.
+	RingWorkers int
+	// MaxRenewalsPerMinute bounds Enforce's renewals across the cluster; 0
+	// means DefaultMaxRenewalsPerMinute.
+	MaxRenewalsPerMinute int
+	// MintTimeout bounds each mint and key source check; 0 means
+	// mint.DefaultTimeout.
+	MintTimeout time.Duration
+	// Clock drives rotation and evaluation; nil means the real clock.
+	Clock clock.PassiveClock
+	// Registry receives the controllers' metrics.
+	Registry prometheus.Registerer
+	// KeepSecretsInBackups leaves the label by which Velero skips an object
+	// (distribute.ExcludeFromBackupLabel) off the Secrets that hold keys.
+	// Off by default: a key must never outlive its expiresAt in a backup.
+	KeepSecretsInBackups bool
+	// Prober asks rings' pods what they hold (spec.confirmation); the
+	// manager must run it.
+	Prober *confirm.Prober
+}
+
+// Controllers are the controllers Setup registered, for what tests observe
+// of them.
+type Controllers struct {
+	CertificatePolicy *CertificatePolicyReconciler
+}
+
+// Setup registers every controller with the manager: TicketKeyRing,
+// ClusterTicketKeyRing, ClusterKeySource and CertificatePolicy.
+func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, error) {
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.RingWorkers <= 0 {
+		o.RingWorkers = DefaultRingWorkers
+	}
+	if o.Namespace == "" {
+		return nil, errors.New("the operator's namespace is not set (--cluster-resource-namespace or $POD_NAMESPACE)")
+	}
+	if o.Prober == nil {
+		return nil, errors.New("no prober to ask the rings' pods")
+	}
+	sources := &mint.Sources{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Namespace: o.Namespace, ServiceAccount: o.ServiceAccount, Timeout: o.MintTimeout}
+	recorder := mgr.GetEventRecorder("ringmaster")
+	shared := &rings{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, Sources: sources,
+		Prober: o.Prober, gauges: newRingGauges(o.Clock), keepInBackups: o.KeepSecretsInBackups}
+	for _, c := range []prometheus.Collector{rotationsTotal, unconfirmedActivationsTotal, sharedWritesTotal, sharedPropagationSeconds, shared.gauges} {
+		if err := o.Registry.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+			return nil, err
+		}
+	}
+	if err := setupRings(ctx, mgr, shared, o); err != nil {
+		return nil, err
+	}
+	// A mint whose outcome changed has its key source checked again at
+	// once, so that its status holds the details its rings leave out.
+	minted := make(chan event.TypedGenericEvent[*v1alpha1.ClusterKeySource], 64)
+	sources.Minted = func(name string) {
+		select {
+		case minted <- event.TypedGenericEvent[*v1alpha1.ClusterKeySource]{Object: &v1alpha1.ClusterKeySource{ObjectMeta: metav1.ObjectMeta{Name: name}}}:
+		default: // a burst: the periodic check reports it
+		}
+	}
+	if err := builder.ControllerManagedBy(mgr).Named("clusterkeysource").
+		For(&v1alpha1.ClusterKeySource{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesRawSource(source.Channel(minted, &handler.TypedEnqueueRequestForObject[*v1alpha1.ClusterKeySource]{})).
+		Complete(&ClusterKeySourceReconciler{Client: mgr.GetClient(), Recorder: recorder, Clock: o.Clock, Sources: sources}); err != nil {
+		return nil, fmt.Errorf("set up the ClusterKeySource controller: %w", err)
+	}
+	cpol := &CertificatePolicyReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock,
+		MaxRenewalsPerMinute: o.MaxRenewalsPerMinute,
+	}
+	if err := cpol.SetupWithManager(mgr, o.Registry); err != nil {
+		return nil, fmt.Errorf("set up the CertificatePolicy controller: %w", err)
+	}
+	return &Controllers{CertificatePolicy: cpol}, nil
+}
+
+// setupRings registers the controllers of both ring kinds, which share one
+// reconcile: each watches its rings, their Secrets, the key sources they
+// name, and the namespaces that decide where they may mint or deliver.
+func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Options) error {
+	for _, obj := range []client.Object{&v1alpha1.TicketKeyRing{}, &v1alpha1.ClusterTicketKeyRing{}} {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, sourceRefIndex, sourceRefOf); err != nil {
+			return fmt.Errorf("index %T by key source: %w", obj, err)
+		}
+	}
+	workers := controller.Options{MaxConcurrentReconciles: o.RingWorkers}
+	specOrAnnotations := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))
+
+	if err := builder.ControllerManagedBy(mgr).Named("ticketkeyring").WithOptions(workers).
+		For(&v1alpha1.TicketKeyRing{}, specOrAnnotations).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindTicketKeyRing))).
+		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.TicketKeyRingList{}))).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(shared.sourcedRingsIn), builder.WithPredicates(labelsChanged())).
+		WatchesRawSource(shared.Prober.Source(v1alpha1.KindTicketKeyRing)).
+		Complete(&TicketKeyRingReconciler{rings: shared}); err != nil {
+		return fmt.Errorf("set up the TicketKeyRing controller: %w", err)
+	}
+	ctkr := &ClusterTicketKeyRingReconciler{rings: shared, Namespace: o.Namespace}
+	if err := builder.ControllerManagedBy(mgr).Named("clusterticketkeyring").WithOptions(workers).
+		For(&v1alpha1.ClusterTicketKeyRing{}, specOrAnnotations).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindClusterTicketKeyRing))).
+		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.ClusterTicketKeyRingList{}))).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(ctkr.allRings), builder.WithPredicates(labelsChanged())).
+		WatchesRawSource(shared.Prober.Source(v1alpha1.KindClusterTicketKeyRing)).
+		Complete(ctkr); err != nil {
+		return fmt.Errorf("set up the ClusterTicketKeyRing controller: %w", err)
+	}
+	return nil
+}
+
+// sourceRefOf is the key source a ring names, for sourceRefIndex.
+func sourceRefOf(o client.Object) []string {
+	var ref *v1alpha1.KeySourceReference
+	switch r := o.(type) {
+	case *v1alpha1.TicketKeyRing:
+		ref = r.Spec.SourceRef
+	case *v1alpha1.ClusterTicketKeyRing:
+		ref = r.Spec.SourceRef
+	}
+	if ref == nil {
+		return nil
+	}
+	return []string{ref.Name}
+}
+
+// ringsOfSecret maps a snapshot or projection Secret to its ring of the
+// given kind, so that a Secret deleted or edited by hand is restored.
+func ringsOfSecret(kind string) handler.MapFunc {
+	return func(_ context.Context, o client.Object) []reconcile.Request {
+		k, key, ok := distribute.RingOf(o)
+		if !ok || k != kind {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: key}}
+	}
+}
+
+// ringsUsing maps a key source to the rings, of the list's kind, that name
+// it: they retry a mint once it changes.
+func (r *rings) ringsUsing(list client.ObjectList) handler.MapFunc {
+	return func(ctx context.Context, cks client.Object) []reconcile.Request {
+		return r.requests(ctx, list, client.MatchingFields{sourceRefIndex: cks.GetName()})
+	}
+}
+
+// sourcedRingsIn maps a namespace whose labels changed to its
+// TicketKeyRings that name a key source: whether the source allows them may
+// have changed.
+func (r *rings) sourcedRingsIn(ctx context.Context, ns client.Object) []reconcile.Request {
+	list := &v1alpha1.TicketKeyRingList{}
+	if err := r.List(ctx, list, client.InNamespace(ns.GetName())); err != nil {
+		return nil // a cache read: it fails only when shutting down
+	}
+	var out []reconcile.Request
+	for _, x := range list.Items {
+		if x.Spec.SourceRef != nil {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: x.Namespace, Name: x.Name}})
+		}
+	}
+	return out
+}
+
+func (r *rings) requests(ctx context.Context, list client.ObjectList, opts ...client.ListOption) []reconcile.Request {
+	if err := r.List(ctx, list, opts...); err != nil {
+		return nil // a cache read: it fails only when shutting down
+	}
+	var out []reconcile.Request
+	switch l := list.(type) {
+	case *v1alpha1.TicketKeyRingList:
+		for _, x := range l.Items {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: x.Namespace, Name: x.Name}})
+		}
+	case *v1alpha1.ClusterTicketKeyRingList:
+		for _, x := range l.Items {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: x.Name}})
+		}
+	}
+	return out
+}
+
+// labelsChanged passes namespaces created or deleted, and those whose labels
+// changed: what a namespace selector sees.
+func labelsChanged() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) ||
+				e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
+		},
+	}
+}

@@ -1,0 +1,266 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/distribute"
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/mint"
+	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	"github.com/ringmaster-io/ringmaster/internal/sharedring"
+)
+
+// lostRaceRetry is how soon a ring whose write to its shared entry lost
+// the race looks again, to adopt the winner's version.
+const lostRaceRetry = 50 * time.Millisecond
+
+// sharing is a shared ring's entry as one reconcile sees it. Its methods
+// take a nil sharing for a ring that is not shared.
+type sharing struct {
+	store *mint.Shared
+	entry string
+	local sharedring.Local
+	// policy is the ring's own, which the entry must record.
+	policy sharedring.Policy
+	// read is the newest version read; nil when the entry does not exist.
+	read *sharedring.Record
+	// planFrom is the ring to plan from (sharedring.Base), when err is nil.
+	planFrom keyring.Ring
+	// err says why the entry cannot be used this time: Vault could not be
+	// read or answered garbage, the entry went back, or the ring's spec asks
+	// what a shared ring cannot do. The ring then fails closed.
+	err    error
+	status v1alpha1.SharedRingStatus
+	// adoptions remembers, per entry, the status of the last version this
+	// operator adopted, should the status write of that pass fail.
+	adoptions *sync.Map
+}
+
+// share reads the ring's shared entry; nil for a ring its key source does
+// not share (or that cannot use it: minting then says why). A TicketKeyRing
+// of a namespace the key source's sharedRings.namespaceSelector does not
+// select is not shared: it mints from the key source and keeps its keys in
+// this cluster, and never reads the entry its name would have.
+func (r *rings) share(ctx context.Context, in ring, src keySource, policy keyring.Policy, local keyring.Ring, newest *corev1.Secret, now time.Time) *sharing {
+	if src.err != nil || src.cks == nil {
+		return nil
+	}
+	shared, err := mint.Shares(src.cks, in.namespace, src.nsLabels)
+	if !shared && err == nil {
+		return nil
+	}
+	var store *mint.Shared
+	if err == nil {
+		store, err = r.Sources.Shared(ctx, src.cks)
+	}
+	if store == nil && err == nil {
+		return nil
+	}
+	sh := &sharing{store: store, local: sharedring.Local{Ring: local, Version: distribute.SharedVersion(newest)},
+		policy: sharedring.PolicyOf(policy), err: err, adoptions: &r.adoptions}
+	if in.status.Shared != nil {
+		sh.status = *in.status.Shared
+	}
+	if store == nil {
+		return sh
+	}
+	sh.entry = store.Entry(in.namespace, in.obj.GetName())
+	sh.status.Path = store.Location(sh.entry)
+	if in.spec.Confirmation != nil {
+		sh.err = &mint.Error{Reason: v1alpha1.ReasonSharedRingUnsupported,
+			Err: errors.New("spec.confirmation cannot gate a ring shared across clusters: one cluster's pods cannot confirm for every cluster; remove it or use a key source without sharedRings")}
+		return sh
+	}
+	// The read runs under the key source's budget (mint.Shared): a Vault
+	// that does not answer fails it within mint.SharedReadTimeout.
+	if sh.read, sh.err = store.Read(ctx, sh.entry, local.Name); sh.err != nil {
+		return sh
+	}
+	sh.status.LastSyncTime = &metav1.Time{Time: now.Truncate(time.Second)}
+	var mismatch *sharedring.Mismatch
+	switch sh.planFrom, err = sharedring.Base(sh.local, sh.policy, sh.read); {
+	case errors.As(err, &mismatch):
+		sh.err = &mint.Error{Reason: v1alpha1.ReasonSharedRingPolicyMismatch,
+			Err: fmt.Errorf("shared ring %s version %d: %w. Another cluster wrote it under its own spec: this cluster writes nothing to the entry and adopts none of its keys. Give %s the same values as the other clusters, or, to change the policy everywhere, change every cluster's spec, then delete the entry's current version (vault kv delete %s) for the first cluster to write to seed it again",
+				sh.status.Path, sh.read.Version, err, strings.Join(prefixed("spec.", mismatch.Fields), ", "), sh.status.Path)}
+	case err != nil:
+		sh.err = &mint.Error{Reason: v1alpha1.ReasonSharedRingRolledBack,
+			Err: fmt.Errorf("shared ring %s: %w; delete the entry in Vault to have this cluster seed it again from the keys it serves", sh.status.Path, err)}
+	}
+	return sh
+}
+
+func prefixed(prefix string, names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = prefix + n
+	}
+	return out
+}
+
+// base is the ring to plan from: the entry's, when it can be used.
+func (sh *sharing) base(local keyring.Ring) keyring.Ring {
+	if sh == nil || sh.err != nil {
+		return local
+	}
+	return sh.planFrom
+}
+
+// blocked is why the ring must fail closed this time, if it must.
+func (sh *sharing) blocked() error {
+	if sh == nil {
+		return nil
+	}
+	return sh.err
+}
+
+func (sh *sharing) handled(request string) bool { return sh != nil && sh.read.Handled(request) }
+func (sh *sharing) revoked(request string) bool { return sh != nil && sh.read.Revoked(request) }
+
+// localVersion is the entry's version this cluster serves.
+func (sh *sharing) localVersion() int64 {
+	if sh == nil {
+		return 0
+	}
+	return sh.local.Version
+}
+
+// report is the ring's status.shared after this reconcile; nil for a ring
+// that is not shared.
+func (sh *sharing) report() *v1alpha1.SharedRingStatus {
+	if sh == nil || sh.store == nil {
+		return nil
+	}
+	st := sh.status
+	// The version served is the one read. One the status does not show yet
+	// was adopted by a pass whose status write failed: when it arrived is
+	// known only if this operator adopted it.
+	if sh.err == nil && sh.read != nil && !sh.read.Deleted && st.Version != sh.read.Version {
+		st.Version, st.VersionTime = sh.read.Version, &metav1.Time{Time: sh.read.Created.Truncate(time.Second)}
+		st.Writer, st.PropagationDelay = "Adopted", nil
+		if v, ok := sh.adoptions.Load(st.Path); ok && v.(v1alpha1.SharedRingStatus).Version == st.Version {
+			st.PropagationDelay = v.(v1alpha1.SharedRingStatus).PropagationDelay
+		}
+	}
+	return &st
+}
+
+// problem is the Ready problem of a ring that fails closed.
+func (sh *sharing) problem(in ring) *ringstatus.Problem {
+	// What the entry holds is the ring's own; how Vault is reached and
+	// logged in to is the key source's (ring.sourceError).
+	msg := sh.err.Error()
+	switch mint.ReasonOf(sh.err) {
+	case v1alpha1.ReasonVaultBadResponse, v1alpha1.ReasonSharedRingRolledBack, v1alpha1.ReasonSharedRingUnsupported:
+	default:
+		msg = in.sourceError(sh.err)
+	}
+	return &ringstatus.Problem{Reason: mint.ReasonOf(sh.err),
+		Message: fmt.Sprintf("%s. This cluster publishes nothing new and keeps serving its keys; expired keys are still destroyed", msg)}
+}
+
+// sync brings the ring's shared entry and this cluster in line with next,
+// planned from the entry by plan: it writes next as the entry's next
+// version when plan is a real rotation (sharedring.Decide), and says which
+// ring to publish here (next, or the entry's ring with its keys' times as
+// written), whether to, and under which entry version. A write that loses
+// the race publishes nothing: the next pass, lostRaceRetry later, adopts
+// the winner's version.
+func (r *rings) sync(ctx context.Context, sh *sharing, plan keyring.Plan, next keyring.Ring, req distribute.Requests, out *ringstatus.Outcome) (publish bool, serve keyring.Ring, version int64, err error) {
+	version = sh.local.Version
+	if sh.read != nil {
+		version = sh.read.Version
+	}
+	change := sharedring.Change{Minted: plan.Mint, Dropped: len(plan.Expired),
+		Request: (req.Rotate != "" && !sh.read.Handled(req.Rotate)) || (req.Revoke != "" && !sh.read.Revoked(req.Revoke))}
+	write, serve := sharedring.Decide(next, change, sh.read)
+	if !write {
+		publish = !sharedring.Same(serve, out.Current)
+		if publish {
+			// Now, not the reconcile's start: the version may have been
+			// written after it.
+			sh.adopted(r.Clock.Now())
+		}
+		return publish, serve, version, nil
+	}
+	var cas int64
+	if sh.read != nil {
+		cas = sh.read.Version
+	}
+	rec, err := sh.store.Write(ctx, sh.entry, cas, sh.read.Next(next, sh.policy, req.Rotate, req.Revoke))
+	switch {
+	case errors.Is(err, mint.ErrLostRace):
+		sharedWritesTotal.WithLabelValues("lost").Inc()
+		log.FromContext(ctx).Info("Lost the race to write the shared ring; adopting the winner's version", "entry", sh.status.Path, "version", cas+1)
+		return false, next, version, err
+	case err != nil:
+		return false, next, version, err
+	}
+	sharedWritesTotal.WithLabelValues("won").Inc()
+	sh.read = &rec
+	sh.status.Version, sh.status.VersionTime = rec.Version, &metav1.Time{Time: rec.Created.Truncate(time.Second)}
+	sh.status.PropagationDelay, sh.status.Writer = &metav1.Duration{}, "Local"
+	log.FromContext(ctx).Info("Wrote shared ring version", "entry", sh.status.Path, "version", rec.Version)
+	return true, next, rec.Version, nil
+}
+
+// adopted records that this cluster publishes the version it read, which
+// another cluster wrote.
+func (sh *sharing) adopted(now time.Time) {
+	rec := sh.read
+	if rec == nil {
+		return
+	}
+	delay := max(now.Sub(rec.Created), 0)
+	sh.status.Version, sh.status.VersionTime = rec.Version, &metav1.Time{Time: rec.Created.Truncate(time.Second)}
+	sh.status.PropagationDelay, sh.status.Writer = &metav1.Duration{Duration: delay.Round(time.Millisecond)}, "Adopted"
+	sharedPropagationSeconds.Observe(delay.Seconds())
+	sh.adoptions.Store(sh.status.Path, sh.status)
+}
+
+// sweeper destroys, once per version and operator, the old versions of a
+// shared entry that hold keys its newest version no longer has.
+type sweeper struct {
+	mu    sync.Mutex
+	swept map[string]int64 // entry location -> newest version swept
+}
+
+// sweep destroys the stale versions of the entry, once its newest version
+// is known to this operator.
+func (r *rings) sweep(ctx context.Context, sh *sharing) error {
+	if sh == nil || sh.err != nil || sh.read == nil || sh.read.Deleted {
+		return nil
+	}
+	r.sweeps.mu.Lock()
+	done := r.sweeps.swept[sh.status.Path] >= sh.read.Version
+	r.sweeps.mu.Unlock()
+	if done {
+		return nil
+	}
+	ctx, cancel := r.Sources.WithTimeout(ctx)
+	defer cancel()
+	destroyed, err := sh.store.Sweep(ctx, sh.entry, *sh.read)
+	if err != nil {
+		return fmt.Errorf("destroy old versions of shared ring %s: %w", sh.status.Path, err)
+	}
+	if len(destroyed) > 0 {
+		log.FromContext(ctx).Info("Destroyed shared ring versions holding keys no longer in the ring", "entry", sh.status.Path, "versions", destroyed)
+	}
+	r.sweeps.mu.Lock()
+	if r.sweeps.swept == nil {
+		r.sweeps.swept = map[string]int64{}
+	}
+	r.sweeps.swept[sh.status.Path] = max(r.sweeps.swept[sh.status.Path], sh.read.Version)
+	r.sweeps.mu.Unlock()
+	return nil
+}

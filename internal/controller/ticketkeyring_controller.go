@@ -1,0 +1,50 @@
+// Package controllers holds one thin controller per ringmaster kind. The
+// domain decisions live in pure packages (internal/keyring,
+// internal/distribute, internal/ringstatus, internal/certpolicy);
+// controllers read, call them, and write what they decided.
+package controller
+
+import (
+	"context"
+	"errors"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/distribute"
+)
+
+// +kubebuilder:rbac:groups=ringmaster.io,resources=ticketkeyrings,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ringmaster.io,resources=ticketkeyrings/status,verbs=patch
+// +kubebuilder:rbac:groups=ringmaster.io,resources=ticketkeyrings/finalizers,verbs=update
+
+// TicketKeyRingReconciler rotates the keys of TicketKeyRings and delivers
+// them into each ring's own namespace, and nowhere else.
+type TicketKeyRingReconciler struct {
+	*rings
+}
+
+// Reconcile publishes the ring's next epoch when one is due and keeps its
+// projection in step with the newest snapshot.
+func (r *TicketKeyRingReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	tkr := &v1alpha1.TicketKeyRing{}
+	if err := r.Get(ctx, req.NamespacedName, tkr); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.gauges.forget(req.NamespacedName)
+		}
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !tkr.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil // its Secrets go with it, by owner reference
+	}
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("ring", klog.KObj(tkr)))
+	status, res, err := r.reconcile(ctx, ring{
+		obj: tkr, owner: distribute.OwnerOf(tkr), spec: tkr.Spec, status: tkr.Status,
+		namespace: tkr.Namespace, targets: []string{tkr.Namespace}, voters: []string{tkr.Namespace},
+	})
+	return result(res, errors.Join(err, applyStatus(ctx, r.Client, tkr, tkr.Status, status)))
+}
