@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/pkg/agentstatus"
+	"github.com/ringmaster-io/ringmaster/internal/agentstatus"
 )
 
 // MaxMissing bounds the pods a ring's status names.

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/pkg/agentstatus"
+	"github.com/ringmaster-io/ringmaster/internal/agentstatus"
 )
 
 func TestTally(t *testing.T) {

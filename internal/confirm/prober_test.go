@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/agentstatus"
 	"github.com/ringmaster-io/ringmaster/internal/testing/blackhole"
-	"github.com/ringmaster-io/ringmaster/pkg/agentstatus"
 )
 
 // pods lists the pods a test placed, by namespace: the Prober's only read

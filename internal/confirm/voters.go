@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/pkg/agentstatus"
+	"github.com/ringmaster-io/ringmaster/internal/agentstatus"
 )
 
 // Voters chooses, among the pods a ring's podSelector matched, those whose

@@ -22,7 +22,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/sharedring"
 	"github.com/ringmaster-io/ringmaster/internal/testing/blackhole"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
-	"github.com/ringmaster-io/ringmaster/internal/vaulttest"
+	"github.com/ringmaster-io/ringmaster/internal/testing/vaulttest"
 )
 
 // sharedPolicy is all a key source sharing rings under ringmaster/ needs:

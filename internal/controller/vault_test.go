@@ -21,7 +21,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
-	"github.com/ringmaster-io/ringmaster/internal/vaulttest"
+	"github.com/ringmaster-io/ringmaster/internal/testing/vaulttest"
 )
 
 // These specs mint keys with a real Vault dev server over TLS (hack/vault.sh

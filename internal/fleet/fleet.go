@@ -15,8 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ringmaster-io/ringmaster/internal/agentstatus"
 	"github.com/ringmaster-io/ringmaster/internal/testing/atomicdir"
-	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 
 // Config describes a fleet of examples/server replicas.
@@ -269,8 +269,8 @@ func (f *Fleet) stopNow() error {
 
 // Health reads every replica's /healthz: the agent's Status. For nginx and
 // HAProxy it is their sidecar's, which describes the keys the server holds.
-func (f *Fleet) Health(ctx context.Context) ([]agent.Status, error) {
-	out := make([]agent.Status, len(f.Replicas))
+func (f *Fleet) Health(ctx context.Context) ([]agentstatus.Status, error) {
+	out := make([]agentstatus.Status, len(f.Replicas))
 	for i, r := range f.Replicas {
 		url := "http://" + r.StatusAddr + "/healthz"
 		if f.Server != GoServer {
@@ -285,7 +285,7 @@ func (f *Fleet) Health(ctx context.Context) ([]agent.Status, error) {
 	return out, nil
 }
 
-func (f *Fleet) healthOf(ctx context.Context, url string) (agent.Status, error) {
+func (f *Fleet) healthOf(ctx context.Context, url string) (agentstatus.Status, error) {
 	return ReadHealthURL(ctx, f.health, url)
 }
 
@@ -346,28 +346,28 @@ func ParseMetric(exposition, series string) (float64, error) {
 
 // ReadHealth reads the /healthz of the examples/server whose status port
 // (-status-listen) is at addr: the agent's Status.
-func ReadHealth(ctx context.Context, c *http.Client, addr string) (agent.Status, error) {
+func ReadHealth(ctx context.Context, c *http.Client, addr string) (agentstatus.Status, error) {
 	return ReadHealthURL(ctx, c, "http://"+addr+"/healthz")
 }
 
 // ReadHealthURL reads an agent's Status from url with c: an
 // examples/server's /healthz, or a sidecar's.
-func ReadHealthURL(ctx context.Context, c *http.Client, url string) (agent.Status, error) {
+func ReadHealthURL(ctx context.Context, c *http.Client, url string) (agentstatus.Status, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return agent.Status{}, err
+		return agentstatus.Status{}, err
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return agent.Status{}, err
+		return agentstatus.Status{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return agent.Status{}, fmt.Errorf("/healthz: %s", resp.Status)
+		return agentstatus.Status{}, fmt.Errorf("/healthz: %s", resp.Status)
 	}
-	var st agent.Status
+	var st agentstatus.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return agent.Status{}, fmt.Errorf("/healthz: %w", err)
+		return agentstatus.Status{}, fmt.Errorf("/healthz: %w", err)
 	}
 	return st, nil
 }
@@ -375,8 +375,8 @@ func ReadHealthURL(ctx context.Context, c *http.Client, url string) (agent.Statu
 // WaitServing polls every replica's /healthz until cond holds for all of
 // them, and returns their statuses. what names the awaited state in the
 // error when ctx ends first.
-func (f *Fleet) WaitServing(ctx context.Context, what string, cond func(agent.Status) bool) ([]agent.Status, error) {
-	var last []agent.Status
+func (f *Fleet) WaitServing(ctx context.Context, what string, cond func(agentstatus.Status) bool) ([]agentstatus.Status, error) {
+	var last []agentstatus.Status
 	var lastErr error
 	for {
 		sts, err := f.Health(ctx)
@@ -401,12 +401,12 @@ func (f *Fleet) WaitServing(ctx context.Context, what string, cond func(agent.St
 
 // ServingKey is a WaitServing condition: the replica serves id as its active
 // key, at epoch minEpoch or later.
-func ServingKey(id string, minEpoch int64) func(agent.Status) bool {
-	return func(st agent.Status) bool { return st.ActiveKeyID == id && st.Epoch >= minEpoch }
+func ServingKey(id string, minEpoch int64) func(agentstatus.Status) bool {
+	return func(st agentstatus.Status) bool { return st.ActiveKeyID == id && st.Epoch >= minEpoch }
 }
 
 // Holds reports whether a replica's status lists key id.
-func Holds(st agent.Status, id string) bool {
+func Holds(st agentstatus.Status, id string) bool {
 	for _, k := range st.Keys {
 		if k.ID == id {
 			return true
@@ -417,7 +417,7 @@ func Holds(st agent.Status, id string) bool {
 
 // DescribeHealth renders statuses one replica a line: epoch, active key and
 // every key with its state. Key ids only.
-func DescribeHealth(sts []agent.Status) string {
+func DescribeHealth(sts []agentstatus.Status) string {
 	var b strings.Builder
 	for i, st := range sts {
 		fmt.Fprintf(&b, "  replica %d: epoch %d, active %s, keys", i, st.Epoch, orDash(st.ActiveKeyID))

@@ -14,7 +14,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/sharedring"
-	"github.com/ringmaster-io/ringmaster/internal/vaulttest"
+	"github.com/ringmaster-io/ringmaster/internal/testing/vaulttest"
 )
 
 // sharedStore is a Shared on a fresh dev server, logged in as root.

@@ -12,7 +12,7 @@ import (
 	vault "github.com/hashicorp/vault/api"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/internal/vaulttest"
+	"github.com/ringmaster-io/ringmaster/internal/testing/vaulttest"
 )
 
 // countingLogin counts the logins of the Login it wraps.

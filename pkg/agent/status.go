@@ -2,7 +2,7 @@ package agent
 
 import (
 	"encoding/json"
-	"github.com/ringmaster-io/ringmaster/pkg/agentstatus"
+	"github.com/ringmaster-io/ringmaster/internal/agentstatus"
 	"net/http"
 )
 

@@ -27,7 +27,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/sharedring"
-	"github.com/ringmaster-io/ringmaster/internal/vaulttest"
+	"github.com/ringmaster-io/ringmaster/internal/testing/vaulttest"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 
