@@ -3,20 +3,15 @@ package agent_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"encoding/pem"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"strconv"
 	"strings"
@@ -80,12 +75,11 @@ func (c *fakeClock) Set(t time.Time) {
 	c.waiters = keep
 }
 
-// pki issues ECDSA P-256 certificates for 127.0.0.1 and localhost.
+// pki issues ECDSA P-256 certificates for 127.0.0.1 and localhost, from
+// the tests' one authority (internal/testing/testpki).
 type pki struct {
 	t      testing.TB
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	pool   *x509.CertPool
+	ca     *testpki.CA
 	serial int64
 }
 
@@ -98,66 +92,26 @@ type leaf struct {
 
 func newPKI(t testing.TB) *pki {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := testpki.NewCA("ringmaster test CA")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "ringmaster test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return &pki{t: t, ca: ca, caKey: key, pool: pool, serial: 100}
+	return &pki{t: t, ca: ca}
 }
 
 func (p *pki) issue(notBefore, notAfter time.Time) leaf {
 	p.t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		p.t.Fatal(err)
-	}
 	p.serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(p.serial),
-		Subject:      pkix.Name{CommonName: "localhost"},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:    notBefore,
-		NotAfter:     notAfter,
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	is, err := p.ca.Issue(testpki.Leaf{
+		DNSNames:  []string{"localhost"},
+		IPs:       []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore: notBefore,
+		NotAfter:  notAfter,
+	})
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	pk, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return leaf{
-		crt:  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		key:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pk}),
-		cert: cert,
-	}
+	return leaf{crt: is.CertPEM, key: is.KeyPEM, cert: is.Cert}
 }
 
 // valid issues a certificate valid from a day ago (so that fake clocks set
@@ -180,7 +134,7 @@ func (l leaf) tlsCertificate(t testing.TB) tls.Certificate {
 // client returns a client config trusting p, with its own session cache.
 func (p *pki) client(version uint16) *tls.Config {
 	return &tls.Config{
-		RootCAs:            p.pool,
+		RootCAs:            p.ca.Pool(),
 		ServerName:         "localhost",
 		MinVersion:         version,
 		MaxVersion:         version,
