@@ -506,3 +506,26 @@ func TestLayoutMatchesTheTree(t *testing.T) {
 		t.Fatalf("the layout lists only %d directories", n)
 	}
 }
+
+var alertName = regexp.MustCompile(`(?m)^\s*- alert: (\S+)`)
+
+func TestDocsNameEveryAlert(t *testing.T) {
+	rule := docPage(t, "charts/ringmaster/templates/prometheusrule.yaml")
+	alerts := alertName.FindAllStringSubmatch(rule, -1)
+	if len(alerts) == 0 {
+		t.Fatal("the chart's PrometheusRule holds no alert")
+	}
+	documented := tableColumn(docPage(t, "docs/operations.md"), "alert")
+	var names []string
+	for _, a := range alerts {
+		names = append(names, a[1])
+		if !slices.Contains(documented, a[1]) {
+			t.Errorf("alert %s of the chart is missing from the alert table of docs/operations.md", a[1])
+		}
+	}
+	for _, d := range documented {
+		if !slices.Contains(names, d) {
+			t.Errorf("docs/operations.md documents alert %s, which the chart does not define", d)
+		}
+	}
+}
