@@ -1,0 +1,531 @@
+package docs
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// root is the repository, seen from this package's directory.
+const root = ".."
+
+// page is one Markdown file: its path from the repository root and text.
+type page struct {
+	path string
+	text string
+}
+
+// pages reads README.md and every Markdown file under docs/.
+func pages(t *testing.T) []page {
+	t.Helper()
+	var out []page
+	read := func(rel string) {
+		b, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, page{path: rel, text: string(b)})
+	}
+	read("README.md")
+	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && strings.HasSuffix(p, ".md") {
+			read(filepath.ToSlash(filepath.Join("docs", p)))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// docsText is the text of every page under docs/, which must document the
+// names the code defines.
+func docsText(t *testing.T) string {
+	var b strings.Builder
+	for _, p := range pages(t) {
+		if strings.HasPrefix(p.path, "docs/") {
+			b.WriteString(p.text)
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+func docPage(t *testing.T, rel string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// goFiles parses the non-test Go files under dir (relative to the root),
+// skipping dirs named in skip.
+func goFiles(t *testing.T, dir string, recursive bool) []*ast.File {
+	t.Helper()
+	fset := token.NewFileSet()
+	var files []*ast.File
+	base := filepath.Join(root, dir)
+	err := filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != base && (!recursive || strings.HasPrefix(d.Name(), ".") || d.Name() == "bin" || d.Name() == "testdata" ||
+				filepath.ToSlash(p) == filepath.ToSlash(filepath.Join(root, "hack/tools")) || filepath.ToSlash(p) == filepath.ToSlash(filepath.Join(root, "docs"))) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		files = append(files, f)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+func goFile(t *testing.T, rel string) *ast.File {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(root, rel), nil, parser.SkipObjectResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// stringConsts maps each string constant's name to its value.
+func stringConsts(files ...*ast.File) map[string]string {
+	out := map[string]string{}
+	for _, f := range files {
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs := spec.(*ast.ValueSpec)
+				for i, name := range vs.Names {
+					if i >= len(vs.Values) {
+						continue
+					}
+					if v, ok := stringLit(vs.Values[i]); ok {
+						out[name.Name] = v
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func stringLit(e ast.Expr) (string, bool) {
+	lit, ok := e.(*ast.BasicLit)
+	if !ok || lit.Kind != token.STRING {
+		return "", false
+	}
+	v, err := strconv.Unquote(lit.Value)
+	return v, err == nil
+}
+
+// conditionNames is every condition type and reason of
+// api/v1alpha1/conditions.go.
+func conditionNames(t *testing.T) []string {
+	var out []string
+	for _, v := range stringConsts(goFile(t, "api/v1alpha1/conditions.go")) {
+		out = append(out, v)
+	}
+	slices.Sort(out)
+	if len(out) < 10 {
+		t.Fatalf("found only %d constants in api/v1alpha1/conditions.go", len(out))
+	}
+	return out
+}
+
+// eventReasons is every event reason the code under internal/ and cmd/
+// gives as a literal or a constant of api/v1alpha1; reasons computed at run
+// time are condition reasons, which conditionNames covers.
+func eventReasons(t *testing.T) []string {
+	api := stringConsts(goFiles(t, "api/v1alpha1", false)...)
+	var files []*ast.File
+	files = append(files, goFiles(t, "internal", true)...)
+	files = append(files, goFiles(t, "cmd", true)...)
+	seen := map[string]bool{}
+	calls := 0
+	for _, f := range files {
+		local := stringConsts(f)
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok || !slices.Contains([]string{"Event", "Eventf", "AnnotatedEventf"}, sel.Sel.Name) {
+				return true
+			}
+			typ := slices.IndexFunc(call.Args, isEventType)
+			if typ < 0 || typ+1 >= len(call.Args) {
+				return true
+			}
+			calls++
+			switch r := call.Args[typ+1].(type) {
+			case *ast.BasicLit:
+				if v, ok := stringLit(r); ok {
+					seen[v] = true
+				}
+			case *ast.SelectorExpr:
+				if x, ok := r.X.(*ast.Ident); ok && x.Name == "v1alpha1" {
+					v, ok := api[r.Sel.Name]
+					if !ok {
+						t.Errorf("event reason v1alpha1.%s is no string constant of api/v1alpha1", r.Sel.Name)
+					}
+					seen[v] = true
+				}
+			case *ast.Ident:
+				if v, ok := local[r.Name]; ok {
+					seen[v] = true
+				}
+			}
+			return true
+		})
+	}
+	if calls == 0 || len(seen) == 0 {
+		t.Fatalf("found %d event calls and %d reasons: the recorder's calls changed shape", calls, len(seen))
+	}
+	var out []string
+	for r := range seen {
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// isEventType reports whether e is an event's type: corev1.EventTypeNormal
+// or Warning, "Normal" or "Warning", or a variable holding one (typ).
+func isEventType(e ast.Expr) bool {
+	switch e := e.(type) {
+	case *ast.SelectorExpr:
+		return e.Sel.Name == "EventTypeNormal" || e.Sel.Name == "EventTypeWarning"
+	case *ast.BasicLit:
+		v, _ := stringLit(e)
+		return v == "Normal" || v == "Warning"
+	case *ast.Ident:
+		n := strings.ToLower(e.Name)
+		return n == "typ" || n == "eventtype" || n == "etype"
+	}
+	return false
+}
+
+var metricName = regexp.MustCompile(`^ringmaster_[a-z0-9_]*[a-z0-9]$`)
+
+// metrics is every ringmaster_ metric name the code gives as a string
+// literal.
+func metrics(t *testing.T) []string {
+	seen := map[string]bool{}
+	for _, f := range goFiles(t, ".", true) {
+		ast.Inspect(f, func(n ast.Node) bool {
+			if v, ok := n.(*ast.BasicLit); ok {
+				if s, ok := stringLit(v); ok && metricName.MatchString(s) {
+					seen[s] = true
+				}
+			}
+			return true
+		})
+	}
+	var out []string
+	for m := range seen {
+		out = append(out, m)
+	}
+	slices.Sort(out)
+	if len(out) < 10 {
+		t.Fatalf("found only %d ringmaster_ metrics in the code", len(out))
+	}
+	return out
+}
+
+var flagFuncs = map[string]int{ // the index of the flag's name
+	"String": 0, "Bool": 0, "Int": 0, "Int64": 0, "Uint": 0, "Uint64": 0, "Float64": 0, "Duration": 0, "Func": 0, "BoolFunc": 0,
+	"StringVar": 1, "BoolVar": 1, "IntVar": 1, "Int64Var": 1, "UintVar": 1, "Uint64Var": 1, "Float64Var": 1, "DurationVar": 1, "Var": 1, "TextVar": 1,
+}
+
+// flags is every flag the files define on the flag package or a FlagSet.
+func flags(t *testing.T, files ...*ast.File) []string {
+	var out []string
+	for _, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			i, ok := flagFuncs[sel.Sel.Name]
+			if !ok || i >= len(call.Args) {
+				return true
+			}
+			x, ok := sel.X.(*ast.Ident)
+			if !ok || (x.Name != "flag" && x.Name != "fs") {
+				return true
+			}
+			if name, ok := stringLit(call.Args[i]); ok {
+				out = append(out, name)
+			}
+			return true
+		})
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func operatorFlags(t *testing.T) []string {
+	out := flags(t, goFile(t, "main.go"))
+	if len(out) < 5 {
+		t.Fatalf("found only %d flags in main.go", len(out))
+	}
+	return out
+}
+
+func agentFlags(t *testing.T) []string {
+	out := flags(t, goFiles(t, "cmd/ringmaster-agent", false)...)
+	if len(out) < 5 {
+		t.Fatalf("found only %d flags in cmd/ringmaster-agent", len(out))
+	}
+	return out
+}
+
+// tableColumn is the first cell of each row of the tables in text whose
+// first header cell is header, where that cell is one `code` span.
+func tableColumn(text, header string) []string {
+	var out []string
+	in := false
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "|") {
+			in = false
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		first := strings.TrimSpace(cells[0])
+		switch {
+		case !in && first == header:
+			in = true
+		case in && strings.HasPrefix(first, "---"):
+		case in && len(first) > 2 && strings.Count(first, "`") == 2 && strings.HasPrefix(first, "`") && strings.HasSuffix(first, "`"):
+			out = append(out, strings.Trim(first, "`"))
+		}
+	}
+	return out
+}
+
+func TestDocsNameEveryConditionTypeAndReason(t *testing.T) {
+	text := docsText(t)
+	for _, r := range conditionNames(t) {
+		if !strings.Contains(text, "`"+r+"`") {
+			t.Errorf("condition type or reason %q (api/v1alpha1/conditions.go) appears in no page under docs/", r)
+		}
+	}
+}
+
+func TestDocsNameEveryEventReason(t *testing.T) {
+	text := docsText(t)
+	for _, r := range eventReasons(t) {
+		if !strings.Contains(text, "`"+r+"`") {
+			t.Errorf("event reason %q appears in no page under docs/", r)
+		}
+	}
+}
+
+func TestDocsNameOnlyReasonsOfTheCode(t *testing.T) {
+	known := append(conditionNames(t), eventReasons(t)...)
+	rows := tableColumn(docPage(t, "docs/operations.md"), "reason")
+	if len(rows) < 10 {
+		t.Fatalf("docs/operations.md's reason tables hold only %d reasons", len(rows))
+	}
+	for _, r := range rows {
+		if !slices.Contains(known, r) {
+			t.Errorf("docs/operations.md lists reason %q, which the code does not define", r)
+		}
+	}
+}
+
+func TestDocsNameEveryMetric(t *testing.T) {
+	text := docsText(t)
+	for _, m := range metrics(t) {
+		if !regexp.MustCompile("`" + m + `[{` + "`]").MatchString(text) {
+			t.Errorf("metric %s appears in no page under docs/", m)
+		}
+	}
+}
+
+var docMetric = regexp.MustCompile(`ringmaster_[a-z0-9_]+`)
+
+func TestDocsNameOnlyMetricsOfTheCode(t *testing.T) {
+	code := metrics(t)
+	for _, p := range pages(t) {
+		for _, loc := range docMetric.FindAllStringIndex(p.text, -1) {
+			m := p.text[loc[0]:loc[1]]
+			if strings.HasPrefix(p.text[loc[1]:], ".yaml") || strings.HasPrefix(m, "ringmaster_v1alpha1_") {
+				continue // a sample's file name
+			}
+			if strings.HasSuffix(m, "_") { // a prefix, as in ringmaster_agent_*
+				if !slices.ContainsFunc(code, func(c string) bool { return strings.HasPrefix(c, m) }) {
+					t.Errorf("%s names metrics %s*, and the code has none", p.path, m)
+				}
+				continue
+			}
+			base := m
+			for _, suffix := range []string{"_bucket", "_count", "_sum"} {
+				if b, ok := strings.CutSuffix(m, suffix); ok && slices.Contains(code, b) {
+					base = b
+				}
+			}
+			if !slices.Contains(code, base) {
+				t.Errorf("%s names metric %s, which the code does not register", p.path, m)
+			}
+		}
+	}
+}
+
+func TestDocsNameEveryFlag(t *testing.T) {
+	for _, tt := range []struct {
+		page  string
+		flags []string
+	}{
+		{"docs/operations.md", operatorFlags(t)},
+		{"docs/sidecar.md", agentFlags(t)},
+	} {
+		documented := tableColumn(docPage(t, tt.page), "flag")
+		for _, f := range tt.flags {
+			if !slices.Contains(documented, "--"+f) {
+				t.Errorf("flag --%s is missing from the flag table of %s", f, tt.page)
+			}
+		}
+		for _, d := range documented {
+			if !slices.Contains(tt.flags, strings.TrimPrefix(d, "--")) {
+				t.Errorf("%s documents flag %s, which the code does not define", tt.page, d)
+			}
+		}
+	}
+}
+
+var (
+	link    = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	heading = regexp.MustCompile(`(?m)^#{1,6} (.+)$`)
+	fence   = regexp.MustCompile("(?ms)^```.*?^```")
+	notSlug = regexp.MustCompile(`[^\p{L}\p{N}_\- ]`)
+)
+
+// anchors is every heading anchor of a Markdown text, as GitHub makes them.
+func anchors(text string) map[string]bool {
+	out := map[string]bool{}
+	count := map[string]int{}
+	for _, m := range heading.FindAllStringSubmatch(fence.ReplaceAllString(text, ""), -1) {
+		s := strings.ReplaceAll(notSlug.ReplaceAllString(strings.ToLower(strings.TrimSpace(m[1])), ""), " ", "-")
+		if n := count[s]; n > 0 {
+			out[s+"-"+strconv.Itoa(n)] = true
+		} else {
+			out[s] = true
+		}
+		count[s]++
+	}
+	return out
+}
+
+func TestRelativeLinksResolve(t *testing.T) {
+	for _, p := range pages(t) {
+		for _, m := range link.FindAllStringSubmatch(fence.ReplaceAllString(p.text, ""), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, anchor, _ := strings.Cut(target, "#")
+			rel := p.path
+			if file != "" {
+				rel = filepath.ToSlash(filepath.Join(filepath.Dir(p.path), file))
+				if _, err := os.Stat(filepath.Join(root, rel)); err != nil {
+					t.Errorf("%s links to %s, which does not exist", p.path, target)
+					continue
+				}
+			}
+			if anchor == "" {
+				continue
+			}
+			if !strings.HasSuffix(rel, ".md") {
+				t.Errorf("%s links to an anchor of %s, which is no Markdown file", p.path, target)
+				continue
+			}
+			if !anchors(docPage(t, rel))[anchor] {
+				t.Errorf("%s links to %s: %s has no heading #%s", p.path, target, rel, anchor)
+			}
+		}
+	}
+}
+
+func TestLayoutMatchesTheTree(t *testing.T) {
+	text := docPage(t, "docs/development.md")
+	_, after, ok := strings.Cut(text, "## Layout")
+	if !ok {
+		t.Fatal("docs/development.md has no Layout section")
+	}
+	block := fence.FindString(after)
+	n := 0
+	for _, line := range strings.Split(block, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasSuffix(f[0], "/") {
+			continue
+		}
+		n++
+		if st, err := os.Stat(filepath.Join(root, f[0])); err != nil || !st.IsDir() {
+			t.Errorf("the layout lists %s, which is no directory of the tree", f[0])
+		}
+	}
+	if n < 10 {
+		t.Fatalf("the layout lists only %d directories", n)
+	}
+}
+
+var alertName = regexp.MustCompile(`(?m)^\s*- alert: (\S+)`)
+
+func TestDocsNameEveryAlert(t *testing.T) {
+	rule := docPage(t, "charts/ringmaster/templates/prometheusrule.yaml")
+	alerts := alertName.FindAllStringSubmatch(rule, -1)
+	if len(alerts) == 0 {
+		t.Fatal("the chart's PrometheusRule holds no alert")
+	}
+	documented := tableColumn(docPage(t, "docs/operations.md"), "alert")
+	var names []string
+	for _, a := range alerts {
+		names = append(names, a[1])
+		if !slices.Contains(documented, a[1]) {
+			t.Errorf("alert %s of the chart is missing from the alert table of docs/operations.md", a[1])
+		}
+	}
+	for _, d := range documented {
+		if !slices.Contains(names, d) {
+			t.Errorf("docs/operations.md documents alert %s, which the chart does not define", d)
+		}
+	}
+}
