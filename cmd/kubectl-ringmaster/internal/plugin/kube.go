@@ -171,5 +171,5 @@ func errRefused(action string, ref ringRef, err error) error {
 		role = "a role that may patch clusterticketkeyrings.ringmaster.io (cluster administrators)"
 	}
 	return errors.Join(fmt.Errorf("you may not %s %s: %w", action, ref, err),
-		fmt.Errorf("it takes %s (README, Tenancy)", role))
+		fmt.Errorf("it takes %s (docs/security.md, Tenancy)", role))
 }

@@ -22,7 +22,7 @@ func newRotateCommand(k *kube, streams genericiooptions.IOStreams) *cobra.Comman
 		Use:   "rotate RING",
 		Short: "Rotate a ring now, and wait until the staged key encrypts and a new key is staged",
 		Long: `Rotate sets the ring's ringmaster.io/rotate-requested-at annotation to the current
-time (RFC 3339), the request the README documents, as:
+time (RFC 3339), the request docs/kubectl-plugin.md documents, as:
 
   kubectl annotate tkr RING --overwrite ringmaster.io/rotate-requested-at="$(date -u +%FT%TZ)"
 

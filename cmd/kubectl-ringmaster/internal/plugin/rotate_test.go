@@ -59,7 +59,7 @@ var _ = Describe("rotate", func() {
 		res := run(viewer, "rotate", "web", "-n", "shop")
 		Expect(res.Code).To(Equal(1))
 		Expect(res.Err).To(ContainSubstring(`error: you may not rotate TicketKeyRing shop/web: ticketkeyrings.ringmaster.io "web" is forbidden: User "viewer" cannot patch resource "ticketkeyrings" in API group "ringmaster.io" in the namespace "shop"`))
-		Expect(res.Err).To(ContainSubstring("it takes the ringmaster-ring-editor ClusterRole, bound in namespace shop (README, Tenancy)"))
+		Expect(res.Err).To(ContainSubstring("it takes the ringmaster-ring-editor ClusterRole, bound in namespace shop (docs/security.md, Tenancy)"))
 		Expect(getRing("shop", "web").Annotations[v1alpha1.RotateRequestedAtAnnotation]).To(Equal(was))
 	})
 })
