@@ -306,9 +306,9 @@ func (r *rings) mint(ctx context.Context, in ring, src keySource, sh *sharing, d
 		return ringplan.Minted{Ring: next}
 	}
 	if in.namespace != "" {
-		log.FromContext(ctx).Info("Mint failed", "keySource", in.spec.SourceRef.Name, "reason", mint.ReasonOf(err), "error", err.Error())
+		log.FromContext(ctx).Info("Mint failed", "keySource", in.spec.SourceRef.Name, "reason", mint.ReportedReason(err), "error", err.Error())
 	}
-	return ringplan.Minted{Err: err, Problem: &ringstatus.Problem{Reason: mint.ReasonOf(err),
+	return ringplan.Minted{Err: err, Problem: &ringstatus.Problem{Reason: mint.ReportedReason(err),
 		Message: fmt.Sprintf("Minting %d key(s) failed: %s. Nothing new was published and the current keys keep serving", d.Plan.Mint, in.sourceError(err))}}
 }
 

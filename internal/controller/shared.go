@@ -125,12 +125,12 @@ func (sh *sharing) problem(in ring) *ringstatus.Problem {
 	// What the entry holds is the ring's own; how Vault is reached and
 	// logged in to is the key source's (ring.sourceError).
 	msg := sh.err.Error()
-	switch mint.ReasonOf(sh.err) {
+	switch mint.ReportedReason(sh.err) {
 	case v1alpha1.ReasonVaultBadResponse, v1alpha1.ReasonSharedRingRolledBack, v1alpha1.ReasonSharedRingUnsupported:
 	default:
 		msg = in.sourceError(sh.err)
 	}
-	return &ringstatus.Problem{Reason: mint.ReasonOf(sh.err),
+	return &ringstatus.Problem{Reason: mint.ReportedReason(sh.err),
 		Message: fmt.Sprintf("%s. This cluster publishes nothing new and keeps serving its keys; expired keys are still destroyed", msg)}
 }
 
