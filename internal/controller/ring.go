@@ -109,8 +109,7 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 	if res.RotationFailed {
 		rotationsTotal.WithLabelValues("failure").Inc()
 	}
-	out.Source, out.Unconfirmed, out.Revocation = res.Source, res.Unconfirmed, res.Revocation
-	out.RotateRequest, out.RevokeRequest = res.RotateRequest, res.RevokeRequest
+	out = res.Report(out)
 	next := res.Serving(rd)
 	if res.Publish {
 		next = res.Next

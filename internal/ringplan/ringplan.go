@@ -290,6 +290,14 @@ func (r Result) Serving(in Read) keyring.Ring {
 	return r.Next
 }
 
+// Report puts in the status's outcome what the result says of the ring's
+// key source, its requests and its held staged key.
+func (r Result) Report(out ringstatus.Outcome) ringstatus.Outcome {
+	out.Source, out.Unconfirmed, out.Revocation = r.Source, r.Unconfirmed, r.Revocation
+	out.RotateRequest, out.RevokeRequest = r.RotateRequest, r.RevokeRequest
+	return out
+}
+
 // Requeue is when the ring must be looked at again: when its plan says, and
 // sooner for a failed target, a staged key awaiting its fleet, or a shared
 // ring (its entry is read every sharedring.SyncPeriod, at once after a
