@@ -101,15 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	// The TLS port: the greeting alone. Nothing the agent holds is served
 	// here, where every client of the service reaches.
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		if !*greetKeys {
-			fmt.Fprintf(w, "hello from %s\n", r.Context().Value(http.LocalAddrContextKey))
-			return
-		}
-		st := a.Status()
-		fmt.Fprintf(w, "hello from %s: epoch %d, active key %s, resumed %v\n", r.Context().Value(http.LocalAddrContextKey), st.Epoch, st.ActiveKeyID, r.TLS.DidResume)
-	})
+	mux := greeting(a, *greetKeys)
 
 	// The agent supplies the certificate and ticket keys; the base holds
 	// everything else. NextProtos belongs here: net/http adds "h2" only to
@@ -131,14 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			ln.Close()
 			return err
 		}
-		m := http.NewServeMux()
-		m.Handle("GET /metrics", metricsHandler)
-		m.Handle(agent.StatusPath, a.StatusHandler())
-		m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(a.Status())
-		})
-		statusSrv = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
+		statusSrv = &http.Server{Handler: statusMux(a, metricsHandler), ReadHeaderTimeout: 10 * time.Second}
 		fmt.Fprintf(stdout, "status listening on %s\n", statusLn.Addr())
 	}
 
@@ -173,6 +158,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		errs = append(errs, ignoreClosed(<-errc))
 	}
 	return errors.Join(errs...)
+}
+
+// greeting serves the TLS port: the greeting alone, naming the epoch and
+// active key when greetKeys is set.
+func greeting(a *agent.Agent, greetKeys bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		if !greetKeys {
+			fmt.Fprintf(w, "hello from %s\n", r.Context().Value(http.LocalAddrContextKey))
+			return
+		}
+		st := a.Status()
+		fmt.Fprintf(w, "hello from %s: epoch %d, active key %s, resumed %v\n", r.Context().Value(http.LocalAddrContextKey), st.Epoch, st.ActiveKeyID, r.TLS.DidResume)
+	})
+	return mux
+}
+
+// statusMux serves the status port: /metrics, the agent's status and
+// /healthz.
+func statusMux(a *agent.Agent, metrics http.Handler) *http.ServeMux {
+	m := http.NewServeMux()
+	m.Handle("GET /metrics", metrics)
+	m.Handle(agent.StatusPath, a.StatusHandler())
+	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(a.Status())
+	})
+	return m
 }
 
 func ignoreClosed(err error) error {

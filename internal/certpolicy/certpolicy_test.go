@@ -483,7 +483,7 @@ func TestPlan(t *testing.T) {
 			map[certpolicy.Rule]string{certpolicy.MaxKeyAge: "Never"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := certpolicy.Plan(p, certpolicy.Subject{CertManager: tc.cm}, tc.v)
+			r := certpolicy.Decide(p, certpolicy.Subject{CertManager: tc.cm}, tc.v)
 			if !slices.Equal(r.Mends, tc.mends) || r.Renew != (len(tc.mends) > 0) {
 				t.Errorf("Mends = %v (renew %v), want %v", r.Mends, r.Renew, tc.mends)
 			}

@@ -20,12 +20,12 @@ type Remedy struct {
 	Cannot []Violation
 }
 
-// Plan decides what re-issuing s would mend of its verdict v under p. Only a
+// Decide decides what re-issuing s would mend of its verdict v under p. Only a
 // cert-manager Certificate can be re-issued; a Certificate that keeps its
 // key (rotationPolicy Never) cannot get a younger key, and one whose
 // requested duration breaks maxValidity or minRemainingValidity would come
 // back breaking it again.
-func Plan(p Policy, s Subject, v Verdict) Remedy {
+func Decide(p Policy, s Subject, v Verdict) Remedy {
 	var r Remedy
 	for _, rule := range Renewable {
 		if !v.Violates(rule) {

@@ -31,7 +31,7 @@ func (r *CertificatePolicyReconciler) enforce(ctx context.Context, policy *v1alp
 		if f == nil {
 			continue
 		}
-		remedy := certpolicy.Plan(state.Compiled.Rules, f.Subject, v)
+		remedy := certpolicy.Decide(state.Compiled.Rules, f.Subject, v)
 		cannot := remedy.Cannot
 		if remedy.Renew {
 			why, renew := r.renewals.Decide(state.Compiled.Rules, f, remedy, now)

@@ -56,9 +56,9 @@ func (r *ClusterKeySourceReconciler) Reconcile(ctx context.Context, req reconcil
 	}
 	var last *ringstatus.Mint
 	if m, ok := r.Sources.LastMint(cks.Name); ok {
-		last = &ringstatus.Mint{At: m.At, Reason: mint.ReasonOf(m.Err), Err: m.Err}
+		last = &ringstatus.Mint{At: m.At, Reason: mint.ReportedReason(m.Err), Err: m.Err}
 	}
-	status, changed := ringstatus.KeySource(cks.Status, cks.Generation, cks.Spec.Vault.Address, mint.ReasonOf(err), err, last, r.Clock.Now())
+	status, changed := ringstatus.KeySource(cks.Status, cks.Generation, cks.Spec.Vault.Address, mint.ReportedReason(err), err, last, r.Clock.Now())
 	if changed {
 		ready := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady)
 		typ := corev1.EventTypeNormal

@@ -27,9 +27,8 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
+	"github.com/ringmaster-io/ringmaster/internal/ringplan"
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
-	"github.com/ringmaster-io/ringmaster/internal/schedule"
-	"github.com/ringmaster-io/ringmaster/internal/sharedring"
 )
 
 // Rings share one reconcile, whatever their kind: they differ only in where
@@ -39,15 +38,6 @@ import (
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=ringmaster.io,resources=clusterkeysources,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list
-
-// conflictRetry is how often a ring blocked by a foreign Secret looks again:
-// the cache holds only ringmaster's Secrets, so the foreign one's removal
-// raises no event.
-const conflictRetry = time.Minute
-
-// confirmPoll is how often a ring whose due staged key waits for its fleet
-// asks the pods again.
-const confirmPoll = 5 * time.Second
 
 // rings reconciles TicketKeyRings and ClusterTicketKeyRings.
 type rings struct {
@@ -85,11 +75,12 @@ type ring struct {
 	voters []string
 }
 
-// reconcile does one pass over a ring: plan, mint, publish, deliver to each
-// target, destroy what expired, and return the status to write. Problems the
-// user must fix set Ready False and return no error; problems a retry fixes
-// return the error so that backoff applies. Expired keys are destroyed
-// whatever else failed.
+// reconcile does one pass over a ring: read, decide (ringplan.Decide),
+// mint, finish (ringplan.Finish), write the shared entry, publish, deliver
+// to each target, destroy what expired, and return the status to write.
+// Problems the user must fix set Ready False and return no error; problems
+// a retry fixes return the error so that backoff applies. Expired keys are
+// destroyed whatever else failed.
 func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingStatus, reconcile.Result, error) {
 	now := r.Clock.Now()
 	in.owner.KeepInBackups = r.keepInBackups
@@ -109,13 +100,21 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 	newest := newestSnapshot(snaps)
 	src := r.keySource(ctx, in)
 	sh := r.share(ctx, in, src, policy, out.Current, newest, now)
+	rd := r.read(in, now, policy, history, out.Current, sh)
+	rd.Confirmed, out.Confirmation, out.Overdue = r.confirm(in, policy, now, out.Current)
 
-	confirmed := r.confirm(in, policy, &out)
-	plan, next, req, mintErr := r.plan(ctx, in, history, policy, confirmed, src, sh, &out)
-	publish, syncErr := r.decide(ctx, in, sh, &plan, &next, &req, mintErr, &out)
-	if publish {
-		next.Epoch = max(keyring.NextEpoch(out.Current, in.status.Epoch), req.Shared)
-		snap, problem, err := r.publish(ctx, in, next, plan, req)
+	dec := ringplan.Decide(rd)
+	minted := r.mint(ctx, in, src, sh, dec)
+	res := r.syncShared(ctx, in, rd, sh, ringplan.Finish(rd, dec, minted))
+	if res.RotationFailed {
+		rotationsTotal.WithLabelValues("failure").Inc()
+	}
+	out = res.Report(out)
+	next := res.Serving(rd)
+	if res.Publish {
+		next = res.Next
+		next.Epoch = max(keyring.NextEpoch(out.Current, in.status.Epoch), res.Requests.Shared)
+		snap, problem, err := r.publish(ctx, in, next, res.Plan, res.Requests)
 		if problem != nil {
 			// Nothing new is published, but older snapshots holding keys
 			// the current ring already dropped still go.
@@ -123,9 +122,9 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 			out.Publish, out.Ring, out.Snapshot, out.RotateRequest, out.RevokeRequest, out.Revocation = problem, out.Current, in.status.Snapshot, "", "", nil
 			destroyErr := r.destroy(ctx, history.Stale(out.Current), snaps)
 			out.Shared = sh.report()
-			return r.finish(ctx, in, out), reconcile.Result{RequeueAfter: conflictRetry}, errors.Join(mintError(mintErr), err, destroyErr)
+			return r.finish(ctx, in, out), reconcile.Result{RequeueAfter: ringplan.ConflictRetry}, errors.Join(mintError(minted.Err), err, destroyErr)
 		}
-		if mintErr == nil {
+		if !res.MintFailed {
 			rotationsTotal.WithLabelValues("success").Inc()
 		}
 		if out.Revocation != nil {
@@ -133,65 +132,24 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 		}
 		newest = snap
 	}
-	if !publish && sh != nil {
-		next = out.Current // planned from the entry, and not published
-	}
 	out.Ring, out.Snapshot = next, in.owner.SnapshotName(next.Epoch)
 	out.Shared = sh.report()
 
 	var targetErr error
 	out.Failed, targetErr = r.distribute(ctx, in, newest)
 	destroyErr := r.destroy(ctx, history.Stale(next), snaps)
-	return r.finish(ctx, in, out), r.requeue(now, policy, plan, sh, syncErr, out),
-		errors.Join(mintError(mintErr), targetErr, destroyErr, r.sweep(ctx, sh))
+	requeue := reconcile.Result{RequeueAfter: ringplan.Requeue(now, policy, res.Plan, sh != nil, len(out.Failed), res.LostRace)}
+	return r.finish(ctx, in, out), requeue, errors.Join(mintError(minted.Err), targetErr, destroyErr, r.sweep(ctx, sh))
 }
 
-// requeue is when the ring must be looked at again: when its plan says, and
-// sooner for a failed target, a staged key awaiting its fleet, or a shared
-// ring (its entry is read every sharedring.SyncPeriod, at once after a
-// lost race).
-func (r *rings) requeue(now time.Time, policy keyring.Policy, plan keyring.Plan, sh *sharing, syncErr error, out ringstatus.Outcome) reconcile.Result {
-	res := reconcile.Result{RequeueAfter: schedule.After(now, plan.RequeueAt)}
-	if len(out.Failed) > 0 {
-		res.RequeueAfter = min(conflictRetry, res.RequeueAfter)
-	}
-	if plan.Awaiting {
-		res.RequeueAfter = min(confirmPoll, res.RequeueAfter)
-	}
-	if sh != nil {
-		res.RequeueAfter = min(sharedring.SyncPeriod(policy.ActivationDelay), res.RequeueAfter)
-	}
-	if errors.Is(syncErr, mint.ErrLostRace) {
-		res.RequeueAfter = lostRaceRetry
-	}
-	return res
-}
-
-// decide says whether to publish next. A ring that is not shared publishes
-// what its plan changed. A shared ring first brings its entry in Vault in
-// line (sync); when Vault fails it, the ring fails closed: the plan falls
-// back on destroying expired keys.
-func (r *rings) decide(ctx context.Context, in ring, sh *sharing, plan *keyring.Plan, next *keyring.Ring, req *distribute.Requests, mintErr error, out *ringstatus.Outcome) (bool, error) {
-	if sh == nil || sh.err != nil || mintErr != nil {
-		req.Shared = sh.localVersion()
-		return plan.Changed, nil
-	}
-	publish, serve, version, err := r.sync(ctx, sh, *plan, *next, *req, out)
-	*next, req.Shared = serve, version
-	if err != nil {
-		// Nothing of this plan is published: a request it carried out is
-		// carried out again, or found carried out by the winner, next time.
-		out.RotateRequest, out.RevokeRequest, out.Revocation = "", "", nil
-	}
-	if err == nil || errors.Is(err, mint.ErrLostRace) {
-		return publish, err
-	}
-	rotationsTotal.WithLabelValues("failure").Inc()
-	sh.err = err
-	out.Source = sh.problem(in)
-	*plan = plan.WithoutMint(out.Now, out.Current)
-	*next, req.Shared = plan.Ring, sh.localVersion()
-	return plan.Changed, nil
+// read gathers what the reconcile read of the ring for ringplan.Decide;
+// the caller adds what its pods confirm.
+func (r *rings) read(in ring, now time.Time, policy keyring.Policy, history keyring.History, cur keyring.Ring, sh *sharing) ringplan.Read {
+	ann := in.obj.GetAnnotations()
+	return ringplan.Read{Now: now, Policy: policy, History: history, Current: cur, Last: in.status,
+		Rotate: ann[v1alpha1.RotateRequestedAtAnnotation], Revoke: ann[v1alpha1.RevokeRequestedAtAnnotation],
+		RevokedBy: ringstatus.RequestedBy(in.obj.GetManagedFields(), v1alpha1.RevokeRequestedAtAnnotation),
+		Shared:    sh.plain(in)}
 }
 
 // readRecord reads the ring's history from its snapshots and its policy from
@@ -215,66 +173,6 @@ func readRecord(in ring, snaps []*corev1.Secret) (keyring.History, keyring.Polic
 	return history, policy, nil
 }
 
-// plan decides the next ring and mints its new keys. Minting comes first:
-// when it fails, the plan falls back on one that only destroys what has
-// expired, so that forward secrecy never waits for the source. rotation is
-// the rotate-now request the new epoch carries out, if any.
-func (r *rings) plan(ctx context.Context, in ring, history keyring.History, policy keyring.Policy, confirmed bool, src keySource, sh *sharing, out *ringstatus.Outcome) (plan keyring.Plan, next keyring.Ring, req distribute.Requests, mintErr error) {
-	rotate := in.obj.GetAnnotations()[v1alpha1.RotateRequestedAtAnnotation]
-	revoke := in.obj.GetAnnotations()[v1alpha1.RevokeRequestedAtAnnotation]
-	inputs := keyring.Inputs{
-		RotateNow:   history.CarryOut(rotate, in.status.LastRotateRequestedAt) && !sh.handled(rotate),
-		Revoke:      history.CarryOutRevoke(revoke, in.status.LastRevokeRequestedAt) && !sh.revoked(revoke),
-		StagedSince: history.StagedSince,
-		Confirmed:   confirmed,
-	}
-	if err := sh.blocked(); err != nil {
-		// A shared ring that cannot use its entry fails closed: it mints
-		// nothing and only destroys what expired.
-		out.Source = sh.problem(in)
-		plan = keyring.Plan{}.WithoutMint(out.Now, out.Current)
-		return plan, plan.Ring, req, nil
-	}
-	plan = keyring.Next(out.Now, policy, sh.base(out.Current), inputs)
-	out.Unconfirmed = unconfirmed(in, policy, plan, out.Current)
-	next, mintErr = r.mint(ctx, src, sh, plan)
-	switch {
-	case mintErr != nil:
-		rotationsTotal.WithLabelValues("failure").Inc()
-		out.Source = &ringstatus.Problem{Reason: mint.ReasonOf(mintErr),
-			Message: fmt.Sprintf("Minting %d key(s) failed: %s. Nothing new was published and the current keys keep serving", plan.Mint, in.sourceError(mintErr))}
-		if in.namespace != "" {
-			log.FromContext(ctx).Info("Mint failed", "keySource", in.spec.SourceRef.Name, "reason", mint.ReasonOf(mintErr), "error", mintErr.Error())
-		}
-		plan = plan.WithoutMint(out.Now, out.Current)
-		next = plan.Ring
-	case inputs.Revoke:
-		req.Revoke = revoke
-		out.Revocation = &v1alpha1.Revocation{RequestedAt: revoke, Keys: plan.Revoked,
-			RequestedBy: ringstatus.RequestedBy(in.obj.GetManagedFields(), v1alpha1.RevokeRequestedAtAnnotation)}
-	case inputs.RotateNow:
-		req.Rotate = rotate
-	}
-	// A request another cluster carried out in the shared entry is
-	// recorded with the epoch that adopts it.
-	if req.Rotate == "" && sh.handled(rotate) {
-		req.Rotate = rotate
-	}
-	if req.Revoke == "" && sh.revoked(revoke) {
-		req.Revoke = revoke
-	}
-	// A request is echoed once carried out, now or by an epoch on record:
-	// the status read may lag the record, and must not bring back an older
-	// request.
-	if req.Rotate != "" || history.Handled(rotate) {
-		out.RotateRequest = rotate
-	}
-	if req.Revoke != "" || history.Revoked(revoke) {
-		out.RevokeRequest = revoke
-	}
-	return plan, next, req, mintErr
-}
-
 // revoked records and announces an emergency revoke carried out by epoch
 // next, published as snap.
 func (r *rings) revoked(in ring, snap *corev1.Secret, next keyring.Ring, rev *v1alpha1.Revocation) {
@@ -285,48 +183,30 @@ func (r *rings) revoked(in ring, snap *corev1.Secret, next keyring.Ring, rev *v1
 }
 
 // confirm reads what the ring's pods last said of its held staged key,
-// under spec.confirmation, and reports it in out. It says whether every
-// selected, ready pod holds it, by answers recent enough. The prober asks
-// the pods, off this path: a reconcile never waits for a pod.
-func (r *rings) confirm(in ring, policy keyring.Policy, out *ringstatus.Outcome) bool {
-	c, cur := in.spec.Confirmation, out.Current
+// under spec.confirmation. It says whether every selected, ready pod holds
+// it, by answers recent enough, the answers to show, and since when the key
+// is overdue (ringplan.Overdue). The prober asks the pods, off this path: a
+// reconcile never waits for a pod.
+func (r *rings) confirm(in ring, policy keyring.Policy, now time.Time, cur keyring.Ring) (bool, *v1alpha1.ConfirmationStatus, time.Time) {
+	c := in.spec.Confirmation
 	key := confirm.Key{Kind: in.owner.Kind, NamespacedName: ringKey(in)}
-	if c == nil || cur.Due.IsZero() || len(cur.Keys) < 2 || !out.Now.Before(cur.Keys[0].ActiveFrom) {
+	if c == nil || cur.Due.IsZero() || len(cur.Keys) < 2 || !now.Before(cur.Keys[0].ActiveFrom) {
 		r.Prober.Forget(key)
-		return false
+		return false, nil, time.Time{}
 	}
 	seen, ok := r.Prober.Want(confirm.Want{Key: key, Ring: cur.Name, StagedKey: cur.Keys[0].ID, Due: cur.Due,
 		Namespaces: in.voters, SecretName: in.owner.SecretName, Confirmation: *c})
-	confirmed := ok && seen.Confirms(out.Now)
+	confirmed := ok && seen.Confirms(now)
+	// Not asked yet (a new key, a restart): the status keeps the last
+	// answers, about the key they name.
+	shown := in.status.Confirmation
 	if ok {
-		out.Confirmation = &v1alpha1.ConfirmationStatus{
+		shown = &v1alpha1.ConfirmationStatus{
 			StagedKey: cur.Keys[0].ID, Due: &metav1.Time{Time: cur.Due}, Pods: int32(seen.Pods), Holding: int32(seen.Holding),
 			Missing: seen.Missing, CheckedAt: metav1.NewTime(seen.At.Truncate(time.Second)),
 		}
-	} else {
-		// Not asked yet (a new key, a restart): the status keeps the last
-		// answers, about the key they name.
-		out.Confirmation = in.status.Confirmation
 	}
-	if late := cur.Due.Add(policy.Confirm.Timeout); !confirmed && out.Confirmation != nil && out.Confirmation.StagedKey == cur.Keys[0].ID && !out.Now.Before(late) {
-		out.Overdue = late
-	}
-	return confirmed
-}
-
-// unconfirmed describes the held staged key the plan found activated by
-// the clock unconfirmed, with what its voters last said of it; nil if none.
-func unconfirmed(in ring, policy keyring.Policy, plan keyring.Plan, cur keyring.Ring) *ringstatus.Unconfirmed {
-	if plan.Unconfirmed == "" || policy.Confirm == nil {
-		return nil
-	}
-	k, _ := cur.Key(plan.Unconfirmed)
-	u := &ringstatus.Unconfirmed{Key: k.ID, ActiveFrom: k.ActiveFrom, Due: cur.Due,
-		Promote: policy.Confirm.Promote, Timeout: policy.Confirm.Timeout, Ceiling: policy.Confirm.Ceiling()}
-	if r := in.status.Confirmation; r != nil && r.StagedKey == k.ID {
-		u.Report = r
-	}
-	return u
+	return confirmed, shown, ringplan.Overdue(now, cur, policy.Confirm.Timeout, confirmed, shown)
 }
 
 // finish builds the status, emits the Warning event a transition calls for,
@@ -415,8 +295,24 @@ func (r *rings) keySource(ctx context.Context, in ring) keySource {
 
 // mint gives the plan's new keys their secrets, all or none, from the
 // ring's key source: a shared ring's under the key source's budget for
-// shared rings.
-func (r *rings) mint(ctx context.Context, src keySource, sh *sharing, plan keyring.Plan) (keyring.Ring, error) {
+// shared rings. A ring that fails closed mints nothing.
+func (r *rings) mint(ctx context.Context, in ring, src keySource, sh *sharing, d ringplan.Decision) ringplan.Minted {
+	if d.FailClosed {
+		return ringplan.Minted{Ring: d.Plan.Ring}
+	}
+	next, err := r.fill(ctx, src, sh, d.Plan)
+	if err == nil {
+		return ringplan.Minted{Ring: next}
+	}
+	if in.namespace != "" {
+		log.FromContext(ctx).Info("Mint failed", "keySource", in.spec.SourceRef.Name, "reason", mint.ReportedReason(err), "error", err.Error())
+	}
+	return ringplan.Minted{Err: err, Problem: &ringstatus.Problem{Reason: mint.ReportedReason(err),
+		Message: fmt.Sprintf("Minting %d key(s) failed: %s. Nothing new was published and the current keys keep serving", d.Plan.Mint, in.sourceError(err))}}
+}
+
+// fill mints the plan's keys from the ring's key source.
+func (r *rings) fill(ctx context.Context, src keySource, sh *sharing, plan keyring.Plan) (keyring.Ring, error) {
 	if plan.Mint == 0 {
 		return plan.Ring, nil
 	}

@@ -16,13 +16,10 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
+	"github.com/ringmaster-io/ringmaster/internal/ringplan"
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
 	"github.com/ringmaster-io/ringmaster/internal/sharedring"
 )
-
-// lostRaceRetry is how soon a ring whose write to its shared entry lost
-// the race looks again, to adopt the winner's version.
-const lostRaceRetry = 50 * time.Millisecond
 
 // sharing is a shared ring's entry as one reconcile sees it. Its methods
 // take a nil sharing for a ring that is not shared.
@@ -108,50 +105,18 @@ func prefixed(prefix string, names []string) []string {
 	return out
 }
 
-// base is the ring to plan from: the entry's, when it can be used.
-func (sh *sharing) base(local keyring.Ring) keyring.Ring {
-	if sh == nil || sh.err != nil {
-		return local
-	}
-	return sh.planFrom
-}
-
-// blocked is why the ring must fail closed this time, if it must.
-func (sh *sharing) blocked() error {
-	if sh == nil {
-		return nil
-	}
-	return sh.err
-}
-
-func (sh *sharing) handled(request string) bool { return sh != nil && sh.read.Handled(request) }
-func (sh *sharing) revoked(request string) bool { return sh != nil && sh.read.Revoked(request) }
-
-// localVersion is the entry's version this cluster serves.
-func (sh *sharing) localVersion() int64 {
-	if sh == nil {
-		return 0
-	}
-	return sh.local.Version
-}
-
 // report is the ring's status.shared after this reconcile; nil for a ring
 // that is not shared.
 func (sh *sharing) report() *v1alpha1.SharedRingStatus {
 	if sh == nil || sh.store == nil {
 		return nil
 	}
-	st := sh.status
-	// The version served is the one read. One the status does not show yet
-	// was adopted by a pass whose status write failed: when it arrived is
-	// known only if this operator adopted it.
-	if sh.err == nil && sh.read != nil && !sh.read.Deleted && st.Version != sh.read.Version {
-		st.Version, st.VersionTime = sh.read.Version, &metav1.Time{Time: sh.read.Created.Truncate(time.Second)}
-		st.Writer, st.PropagationDelay = "Adopted", nil
-		if v, ok := sh.adoptions.Load(st.Path); ok && v.(v1alpha1.SharedRingStatus).Version == st.Version {
-			st.PropagationDelay = v.(v1alpha1.SharedRingStatus).PropagationDelay
-		}
+	var remembered *v1alpha1.SharedRingStatus
+	if v, ok := sh.adoptions.Load(sh.status.Path); ok {
+		st := v.(v1alpha1.SharedRingStatus)
+		remembered = &st
 	}
+	st := ringplan.Report(sh.status, sh.read, sh.err == nil, remembered)
 	return &st
 }
 
@@ -160,70 +125,71 @@ func (sh *sharing) problem(in ring) *ringstatus.Problem {
 	// What the entry holds is the ring's own; how Vault is reached and
 	// logged in to is the key source's (ring.sourceError).
 	msg := sh.err.Error()
-	switch mint.ReasonOf(sh.err) {
+	switch mint.ReportedReason(sh.err) {
 	case v1alpha1.ReasonVaultBadResponse, v1alpha1.ReasonSharedRingRolledBack, v1alpha1.ReasonSharedRingUnsupported:
 	default:
 		msg = in.sourceError(sh.err)
 	}
-	return &ringstatus.Problem{Reason: mint.ReasonOf(sh.err),
+	return &ringstatus.Problem{Reason: mint.ReportedReason(sh.err),
 		Message: fmt.Sprintf("%s. This cluster publishes nothing new and keeps serving its keys; expired keys are still destroyed", msg)}
 }
 
-// sync brings the ring's shared entry and this cluster in line with next,
-// planned from the entry by plan: it writes next as the entry's next
-// version when plan is a real rotation (sharedring.Decide), and says which
-// ring to publish here (next, or the entry's ring with its keys' times as
-// written), whether to, and under which entry version. A write that loses
-// the race publishes nothing: the next pass, lostRaceRetry later, adopts
-// the winner's version.
-func (r *rings) sync(ctx context.Context, sh *sharing, plan keyring.Plan, next keyring.Ring, req distribute.Requests, out *ringstatus.Outcome) (publish bool, serve keyring.Ring, version int64, err error) {
-	version = sh.local.Version
-	if sh.read != nil {
-		version = sh.read.Version
+// plain is the entry as ringplan sees it; nil for a ring that is not
+// shared.
+func (sh *sharing) plain(in ring) *ringplan.Shared {
+	if sh == nil {
+		return nil
 	}
-	change := sharedring.Change{Minted: plan.Mint, Dropped: len(plan.Expired),
-		Request: (req.Rotate != "" && !sh.read.Handled(req.Rotate)) || (req.Revoke != "" && !sh.read.Revoked(req.Revoke))}
-	write, serve := sharedring.Decide(next, change, sh.read)
-	if !write {
-		publish = !sharedring.Same(serve, out.Current)
-		if publish {
+	p := &ringplan.Shared{Entry: sh.read, Base: sh.planFrom, Policy: sh.policy, LocalVersion: sh.local.Version}
+	if sh.err != nil {
+		p.Blocked = sh.problem(in)
+	}
+	return p
+}
+
+// syncShared carries out what res says of the ring's shared entry: it
+// records an adoption of the version read, or writes res.Next as the
+// entry's next version and folds the write's outcome in (ringplan.Wrote).
+// A write that loses the race publishes nothing: the next pass,
+// ringplan.LostRaceRetry later, adopts the winner's version.
+func (r *rings) syncShared(ctx context.Context, in ring, rd ringplan.Read, sh *sharing, res ringplan.Result) ringplan.Result {
+	switch {
+	case res.Sync == nil:
+		return res
+	case !res.Sync.Write:
+		if res.Adopt {
 			// Now, not the reconcile's start: the version may have been
 			// written after it.
 			sh.adopted(r.Clock.Now())
 		}
-		return publish, serve, version, nil
+		return res
 	}
-	var cas int64
-	if sh.read != nil {
-		cas = sh.read.Version
-	}
-	rec, err := sh.store.Write(ctx, sh.entry, cas, sh.read.Next(next, sh.policy, req.Rotate, req.Revoke))
+	rec, err := sh.store.Write(ctx, sh.entry, res.Sync.CAS, res.Sync.Record)
+	w := ringplan.Written{Version: rec.Version, Err: err, LostRace: errors.Is(err, mint.ErrLostRace)}
 	switch {
-	case errors.Is(err, mint.ErrLostRace):
+	case w.LostRace:
 		sharedWritesTotal.WithLabelValues("lost").Inc()
-		log.FromContext(ctx).Info("Lost the race to write the shared ring; adopting the winner's version", "entry", sh.status.Path, "version", cas+1)
-		return false, next, version, err
+		log.FromContext(ctx).Info("Lost the race to write the shared ring; adopting the winner's version", "entry", sh.status.Path, "version", res.Sync.CAS+1)
 	case err != nil:
-		return false, next, version, err
+		sh.err = err
+		w.Problem = sh.problem(in)
+	default:
+		sharedWritesTotal.WithLabelValues("won").Inc()
+		sh.read = &rec
+		sh.status = ringplan.WroteStatus(sh.status, rec)
+		log.FromContext(ctx).Info("Wrote shared ring version", "entry", sh.status.Path, "version", rec.Version)
 	}
-	sharedWritesTotal.WithLabelValues("won").Inc()
-	sh.read = &rec
-	sh.status.Version, sh.status.VersionTime = rec.Version, &metav1.Time{Time: rec.Created.Truncate(time.Second)}
-	sh.status.PropagationDelay, sh.status.Writer = &metav1.Duration{}, "Local"
-	log.FromContext(ctx).Info("Wrote shared ring version", "entry", sh.status.Path, "version", rec.Version)
-	return true, next, rec.Version, nil
+	return ringplan.Wrote(rd, res, w)
 }
 
 // adopted records that this cluster publishes the version it read, which
 // another cluster wrote.
 func (sh *sharing) adopted(now time.Time) {
-	rec := sh.read
-	if rec == nil {
+	if sh.read == nil {
 		return
 	}
-	delay := max(now.Sub(rec.Created), 0)
-	sh.status.Version, sh.status.VersionTime = rec.Version, &metav1.Time{Time: rec.Created.Truncate(time.Second)}
-	sh.status.PropagationDelay, sh.status.Writer = &metav1.Duration{Duration: delay.Round(time.Millisecond)}, "Adopted"
+	var delay time.Duration
+	sh.status, delay = ringplan.Adopted(sh.status, *sh.read, now)
 	sharedPropagationSeconds.Observe(delay.Seconds())
 	sh.adoptions.Store(sh.status.Path, sh.status)
 }

@@ -187,30 +187,11 @@ func (e *Env) Bench(ctx context.Context, cfg BenchConfig, out, progress io.Write
 				if !b.variant.runs(ver) {
 					continue
 				}
-				start := time.Now()
-				before, err := b.fleet.CPU()
+				m, err := b.measure(ctx, b.fleet.LoadConfig(ver, cfg.Clients, conns, cfg.Interval))
 				if err != nil {
 					return nil, err
 				}
-				sidecarBefore, err := b.fleet.SidecarCPU()
-				if err != nil {
-					return nil, err
-				}
-				res := StartLoad(ctx, b.fleet.LoadConfig(ver, cfg.Clients, conns, cfg.Interval)).Wait()
-				after, err := b.fleet.CPU()
-				if err != nil {
-					return nil, err
-				}
-				sidecarAfter, err := b.fleet.SidecarCPU()
-				if err != nil {
-					return nil, err
-				}
-				if err := ctx.Err(); err != nil {
-					return nil, err
-				}
-				if err := b.err(); err != nil {
-					return nil, fmt.Errorf("%s: rotate: %w", b.variant, err)
-				}
+				res, before, after, sidecarBefore, sidecarAfter, start := m.res, m.before, m.after, m.sidecarBefore, m.sidecarAfter, m.start
 				s := res.Summary()
 				if s.Reconnects == 0 {
 					return nil, fmt.Errorf("%s: the load made no reconnect: %v", b.variant, res.Errors())
@@ -245,6 +226,41 @@ func (e *Env) Bench(ctx context.Context, cfg BenchConfig, out, progress io.Write
 		writeTable(out, cfg, activation, ver, variants, rows)
 	}
 	return rows, nil
+}
+
+// measurement is one fleet's load in one round, with the CPU its servers
+// and sidecars took.
+type measurement struct {
+	res                                        Result
+	start                                      time.Time
+	before, after, sidecarBefore, sidecarAfter time.Duration
+}
+
+// measure runs the load lc against the fleet, reading its CPU before and
+// after; it fails when the fleet's rotations failed meanwhile.
+func (b *benchFleet) measure(ctx context.Context, lc LoadConfig) (measurement, error) {
+	m := measurement{start: time.Now()}
+	var err error
+	if m.before, err = b.fleet.CPU(); err != nil {
+		return m, err
+	}
+	if m.sidecarBefore, err = b.fleet.SidecarCPU(); err != nil {
+		return m, err
+	}
+	m.res = StartLoad(ctx, lc).Wait()
+	if m.after, err = b.fleet.CPU(); err != nil {
+		return m, err
+	}
+	if m.sidecarAfter, err = b.fleet.SidecarCPU(); err != nil {
+		return m, err
+	}
+	if err := ctx.Err(); err != nil {
+		return m, err
+	}
+	if err := b.err(); err != nil {
+		return m, fmt.Errorf("%s: rotate: %w", b.variant, err)
+	}
+	return m, nil
 }
 
 func (b *benchFleet) err() error {

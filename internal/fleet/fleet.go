@@ -167,6 +167,18 @@ func (e *Env) StartFleet(ctx context.Context, cfg Config) (*Fleet, error) {
 		}
 		return f, nil
 	}
+	if err := e.startGoReplicas(ctx, f, cfg, require); err != nil {
+		return nil, errors.Join(err, f.Stop())
+	}
+	if err := f.startBalancer(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// startGoReplicas starts the fleet's Go servers (examples/server), reading
+// require from their directories, and waits until each listens.
+func (e *Env) startGoReplicas(ctx context.Context, f *Fleet, cfg Config, require string) error {
 	for _, r := range f.Replicas {
 		// -greeting-names-keys: each connection's greeting names the key
 		// that encrypted, which the load attributes it to.
@@ -176,7 +188,7 @@ func (e *Env) StartFleet(ctx context.Context, cfg Config) (*Fleet, error) {
 		}
 		p, err := e.Sup.Start(fmt.Sprintf("%s-replica-%d", cfg.Name, r.Index), e.Bins.Server, args)
 		if err != nil {
-			return nil, errors.Join(err, f.Stop())
+			return err
 		}
 		r.Proc = p
 	}
@@ -188,17 +200,14 @@ func (e *Env) StartFleet(ctx context.Context, cfg Config) (*Fleet, error) {
 		}
 		cancel()
 		if err != nil {
-			return nil, errors.Join(err, f.Stop())
+			return err
 		}
 		if !isLoopback(addr) {
-			return nil, errors.Join(fmt.Errorf("replica %d listens on %s, beyond loopback", r.Index, addr), f.Stop())
+			return fmt.Errorf("replica %d listens on %s, beyond loopback", r.Index, addr)
 		}
 		r.Addr = addr
 	}
-	if err := f.startBalancer(); err != nil {
-		return nil, err
-	}
-	return f, nil
+	return nil
 }
 
 // startBalancer puts a balancer in front of the replicas; on failure it

@@ -208,6 +208,35 @@ type Plan struct {
 //
 // All times are whole seconds, as the snapshot and the API carry them.
 func Next(now time.Time, p Policy, current Ring, in Inputs) Plan {
+	n := newPlanner(now, p, current, in)
+	n.revoke()      // step 0
+	n.rotateNow()   // step 1
+	n.hold()        // step 2
+	n.dropExpired() // step 3
+	n.stage()       // step 4
+	n.retime()      // step 5
+	n.dropExpired() // step 6
+	n.dropRetired() // step 6
+	return n.finish()
+}
+
+// planner is Next's state between its steps.
+type planner struct {
+	p       Policy
+	current Ring
+	in      Inputs
+	// now is truncated to the second; soonest is the next whole second.
+	now, soonest time.Time
+	// lead is ActivationDelay, one second at least; life is MaxKeyLife.
+	lead, life time.Duration
+	keys       []Key
+	due        time.Time
+	plan       Plan
+	// mintAt, when set, is when the key step 4 mints falls due.
+	mintAt time.Time
+}
+
+func newPlanner(now time.Time, p Policy, current Ring, in Inputs) *planner {
 	// Times are whole seconds, and a key minted now is published a moment
 	// after now: bounds on how long a key is staged count from the next whole
 	// second, and a recorded publication time (itself truncated) may hide up
@@ -216,147 +245,174 @@ func Next(now time.Time, p Policy, current Ring, in Inputs) Plan {
 	if soonest.Before(now) {
 		soonest = soonest.Add(time.Second)
 	}
-	now = now.Truncate(time.Second)
-	keys := slices.Clone(current.Keys)
-	due := current.Due
-	plan := Plan{}
-	stagedSince := in.StagedSince
-	if stagedSince == nil {
-		stagedSince = func(string) (time.Time, bool) { return time.Time{}, false }
+	if in.StagedSince == nil {
+		in.StagedSince = func(string) (time.Time, bool) { return time.Time{}, false }
 	}
-
-	if in.Revoke {
-		for _, k := range keys {
-			plan.Revoked = append(plan.Revoked, k.ID)
-		}
-		plan.Expired = slices.Clone(plan.Revoked)
-		keys, due = nil, time.Time{}
-	}
-	if len(keys) == 0 {
-		plan.Mint = 2
-		keys = []Key{{ActiveFrom: now.Add(p.RotationInterval)}, {ActiveFrom: now}}
-		if p.Confirm != nil {
-			due = keys[0].ActiveFrom
-			keys[0].ActiveFrom = p.heldUntil(due, now)
-		}
-	}
-
 	// Even with ActivationDelay 0, a key is staged when published: the
 	// requeue at its activation then mints its successor, and it never
 	// shares its activeFrom with the key before it.
-	lead := max(p.ActivationDelay, time.Second)
+	return &planner{p: p, current: current, in: in, now: now.Truncate(time.Second), soonest: soonest,
+		lead: max(p.ActivationDelay, time.Second), life: p.MaxKeyLife(),
+		keys: slices.Clone(current.Keys), due: current.Due}
+}
 
-	var mintAt time.Time // when set, when the key step 4 mints falls due
-	if in.RotateNow && !in.Revoke && plan.Mint == 0 {
-		if staged := keys[0]; now.Before(staged.ActiveFrom) {
-			since, ok := stagedSince(staged.ID)
-			if !ok {
-				since = current.IssuedAt
-			}
-			safe := latest(now, since.Truncate(time.Second).Add(lead+time.Second))
-			switch {
-			case !due.IsZero():
-				due = earliest(due, safe)
-				plan.RotateAt = due
-			case safe.Before(staged.ActiveFrom):
-				keys[0].ActiveFrom = safe
-				plan.RotateAt = safe
-			default:
-				plan.RotateAt = staged.ActiveFrom
-			}
-		} else {
-			mintAt = soonest.Add(lead)
-			plan.RotateAt = mintAt
+// revoke is step 0: a revoke drops every key, and a ring without keys
+// starts over as a new one.
+func (n *planner) revoke() {
+	if n.in.Revoke {
+		for _, k := range n.keys {
+			n.plan.Revoked = append(n.plan.Revoked, k.ID)
 		}
+		n.plan.Expired = slices.Clone(n.plan.Revoked)
+		n.keys, n.due = nil, time.Time{}
 	}
-
-	if plan.Mint == 0 {
-		due = p.confirm(&plan, keys, due, now, lead, in.Confirmed)
-		if held := current.Keys; p.Confirm != nil && !current.Due.IsZero() && len(held) > 1 && !plan.Promoted &&
-			keys[0].ID == held[0].ID && !now.Before(keys[0].ActiveFrom) {
-			plan.Unconfirmed = held[0].ID
-		}
+	if len(n.keys) == 0 {
+		n.startOver()
 	}
+}
 
-	// A key also expires at its bound, MaxKeyLife after it activated,
-	// whatever a ring published before that bound held says.
-	life := p.MaxKeyLife()
-	expired := func(k Key) bool {
-		if k.ID != "" && (!now.Before(k.ExpiresAt) || !now.Before(k.ActiveFrom.Add(life))) {
-			plan.Expired = append(plan.Expired, k.ID)
+// startOver plans a new ring: an active key and a staged one, both
+// minted (under confirmation, the staged one held).
+func (n *planner) startOver() {
+	n.plan.Mint = 2
+	n.keys = []Key{{ActiveFrom: n.now.Add(n.p.RotationInterval)}, {ActiveFrom: n.now}}
+	if n.p.Confirm != nil {
+		n.due = n.keys[0].ActiveFrom
+		n.keys[0].ActiveFrom = n.p.heldUntil(n.due, n.now)
+	}
+}
+
+// rotateNow is step 1.
+func (n *planner) rotateNow() {
+	if !n.in.RotateNow || n.in.Revoke || n.plan.Mint != 0 {
+		return
+	}
+	staged := n.keys[0]
+	if !n.now.Before(staged.ActiveFrom) {
+		n.mintAt = n.soonest.Add(n.lead)
+		n.plan.RotateAt = n.mintAt
+		return
+	}
+	since, ok := n.in.StagedSince(staged.ID)
+	if !ok {
+		since = n.current.IssuedAt
+	}
+	safe := latest(n.now, since.Truncate(time.Second).Add(n.lead+time.Second))
+	switch {
+	case !n.due.IsZero():
+		n.due = earliest(n.due, safe)
+		n.plan.RotateAt = n.due
+	case safe.Before(staged.ActiveFrom):
+		n.keys[0].ActiveFrom = safe
+		n.plan.RotateAt = safe
+	default:
+		n.plan.RotateAt = staged.ActiveFrom
+	}
+}
+
+// hold is step 2.
+func (n *planner) hold() {
+	if n.plan.Mint != 0 {
+		return
+	}
+	n.due = n.p.confirm(&n.plan, n.keys, n.due, n.now, n.lead, n.in.Confirmed)
+	if held := n.current.Keys; n.p.Confirm != nil && !n.current.Due.IsZero() && len(held) > 1 && !n.plan.Promoted &&
+		n.keys[0].ID == held[0].ID && !n.now.Before(n.keys[0].ActiveFrom) {
+		n.plan.Unconfirmed = held[0].ID
+	}
+}
+
+// dropExpired is steps 3 and 6: a key also expires at its bound,
+// MaxKeyLife after it activated, whatever a ring published before that
+// bound held says. After step 5, the new times can expire a key too: one
+// that rotate-now retired at once under RetainedKeys 0, or any older key
+// when RetainedKeys went down. Only the oldest keys can go, so the others'
+// times stand.
+func (n *planner) dropExpired() {
+	n.keys = slices.DeleteFunc(n.keys, func(k Key) bool {
+		if k.ID != "" && (!n.now.Before(k.ExpiresAt) || !n.now.Before(k.ActiveFrom.Add(n.life))) {
+			n.plan.Expired = append(n.plan.Expired, k.ID)
 			return true
 		}
 		return false
-	}
-	keys = slices.DeleteFunc(keys, expired)
+	})
+}
 
-	if len(keys) == 0 {
-		// Every key expired while nothing rotated: start over as a new ring.
-		plan.Mint = 2
-		keys = []Key{{ActiveFrom: now.Add(p.RotationInterval)}, {ActiveFrom: now}}
-		due = time.Time{}
-		if p.Confirm != nil {
-			due = keys[0].ActiveFrom
-			keys[0].ActiveFrom = p.heldUntil(due, now)
-		}
-	} else if newest := keys[0]; plan.Mint == 0 && !now.Before(newest.ActiveFrom) {
-		if mintAt.IsZero() {
-			mintAt = latest(newest.ActiveFrom.Add(p.RotationInterval), soonest.Add(lead))
-		}
-		// The newest key retires by its bound, even if that leaves its
-		// successor staged for less than ActivationDelay (an operator back
-		// late): forward secrecy before resumption. The bound is after now,
-		// or step 3 dropped the key.
-		mintAt = earliest(mintAt, newest.ActiveFrom.Add(life)).Truncate(time.Second)
-		staged := Key{ActiveFrom: mintAt}
-		due = time.Time{}
-		if p.Confirm != nil {
-			due = mintAt
-			staged.ActiveFrom = p.heldUntil(mintAt, newest.ActiveFrom)
-		}
-		keys = append([]Key{staged}, keys...)
-		plan.Mint = 1
+// stage is step 4; a ring whose every key expired while nothing rotated
+// starts over as a new one.
+func (n *planner) stage() {
+	if len(n.keys) == 0 {
+		n.due = time.Time{}
+		n.startOver()
+		return
 	}
+	newest := n.keys[0]
+	if n.plan.Mint != 0 || n.now.Before(newest.ActiveFrom) {
+		return
+	}
+	if n.mintAt.IsZero() {
+		n.mintAt = latest(newest.ActiveFrom.Add(n.p.RotationInterval), n.soonest.Add(n.lead))
+	}
+	// The newest key retires by its bound, even if that leaves its
+	// successor staged for less than ActivationDelay (an operator back
+	// late): forward secrecy before resumption. The bound is after now,
+	// or step 3 dropped the key.
+	n.mintAt = earliest(n.mintAt, newest.ActiveFrom.Add(n.life)).Truncate(time.Second)
+	staged := Key{ActiveFrom: n.mintAt}
+	n.due = time.Time{}
+	if n.p.Confirm != nil {
+		n.due = n.mintAt
+		staged.ActiveFrom = n.p.heldUntil(n.mintAt, newest.ActiveFrom)
+	}
+	n.keys = append([]Key{staged}, n.keys...)
+	n.plan.Mint = 1
+}
 
-	// No key outlives MaxKeyLife, not even one whose successor came late
-	// (an operator back from downtime staging it activationDelay from now):
-	// it stays decrypt-only for less. (Step 4 keeps the successor's
-	// ActiveFrom within the bound; RetireAt is capped too only for a ring
-	// published before the bound held.)
-	retain := time.Duration(p.RetainedKeys) * p.RotationInterval
+// retime is step 5. No key outlives MaxKeyLife, not even one whose
+// successor came late (an operator back from downtime staging it
+// activationDelay from now): it stays decrypt-only for less. (Step 4 keeps
+// the successor's ActiveFrom within the bound; RetireAt is capped too only
+// for a ring published before the bound held.)
+func (n *planner) retime() {
+	retain := time.Duration(n.p.RetainedKeys) * n.p.RotationInterval
+	keys := n.keys
 	for i := range keys {
 		if i == 0 {
-			keys[i].RetireAt = keys[i].ActiveFrom.Add(p.RotationInterval)
+			keys[i].RetireAt = keys[i].ActiveFrom.Add(n.p.RotationInterval)
 		} else {
 			keys[i].RetireAt = keys[i-1].ActiveFrom
 		}
-		keys[i].ExpiresAt = earliest(keys[i].RetireAt.Add(retain), keys[i].ActiveFrom.Add(life))
+		keys[i].ExpiresAt = earliest(keys[i].RetireAt.Add(retain), keys[i].ActiveFrom.Add(n.life))
 		keys[i].RetireAt = earliest(keys[i].RetireAt, keys[i].ExpiresAt)
 	}
-	// The new times can expire a key too: one that rotate-now retired at
-	// once under RetainedKeys 0, or any older key when RetainedKeys went
-	// down. Only the oldest keys can go, so the others' times stand.
-	keys = slices.DeleteFunc(keys, expired)
-	// RetainedKeys also bounds how many retired keys the ring holds:
-	// rotate-now retires a key before its interval is out, and a burst of
-	// requests would otherwise pile up keys that each stay retainedKeys
-	// intervals. So a ring never holds more than RetainedKeys+2 keys (the
-	// staged, the active and the retired ones), a bound readers can check.
-	// Keys are newest first: the oldest retired keys go.
+}
+
+// dropRetired is the rest of step 6. RetainedKeys also bounds how many
+// retired keys the ring holds: rotate-now retires a key before its
+// interval is out, and a burst of requests would otherwise pile up keys
+// that each stay retainedKeys intervals. So a ring never holds more than
+// RetainedKeys+2 keys (the staged, the active and the retired ones), a
+// bound readers can check. Keys are newest first: the oldest retired keys
+// go.
+func (n *planner) dropRetired() {
 	retired := 0
-	for i, k := range keys {
-		if now.Before(k.RetireAt) {
+	for i, k := range n.keys {
+		if n.now.Before(k.RetireAt) {
 			continue
 		}
-		if retired++; retired > p.RetainedKeys {
-			for _, gone := range keys[i:] {
-				plan.Expired = append(plan.Expired, gone.ID)
+		if retired++; retired > n.p.RetainedKeys {
+			for _, gone := range n.keys[i:] {
+				n.plan.Expired = append(n.plan.Expired, gone.ID)
 			}
-			keys = keys[:i]
-			break
+			n.keys = n.keys[:i]
+			return
 		}
 	}
+}
 
+// finish builds the plan's ring and says when to look again.
+func (n *planner) finish() Plan {
+	plan, now, keys, due, current := n.plan, n.now, n.keys, n.due, n.current
 	plan.Ring = Ring{Name: current.Name, Epoch: current.Epoch, IssuedAt: current.IssuedAt, Keys: keys, Due: due}
 	plan.Changed = plan.Mint > 0 || !sameKeys(current.Keys, keys) || !due.Equal(current.Due)
 	if plan.Changed {

@@ -50,7 +50,7 @@ func (r Random) Mint(_ context.Context, n int) ([]keyring.Secret, error) {
 // The errors a tenant must act on (a key source that does not exist, or
 // does not allow the namespace) name nothing else, and are shown whole.
 func ForTenant(err error, source string) string {
-	reason := ReasonOf(err)
+	reason := ReportedReason(err)
 	switch reason {
 	case "":
 		return ""

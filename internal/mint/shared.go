@@ -260,7 +260,7 @@ func (v *Vault) do(ctx context.Context, what string, req func() error) error {
 			return err
 		}
 		err = classify(what, err)
-		if Reason(err) == v1alpha1.ReasonVaultPermissionDenied && attempt == 0 {
+		if CarriedReason(err) == v1alpha1.ReasonVaultPermissionDenied && attempt == 0 {
 			v.forget()
 			continue
 		}

@@ -37,7 +37,7 @@ func TestSharedBudgetBoundsABlackholedVault(t *testing.T) {
 			_, err := s.Read(context.Background(), s.Entry("shop", "web"+string(rune('a'+i))), "shop/web")
 			mu.Lock()
 			defer mu.Unlock()
-			if Reason(err) != v1alpha1.ReasonVaultUnavailable {
+			if CarriedReason(err) != v1alpha1.ReasonVaultUnavailable {
 				t.Errorf("ring %d: %v, want reason %s", i, err, v1alpha1.ReasonVaultUnavailable)
 			}
 			switch {

@@ -72,7 +72,7 @@ func TestSharedWriteIsCheckAndSet(t *testing.T) {
 	if _, err := s.Write(ctx, entry, 0, none.Next(ringWith(t, 2), sharedring.Policy{}, "", "")); !errors.Is(err, ErrLostRace) {
 		t.Fatalf("a second first write = %v, want ErrLostRace", err)
 	}
-	if _, err := s.Read(ctx, entry, "shop/api"); Reason(err) != v1alpha1.ReasonVaultBadResponse {
+	if _, err := s.Read(ctx, entry, "shop/api"); CarriedReason(err) != v1alpha1.ReasonVaultBadResponse {
 		t.Errorf("Read as another ring = %v, want a VaultBadResponse naming the ring", err)
 	}
 

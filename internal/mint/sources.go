@@ -90,7 +90,7 @@ func (s *Sources) noteMint(name string, err error) {
 	s.mu.Unlock()
 	// Only a change is worth a check of the key source: not every
 	// successful rotation.
-	if s.Minted != nil && (!had || (prev.Err == nil) != (err == nil) || ReasonOf(prev.Err) != ReasonOf(err)) {
+	if s.Minted != nil && (!had || (prev.Err == nil) != (err == nil) || ReportedReason(prev.Err) != ReportedReason(err)) {
 		s.Minted(name)
 	}
 }

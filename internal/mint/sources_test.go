@@ -37,7 +37,7 @@ func TestAllowed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := Allowed(tt.source, tt.ns, tt.labels)
-			if got := Reason(err); got != tt.want {
+			if got := CarriedReason(err); got != tt.want {
 				t.Fatalf("Allowed = %v (reason %q), want reason %q", err, got, tt.want)
 			}
 		})
@@ -107,7 +107,7 @@ func TestSourcesFillIsAllOrNothing(t *testing.T) {
 	if !errors.Is(err, keyring.ErrBadSecret) || len(r.Keys) != 0 {
 		t.Fatalf("Fill with a source repeating its key = %d keys, %v; want none and ErrBadSecret", len(r.Keys), err)
 	}
-	if got := ReasonOf(err); got != v1alpha1.ReasonMintFailed {
+	if got := ReportedReason(err); got != v1alpha1.ReasonMintFailed {
 		t.Errorf("reason %q, want %s", got, v1alpha1.ReasonMintFailed)
 	}
 	r, err = s.Fill(context.Background(), Random{}, plan)
@@ -163,7 +163,7 @@ func TestShares(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Shares(tt.source, tt.ns, tt.labels)
-			if got != tt.want || Reason(err) != tt.reason {
+			if got != tt.want || CarriedReason(err) != tt.reason {
 				t.Fatalf("Shares = %t, %v; want %t with reason %q", got, err, tt.want, tt.reason)
 			}
 		})

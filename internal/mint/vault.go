@@ -31,8 +31,9 @@ type Error struct {
 func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
-// Reason returns the reason of a mint error, or "" for one without.
-func Reason(err error) string {
+// CarriedReason is the reason a mint error carries, or "" for an error
+// without one (ReportedReason falls back on MintFailed).
+func CarriedReason(err error) string {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Reason
@@ -45,20 +46,21 @@ func Reason(err error) string {
 // not exist, or does not allow it), which a watch on key sources and
 // namespaces brings back. No error is not retried either.
 func Retryable(err error) bool {
-	switch ReasonOf(err) {
+	switch ReportedReason(err) {
 	case "", v1alpha1.ReasonKeySourceNotFound, v1alpha1.ReasonKeySourceNotAllowed:
 		return false
 	}
 	return true
 }
 
-// ReasonOf is the reason to report for a failed mint: its own, or MintFailed
-// for an error without one. It is "" for no error.
-func ReasonOf(err error) string {
+// ReportedReason is the reason to report for a failed mint: the one it
+// carries (CarriedReason), or MintFailed for an error without one. It is ""
+// for no error.
+func ReportedReason(err error) string {
 	if err == nil {
 		return ""
 	}
-	return cmp.Or(Reason(err), v1alpha1.ReasonMintFailed)
+	return cmp.Or(CarriedReason(err), v1alpha1.ReasonMintFailed)
 }
 
 func fail(reason, format string, args ...any) error {
@@ -165,7 +167,7 @@ func (v *Vault) Check(ctx context.Context) error {
 			return nil
 		}
 		err = classify("look up the operator's vault token", err)
-		if Reason(err) == v1alpha1.ReasonVaultPermissionDenied && attempt == 0 {
+		if CarriedReason(err) == v1alpha1.ReasonVaultPermissionDenied && attempt == 0 {
 			v.forget() // a revoked or expired token: log in again, once
 			continue
 		}
@@ -206,7 +208,7 @@ func (v *Vault) random(ctx context.Context) (keyring.Secret, error) {
 			map[string]any{"format": "base64"})
 		if err != nil {
 			err = classify(fmt.Sprintf("read random bytes from %s", v.path), err)
-			if Reason(err) == v1alpha1.ReasonVaultPermissionDenied && attempt == 0 {
+			if CarriedReason(err) == v1alpha1.ReasonVaultPermissionDenied && attempt == 0 {
 				v.forget() // a revoked or expired token: log in again, once
 				continue
 			}

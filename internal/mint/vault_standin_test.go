@@ -109,7 +109,7 @@ func TestVaultStandIn(t *testing.T) {
 				t.Fatal(err)
 			}
 			secrets, err := v.Mint(context.Background(), 2)
-			if got := Reason(err); got != tt.reason {
+			if got := CarriedReason(err); got != tt.reason {
 				t.Fatalf("Mint reason = %q (%v), want %q", got, err, tt.reason)
 			}
 			if tt.reason != "" {
@@ -139,8 +139,8 @@ func TestVaultUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := v.Mint(context.Background(), 1); Reason(err) != v1alpha1.ReasonVaultUnavailable {
-		t.Fatalf("Mint against a closed port: reason %q (%v), want %s", Reason(err), err, v1alpha1.ReasonVaultUnavailable)
+	if _, err := v.Mint(context.Background(), 1); CarriedReason(err) != v1alpha1.ReasonVaultUnavailable {
+		t.Fatalf("Mint against a closed port: reason %q (%v), want %s", CarriedReason(err), err, v1alpha1.ReasonVaultUnavailable)
 	}
 }
 
@@ -150,8 +150,8 @@ func TestVaultUnreachable(t *testing.T) {
 func TestVaultSendsCredentialsOnlyWhereTheKeySourceSays(t *testing.T) {
 	good := func(int) (int, string) { return 200, randomBody(fixed('a')) }
 
-	if _, err := NewVault(VaultOptions{Address: "http://127.0.0.1:8200", Login: tokenLogin(standinToken)}); Reason(err) != v1alpha1.ReasonVaultConfig {
-		t.Errorf("an http:// address: reason %q (%v), want %s", Reason(err), err, v1alpha1.ReasonVaultConfig)
+	if _, err := NewVault(VaultOptions{Address: "http://127.0.0.1:8200", Login: tokenLogin(standinToken)}); CarriedReason(err) != v1alpha1.ReasonVaultConfig {
+		t.Errorf("an http:// address: reason %q (%v), want %s", CarriedReason(err), err, v1alpha1.ReasonVaultConfig)
 	}
 
 	t.Run("a server the CA bundle does not vouch for", func(t *testing.T) {
@@ -163,8 +163,8 @@ func TestVaultSendsCredentialsOnlyWhereTheKeySourceSays(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = v.Mint(context.Background(), 1)
-		if Reason(err) != v1alpha1.ReasonVaultUnavailable || !strings.Contains(err.Error(), "certificate") {
-			t.Errorf("Mint: reason %q (%v), want %s naming the certificate", Reason(err), err, v1alpha1.ReasonVaultUnavailable)
+		if CarriedReason(err) != v1alpha1.ReasonVaultUnavailable || !strings.Contains(err.Error(), "certificate") {
+			t.Errorf("Mint: reason %q (%v), want %s naming the certificate", CarriedReason(err), err, v1alpha1.ReasonVaultUnavailable)
 		}
 	})
 
@@ -197,8 +197,8 @@ func TestVaultSendsCredentialsOnlyWhereTheKeySourceSays(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := v.Mint(context.Background(), 1); Reason(err) != v1alpha1.ReasonVaultPermissionDenied {
-			t.Errorf("Mint: reason %q (%v): the environment's token was used", Reason(err), err)
+		if _, err := v.Mint(context.Background(), 1); CarriedReason(err) != v1alpha1.ReasonVaultPermissionDenied {
+			t.Errorf("Mint: reason %q (%v): the environment's token was used", CarriedReason(err), err)
 		}
 	})
 }
@@ -224,7 +224,7 @@ func TestSourcesFillHasADeadline(t *testing.T) {
 	s := &Sources{Timeout: 200 * time.Millisecond}
 	plan := keyring.Next(time.Now(), keyring.Policy{RotationInterval: time.Hour, RetainedKeys: 1, ActivationDelay: time.Minute}, keyring.Ring{}, keyring.Inputs{})
 	_, err = s.Fill(context.Background(), v, plan)
-	if Reason(err) != v1alpha1.ReasonVaultUnavailable || !strings.Contains(err.Error(), "in time") {
-		t.Fatalf("Fill against a Vault that never answers: reason %q (%v), want %s saying it did not answer in time", Reason(err), err, v1alpha1.ReasonVaultUnavailable)
+	if CarriedReason(err) != v1alpha1.ReasonVaultUnavailable || !strings.Contains(err.Error(), "in time") {
+		t.Fatalf("Fill against a Vault that never answers: reason %q (%v), want %s saying it did not answer in time", CarriedReason(err), err, v1alpha1.ReasonVaultUnavailable)
 	}
 }

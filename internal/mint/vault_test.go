@@ -114,8 +114,8 @@ func TestVaultAppRoleWrongSecretID(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = v.Mint(context.Background(), 1)
-	if Reason(err) != v1alpha1.ReasonVaultPermissionDenied {
-		t.Fatalf("Mint with a wrong secret id: reason %q (%v), want %s", Reason(err), err, v1alpha1.ReasonVaultPermissionDenied)
+	if CarriedReason(err) != v1alpha1.ReasonVaultPermissionDenied {
+		t.Fatalf("Mint with a wrong secret id: reason %q (%v), want %s", CarriedReason(err), err, v1alpha1.ReasonVaultPermissionDenied)
 	}
 	if strings.Contains(err.Error(), "not-the-secret-id") {
 		t.Fatalf("the error shows the secret id: %v", err)

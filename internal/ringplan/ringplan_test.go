@@ -1,0 +1,292 @@
+package ringplan_test
+
+import (
+	"crypto/sha256"
+	"errors"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/ringplan"
+	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	"github.com/ringmaster-io/ringmaster/internal/sharedring"
+)
+
+var (
+	t0     = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	policy = keyring.Policy{RotationInterval: time.Hour, RetainedKeys: 1, ActivationDelay: 3 * time.Minute}
+)
+
+// minted gives the plan's new keys a secret, as a key source would.
+func minted(plan keyring.Plan, label string) keyring.Ring {
+	r := plan.Ring
+	r.Keys = append([]keyring.Key(nil), r.Keys...)
+	for i := range plan.Mint {
+		k := keyring.NewKey(keyring.Secret(sha256.Sum256([]byte(label + string(rune('a'+i))))))
+		k.ActiveFrom, k.RetireAt, k.ExpiresAt = r.Keys[i].ActiveFrom, r.Keys[i].RetireAt, r.Keys[i].ExpiresAt
+		r.Keys[i] = k
+	}
+	return r
+}
+
+// steady is a ring published at t0 (active and staged keys), and its
+// history.
+func steady(t *testing.T) (keyring.Ring, keyring.History) {
+	t.Helper()
+	cur := minted(keyring.Next(t0, policy, keyring.Ring{}, keyring.Inputs{}), "steady")
+	cur.Epoch, cur.IssuedAt = 1, t0
+	h, err := keyring.NewHistory([]keyring.Record{{Epoch: 1, Ring: cur, RotateRequest: "2026-03-01T11:00:00Z"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cur, h
+}
+
+func read(t *testing.T, now time.Time) ringplan.Read {
+	cur, h := steady(t)
+	return ringplan.Read{Now: now, Policy: policy, History: h, Current: cur}
+}
+
+var blocked = &ringstatus.Problem{Reason: v1alpha1.ReasonSharedRingRolledBack, Message: "rolled back"}
+
+func TestDecideAndFinish(t *testing.T) {
+	const rotate, revoke = "2026-03-01T12:10:00Z", "2026-03-01T12:11:00Z"
+	mintFailed := &ringstatus.Problem{Reason: v1alpha1.ReasonVaultUnavailable, Message: "minting failed"}
+	type want struct {
+		publish, failClosed, mintFailed bool
+		mint                            int
+		source                          *ringstatus.Problem
+		shared                          int64
+		rotate, revoke                  string // requests carried out by the epoch
+		echoRotate, echoRevoke          string
+		revocation                      bool
+		sync                            bool // a write to the shared entry is due
+	}
+	tests := []struct {
+		name string
+		edit func(*ringplan.Read)
+		mint error
+		want want
+	}{
+		{name: "a steady ring before its staged key activates publishes nothing",
+			edit: func(*ringplan.Read) {}},
+		{name: "a new ring mints two keys and publishes",
+			edit: func(r *ringplan.Read) { r.Current, r.History = keyring.Ring{}, keyring.History{} },
+			want: want{publish: true, mint: 2}},
+		{name: "a rotate-now request is carried out and echoed",
+			edit: func(r *ringplan.Read) { r.Rotate = rotate },
+			want: want{publish: true, mint: 1, rotate: rotate, echoRotate: rotate}},
+		{name: "a request the status echoes already is not carried out again",
+			edit: func(r *ringplan.Read) { r.Rotate, r.Last.LastRotateRequestedAt = rotate, rotate }},
+		{name: "a request an epoch on record carried out is echoed, not carried out",
+			edit: func(r *ringplan.Read) { r.Rotate = "2026-03-01T11:00:00Z" },
+			want: want{echoRotate: "2026-03-01T11:00:00Z"}},
+		{name: "a revoke mints a fresh key and records the revocation",
+			edit: func(r *ringplan.Read) { r.Revoke, r.RevokedBy = revoke, "kubectl-ringmaster" },
+			want: want{publish: true, mint: 2, revoke: revoke, echoRevoke: revoke, revocation: true}},
+		{name: "a failed mint falls back on destroying what expired, and echoes nothing",
+			edit: func(r *ringplan.Read) { r.Revoke = revoke },
+			mint: errors.New("vault down"),
+			want: want{mintFailed: true, source: mintFailed}},
+		{name: "a shared ring that cannot use its entry fails closed",
+			edit: func(r *ringplan.Read) {
+				r.Rotate = rotate
+				r.Shared = &ringplan.Shared{LocalVersion: 4, Blocked: blocked}
+			},
+			want: want{failClosed: true, source: blocked, shared: 4}},
+		{name: "a shared ring whose entry carried out the request echoes it with the epoch that adopts it",
+			edit: func(r *ringplan.Read) {
+				entry := &sharedring.Record{Version: 5, Ring: r.Current, Requests: sharedring.Requests{Rotate: []string{rotate}}}
+				r.Rotate, r.Shared = rotate, &ringplan.Shared{Entry: entry, Base: r.Current, LocalVersion: 5}
+			},
+			want: want{shared: 5, rotate: rotate, echoRotate: rotate}},
+		{name: "a shared ring that rotates writes its entry first",
+			edit: func(r *ringplan.Read) {
+				entry := &sharedring.Record{Version: 5, Ring: r.Current}
+				r.Rotate, r.Shared = rotate, &ringplan.Shared{Entry: entry, Base: r.Current, LocalVersion: 5}
+			},
+			want: want{mint: 1, shared: 5, rotate: rotate, echoRotate: rotate, sync: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := read(t, t0.Add(10*time.Minute))
+			tt.edit(&in)
+			d := ringplan.Decide(in)
+			if d.FailClosed != tt.want.failClosed || d.Plan.Mint != tt.want.mint && tt.mint == nil {
+				t.Fatalf("Decide: failClosed %v, mint %d; want %v, %d", d.FailClosed, d.Plan.Mint, tt.want.failClosed, tt.want.mint)
+			}
+			m := ringplan.Minted{Ring: minted(d.Plan, "next")}
+			if tt.mint != nil {
+				m = ringplan.Minted{Err: tt.mint, Problem: mintFailed}
+			}
+			r := ringplan.Finish(in, d, m)
+			w := tt.want
+			got := want{publish: r.Publish, failClosed: d.FailClosed, mintFailed: r.MintFailed, mint: w.mint, source: r.Source,
+				shared: r.Requests.Shared, rotate: r.Requests.Rotate, revoke: r.Requests.Revoke,
+				echoRotate: r.RotateRequest, echoRevoke: r.RevokeRequest, revocation: r.Revocation != nil, sync: r.Sync != nil && r.Sync.Write}
+			if got != w {
+				t.Errorf("Finish:\n got %+v\nwant %+v", got, w)
+			}
+			if r.MintFailed && (r.Plan.Mint != 0 || !r.RotationFailed) {
+				t.Errorf("a failed mint keeps a plan that mints %d key(s), rotationFailed %v", r.Plan.Mint, r.RotationFailed)
+			}
+			if r.Revocation != nil && (r.Revocation.RequestedBy != in.RevokedBy || len(r.Revocation.Keys) == 0) {
+				t.Errorf("revocation %+v", r.Revocation)
+			}
+			if d.FailClosed && r.Serving(in).Epoch != in.Current.Epoch {
+				t.Errorf("a ring failing closed serves epoch %d, want the current %d", r.Serving(in).Epoch, in.Current.Epoch)
+			}
+		})
+	}
+}
+
+func TestWrote(t *testing.T) {
+	const rotate = "2026-03-01T12:10:00Z"
+	failed := &ringstatus.Problem{Reason: v1alpha1.ReasonVaultUnavailable, Message: "write failed"}
+	tests := []struct {
+		name                      string
+		w                         ringplan.Written
+		publish, lostRace, closed bool
+		shared                    int64
+		echo                      string
+		source                    *ringstatus.Problem
+	}{
+		{name: "a write that wins publishes under the version written",
+			w: ringplan.Written{Version: 6}, publish: true, shared: 6, echo: rotate},
+		{name: "a write that loses the race publishes nothing and echoes nothing",
+			w: ringplan.Written{Err: errors.New("lost"), LostRace: true}, lostRace: true, shared: 5},
+		{name: "a write that fails fails closed",
+			w: ringplan.Written{Err: errors.New("vault down"), Problem: failed}, closed: true, shared: 4, source: failed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := read(t, t0.Add(10*time.Minute))
+			in.Rotate = rotate
+			in.Shared = &ringplan.Shared{Entry: &sharedring.Record{Version: 5, Ring: in.Current}, Base: in.Current, LocalVersion: 4}
+			d := ringplan.Decide(in)
+			r := ringplan.Finish(in, d, ringplan.Minted{Ring: minted(d.Plan, "next")})
+			if r.Sync == nil || !r.Sync.Write || r.Sync.CAS != 5 || r.Sync.Record.Ring.Keys[0].ID != r.Next.Keys[0].ID {
+				t.Fatalf("sync %+v: want a write of the next ring over version 5", r.Sync)
+			}
+			r = ringplan.Wrote(in, r, tt.w)
+			if r.Publish != tt.publish || r.LostRace != tt.lostRace || r.SyncFailed != tt.closed || r.Requests.Shared != tt.shared ||
+				r.RotateRequest != tt.echo || r.Source != tt.source {
+				t.Errorf("got publish %v lostRace %v closed %v shared %d echo %q source %v", r.Publish, r.LostRace, r.SyncFailed, r.Requests.Shared, r.RotateRequest, r.Source)
+			}
+			if tt.closed && (r.Plan.Mint != 0 || !r.RotationFailed || r.Revocation != nil) {
+				t.Errorf("a ring failing closed keeps plan %+v", r.Plan)
+			}
+		})
+	}
+}
+
+func TestFinishAdoptsAnotherClustersVersion(t *testing.T) {
+	in := read(t, t0.Add(10*time.Minute))
+	theirs := minted(keyring.Next(t0, policy, keyring.Ring{}, keyring.Inputs{}), "theirs")
+	in.Shared = &ringplan.Shared{Entry: &sharedring.Record{Version: 7, Ring: theirs}, Base: theirs, LocalVersion: 6}
+	r := ringplan.Finish(in, ringplan.Decide(in), ringplan.Minted{Ring: theirs})
+	if !r.Publish || !r.Adopt || r.Sync == nil || r.Sync.Write || r.Requests.Shared != 7 || r.Next.Keys[0].ID != theirs.Keys[0].ID {
+		t.Errorf("got publish %v adopt %v sync %+v shared %d", r.Publish, r.Adopt, r.Sync, r.Requests.Shared)
+	}
+	in.Shared.Entry.Ring, in.Shared.Base = in.Current, in.Current
+	if r := ringplan.Finish(in, ringplan.Decide(in), ringplan.Minted{Ring: in.Current}); r.Publish || r.Adopt {
+		t.Errorf("the version this cluster serves is adopted again")
+	}
+}
+
+func TestRequeue(t *testing.T) {
+	due := keyring.Plan{RequeueAt: t0.Add(time.Hour)}
+	tests := []struct {
+		name     string
+		plan     keyring.Plan
+		shared   bool
+		failed   int
+		lostRace bool
+		want     time.Duration
+	}{
+		{"when the plan says", due, false, 0, false, time.Hour},
+		{"a failed target is retried", due, false, 1, false, ringplan.ConflictRetry},
+		{"a staged key awaiting its fleet", keyring.Plan{RequeueAt: due.RequeueAt, Awaiting: true}, false, 0, false, ringplan.ConfirmPoll},
+		{"a shared ring reads its entry again", due, true, 0, false, sharedring.SyncPeriod(policy.ActivationDelay)},
+		{"a lost race is retried at once", due, true, 1, true, ringplan.LostRaceRetry},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ringplan.Requeue(t0, policy, tt.plan, tt.shared, tt.failed, tt.lostRace)
+			if tt.want == time.Hour {
+				// schedule.After adds a little jitter.
+				if got < time.Hour || got > time.Hour+time.Hour/10 {
+					t.Errorf("got %v, want about %v", got, tt.want)
+				}
+				return
+			}
+			if got != tt.want {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestOverdue(t *testing.T) {
+	cur, _ := steady(t)
+	cur.Due = t0.Add(time.Hour)
+	staged := cur.Keys[0].ID
+	shown := &v1alpha1.ConfirmationStatus{StagedKey: staged}
+	tests := []struct {
+		name      string
+		now       time.Time
+		confirmed bool
+		shown     *v1alpha1.ConfirmationStatus
+		want      time.Time
+	}{
+		{"before the timeout", t0.Add(time.Hour + 9*time.Minute), false, shown, time.Time{}},
+		{"at the timeout", t0.Add(time.Hour + 10*time.Minute), false, shown, t0.Add(time.Hour + 10*time.Minute)},
+		{"confirmed", t0.Add(2 * time.Hour), true, shown, time.Time{}},
+		{"no answers", t0.Add(2 * time.Hour), false, nil, time.Time{}},
+		{"answers about another key", t0.Add(2 * time.Hour), false, &v1alpha1.ConfirmationStatus{StagedKey: "other"}, time.Time{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := ringplan.Overdue(tt.now, cur, 10*time.Minute, tt.confirmed, tt.shown); !got.Equal(tt.want) {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSharedStatus(t *testing.T) {
+	rec := sharedring.Record{Version: 3, Created: t0}
+	adopted, delay := ringplan.Adopted(v1alpha1.SharedRingStatus{Path: "kv/x"}, rec, t0.Add(1500*time.Millisecond))
+	if delay != 1500*time.Millisecond || adopted.Version != 3 || adopted.Writer != "Adopted" || adopted.PropagationDelay.Duration != delay {
+		t.Errorf("Adopted: %+v, %v", adopted, delay)
+	}
+	if w := ringplan.WroteStatus(v1alpha1.SharedRingStatus{}, rec); w.Writer != "Local" || w.Version != 3 || w.PropagationDelay.Duration != 0 {
+		t.Errorf("WroteStatus: %+v", w)
+	}
+	shown := v1alpha1.SharedRingStatus{Path: "kv/x", Version: 2, Writer: "Local", PropagationDelay: &metav1.Duration{}}
+	tests := []struct {
+		name       string
+		entry      *sharedring.Record
+		usable     bool
+		remembered *v1alpha1.SharedRingStatus
+		version    int64
+		delay      *metav1.Duration
+	}{
+		{"the version shown stands when the entry is unusable", &rec, false, nil, 2, &metav1.Duration{}},
+		{"a version adopted by a pass whose write failed is shown, its delay unknown", &rec, true, nil, 3, nil},
+		{"... or remembered", &rec, true, &adopted, 3, adopted.PropagationDelay},
+		{"a deleted entry", &sharedring.Record{Version: 4, Deleted: true}, true, nil, 2, &metav1.Duration{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ringplan.Report(shown, tt.entry, tt.usable, tt.remembered)
+			if got.Version != tt.version || (got.PropagationDelay == nil) != (tt.delay == nil) ||
+				(got.PropagationDelay != nil && *got.PropagationDelay != *tt.delay) {
+				t.Errorf("got version %d delay %v, want %d %v", got.Version, got.PropagationDelay, tt.version, tt.delay)
+			}
+		})
+	}
+}
