@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest/komega"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
@@ -81,7 +82,8 @@ func requestRotation(ctx context.Context, ring *v1alpha1.TicketKeyRing, at strin
 
 func waitEpoch(ctx context.Context, ring *v1alpha1.TicketKeyRing, epoch int64) {
 	GinkgoHelper()
-	Eventually(func() int64 { return getRing(ctx, ring).Status.Epoch }, timeout, poll).Should(Equal(epoch))
+	got := &v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: ring.Namespace, Name: ring.Name}}
+	Eventually(komega.New(k8s).WithContext(ctx).Object(got), timeout, poll).Should(HaveField("Status.Epoch", epoch))
 	Eventually(func() string {
 		return trySecret(ctx, ring.Namespace, getRing(ctx, ring).ProjectionSecretName()).Annotations[v1alpha1.EpochAnnotation]
 	}, timeout, poll).Should(Equal(fmt.Sprint(epoch)))

@@ -20,8 +20,6 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
@@ -39,12 +37,12 @@ import (
 const mintTimeout = 8 * time.Second
 
 var (
+	suite       *testenv.Suite
 	env         *testenv.Env
 	k8s         client.Client // a cluster admin, for the specs
 	operatorCfg *rest.Config  // the operator's service account
 	fakeClock   *clocktesting.FakeClock
 	registry    *prometheus.Registry
-	stopMgr     func()
 	// operatorCache is the running operator's cache, for what it holds.
 	operatorCache cache.Cache
 )
@@ -55,23 +53,23 @@ func TestControllers(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(ctx SpecContext) {
-	logf.SetLogger(zap.New(zap.WriteTo(io.MultiWriter(GinkgoWriter, &operatorLog)), zap.UseDevMode(true)))
+	fakeClock = clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
 	var err error
-	env, err = testenv.Start()
+	suite, err = testenv.StartSuite(ctx, testenv.SuiteOptions{
+		Log: io.MultiWriter(GinkgoWriter, &operatorLog),
+		Operator: operator.Options{
+			LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: time.Second,
+			SkipNameValidation: true, // a restart registers the controller names again
+			Options:            controller.Options{Clock: fakeClock, MintTimeout: mintTimeout},
+		},
+		DeferOperator: true,
+	})
 	Expect(err).NotTo(HaveOccurred())
 	// A cleanup, not AfterSuite's last step: it runs even when the log
 	// check below fails, so that no kube-apiserver or etcd outlives the
 	// suite.
-	DeferCleanup(func() {
-		if stopMgr != nil {
-			stopMgr()
-		}
-		Expect(env.Stop()).To(Succeed())
-	})
-	k8s = env.Client
-	operatorCfg, err = env.OperatorConfig(ctx)
-	Expect(err).NotTo(HaveOccurred())
-	fakeClock = clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
+	DeferCleanup(suite.Stop)
+	env, k8s, operatorCfg = suite.Env, suite.Admin(), suite.OperatorConfig
 	startManager()
 }, NodeTimeout(2*time.Minute))
 
@@ -91,29 +89,18 @@ var _ = AfterSuite(func() {
 })
 
 // startManager starts the operator as main.go builds it, as its own service
-// account, with leader election, and waits until it leads. Calling it
-// again after stopManager is an operator restart: nothing carries over in
-// memory, and the stopped one released its Lease.
+// account, with leader election and the suite's fake clock, and waits until
+// it leads. Calling it again after stopManager is an operator restart:
+// nothing carries over in memory, and the stopped one released its Lease.
 func startManager() {
 	GinkgoHelper()
-	registry = prometheus.NewRegistry()
-	op, stop, err := testenv.RunOperator(operatorCfg, operator.Options{
-		MetricsAddr: "0", ProbeAddr: "0", LeaderElection: true,
-		LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: time.Second,
-		SkipNameValidation: true, // a restart registers the controller names again
-		Options: controller.Options{
-			Namespace: testenv.Namespace, ServiceAccount: testenv.ServiceAccount,
-			Clock: fakeClock, Registry: registry, MintTimeout: mintTimeout,
-		},
-	})
-	Expect(err).NotTo(HaveOccurred(), "the operator leads, with its own RBAC")
-	operatorCache = op.GetCache()
-	stopMgr = func() { Expect(stop()).To(Succeed()) }
+	Expect(suite.StartOperator()).To(Succeed(), "the operator leads, with its own RBAC")
+	registry, operatorCache = suite.Registry, suite.Operator.GetCache()
 }
 
 func stopManager() {
-	stopMgr()
-	stopMgr = nil
+	GinkgoHelper()
+	Expect(suite.StopOperator()).To(Succeed())
 }
 
 // leaseHolder is who holds the operator's leader election Lease.

@@ -22,7 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -62,29 +61,19 @@ func TestKeysAtRest(t *testing.T) {
 
 func run(t *testing.T, plaintext bool) {
 	ctx := t.Context()
-	env, err := testenv.StartWith(testenv.Options{Plaintext: plaintext})
+	clock := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
+	env, err := testenv.StartSuite(ctx, testenv.SuiteOptions{
+		Env: testenv.Options{Plaintext: plaintext}, NoLeaderElection: true,
+		Operator: operator.Options{
+			SkipNameValidation: true, // one operator per subtest
+			Options:            controller.Options{Clock: clock},
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	opCfg, err := env.OperatorConfig(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
-	_, stop, err := testenv.RunOperator(opCfg, operator.Options{
-		MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true, // one operator per subtest
-		Options: controller.Options{Namespace: testenv.Namespace, ServiceAccount: testenv.ServiceAccount, Clock: clock, Registry: prometheus.NewRegistry()},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
 			t.Error(err)
 		}
 	})

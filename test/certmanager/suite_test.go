@@ -21,17 +21,13 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/ringmaster-io/ringmaster/internal/controller"
-	"github.com/ringmaster-io/ringmaster/internal/operator"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 )
 
 var (
 	k8s      client.Client
-	registry = prometheus.NewRegistry()
+	registry *prometheus.Registry
 )
 
 func TestCertManager(t *testing.T) {
@@ -44,14 +40,13 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	if bin == "" {
 		Fail("RINGMASTER_CERT_MANAGER is not set: run through make test, which builds cert-manager's controllers (hack/certmanager.sh)")
 	}
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	env, err := testenv.Start()
+	suite, err := testenv.StartSuite(ctx, testenv.SuiteOptions{Log: GinkgoWriter, DeferOperator: true})
 	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(env.Stop)
-	k8s = env.Client
+	DeferCleanup(suite.Stop)
+	k8s = suite.Admin()
 
 	By("starting cert-manager's controllers")
-	kubeconfig, err := env.AddAdmin("cert-manager")
+	kubeconfig, err := suite.AddAdmin("cert-manager")
 	Expect(err).NotTo(HaveOccurred())
 	path := filepath.Join(GinkgoT().TempDir(), "kubeconfig")
 	Expect(os.WriteFile(path, kubeconfig, 0o600)).To(Succeed())
@@ -71,12 +66,8 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	})
 
 	By("starting the operator as its own service account, on the real clock")
-	cfg, err := env.OperatorConfig(ctx)
-	Expect(err).NotTo(HaveOccurred())
-	_, stop, err := testenv.RunOperator(cfg, operator.Options{
-		MetricsAddr: "0", ProbeAddr: "0", LeaderElection: true,
-		Options: controller.Options{Namespace: testenv.Namespace, ServiceAccount: testenv.ServiceAccount, Registry: registry},
-	})
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(stop)
+	Expect(suite.StartOperator()).To(Succeed())
+	registry = suite.Registry
+	// Stopped before cert-manager, as it started after it.
+	DeferCleanup(suite.StopOperator)
 }, NodeTimeout(2*time.Minute))

@@ -21,8 +21,6 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
@@ -46,27 +44,17 @@ func TestCertificatePolicy(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(ctx SpecContext) {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	var err error
-	env, err = testenv.Start()
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(env.Stop)
-	k8s = env.Client
-	cfg, err := env.OperatorConfig(ctx)
-	Expect(err).NotTo(HaveOccurred())
 	fakeClock = clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
-
-	registry = prometheus.NewRegistry()
-	op, stop, err := testenv.RunOperator(cfg, operator.Options{
-		MetricsAddr: "0", ProbeAddr: "0", LeaderElection: true,
-		Options: controller.Options{
-			Namespace: testenv.Namespace, ServiceAccount: testenv.ServiceAccount,
-			Clock: fakeClock, Registry: registry, MaxRenewalsPerMinute: maxRenewals,
-		},
+	suite, err := testenv.StartSuite(ctx, testenv.SuiteOptions{
+		Log: GinkgoWriter,
+		Operator: operator.Options{Options: controller.Options{
+			Clock: fakeClock, MaxRenewalsPerMinute: maxRenewals,
+		}},
 	})
-	Expect(err).NotTo(HaveOccurred(), "the operator leads, with its own RBAC")
-	DeferCleanup(stop)
-	reconciler = op.CertificatePolicy
+	Expect(err).NotTo(HaveOccurred(), "the control plane runs and the operator leads, with its own RBAC")
+	DeferCleanup(suite.Stop)
+	env, k8s, registry = suite.Env, suite.Admin(), suite.Registry
+	reconciler = suite.Operator.CertificatePolicy
 
 	// No CertificatePolicy exists yet: the operator holds no TLS Secret.
 	Expect(reconciler.WatchingSecrets()).To(BeFalse())

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest/komega"
 
 	"github.com/ringmaster-io/ringmaster/internal/operator"
 )
@@ -86,17 +87,14 @@ func matching(g prometheus.Gatherer, name string, labels map[string]string) ([]*
 	return out, nil
 }
 
-// Update reads obj afresh, applies mutate and writes it back, again after a
-// conflict: a spec's change to an object the operator writes too.
+// Update reads obj afresh, applies mutate and writes it back (komega's
+// Update), again after a conflict: a spec's change to an object the
+// operator writes too. obj's annotations are never nil in mutate.
 func Update[T client.Object](ctx context.Context, c client.Client, obj T, mutate func(T)) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-			return err
-		}
+	return retry.RetryOnConflict(retry.DefaultRetry, komega.New(c).WithContext(ctx).Update(obj, func() {
 		if obj.GetAnnotations() == nil {
 			obj.SetAnnotations(map[string]string{})
 		}
 		mutate(obj)
-		return c.Update(ctx, obj)
-	})
+	}))
 }

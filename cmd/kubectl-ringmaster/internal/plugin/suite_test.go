@@ -24,12 +24,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/plugin"
-	"github.com/ringmaster-io/ringmaster/internal/controller"
-	"github.com/ringmaster-io/ringmaster/internal/operator"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 )
 
@@ -52,22 +48,10 @@ func TestPlugin(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(ctx SpecContext) {
-	logf.SetLogger(zap.New(zap.WriteTo(GinkgoWriter), zap.UseDevMode(true)))
-	var err error
-	env, err = testenv.Start()
-	Expect(err).NotTo(HaveOccurred())
-	DeferCleanup(env.Stop)
-	k8s = env.Client
-
-	cfg, err := env.OperatorConfig(ctx)
-	Expect(err).NotTo(HaveOccurred())
-	registry = prometheus.NewRegistry()
-	_, stop, err := testenv.RunOperator(cfg, operator.Options{
-		MetricsAddr: "0", ProbeAddr: "0", LeaderElection: true,
-		Options: controller.Options{Namespace: testenv.Namespace, ServiceAccount: testenv.ServiceAccount, Registry: registry},
-	})
-	Expect(err).NotTo(HaveOccurred(), "the operator leads, with its own RBAC")
-	DeferCleanup(stop)
+	suite, err := testenv.StartSuite(ctx, testenv.SuiteOptions{Log: GinkgoWriter})
+	Expect(err).NotTo(HaveOccurred(), "the control plane runs and the operator leads, with its own RBAC")
+	DeferCleanup(suite.Stop)
+	env, k8s, registry = suite.Env, suite.Admin(), suite.Registry
 
 	dir := GinkgoT().TempDir()
 	Expect(env.Apply(ctx, filepath.Join(testenv.Root(), "config", "rbac", "tenant_roles.yaml"))).To(Succeed())
