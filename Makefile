@@ -192,8 +192,8 @@ golangci-lint: ## Build golangci-lint (cached).
 	@hack/gotool.sh golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint $(GOLANGCI_LINT_VERSION) >/dev/null
 
 .PHONY: servers
-servers: ## Install nginx and HAProxy from Debian's packages where missing, for the sidecar's interop tests (needs root or sudo once).
-	@hack/debian.sh nginx haproxy
+servers: ## Install nginx, HAProxy and Prometheus from Debian's packages where missing, for the sidecar's interop tests and the alert-rule tests (needs root or sudo once).
+	@hack/debian.sh nginx haproxy prometheus
 
 .PHONY: controller-gen
 controller-gen: ## Build controller-gen (cached).
