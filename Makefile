@@ -98,7 +98,7 @@ bench-fleet: envtest servers ## Compare a fleet's resumption and server CPU: rin
 helm-lint: helm ## Lint the chart, with its default values and with every option on.
 	$(HELM) lint charts/ringmaster --strict --kube-version $(KUBE_VERSION)
 	$(HELM) lint charts/ringmaster --strict --kube-version $(KUBE_VERSION) \
-		--set metrics.serviceMonitor.enabled=true,metrics.tls.certManager.enabled=true,metrics.prometheusRule.enabled=true,podDisruptionBudget.enabled=true
+		--set metrics.serviceMonitor.enabled=true,metrics.tls.certManager.enabled=true,metrics.prometheusRule.enabled=true,podDisruptionBudget.enabled=true,grafana.dashboards.enabled=true
 
 .PHONY: chart-dryrun
 chart-dryrun: helm envtest ## Validate the rendered chart with a server-side dry run against the local control plane.
