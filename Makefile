@@ -17,7 +17,7 @@ TESTFLAGS ?=
 # The packages a test target runs; e.g. make test-unit PKG=./internal/keyring/.
 PKG ?= ./...
 # The real components the integration suites use (each built and cached by hack/).
-TOOLS_ENV = KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_CERT_MANAGER="$$(hack/certmanager.sh)"
+TOOLS_ENV = KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_CERT_MANAGER="$$(hack/certmanager.sh)" RINGMASTER_HELM=$(HELM)
 # Flags of make bench-fleet and make demo, e.g. FLEETFLAGS='-n 8 -clients 32 -tls 1.2';
 # go run ./hack/fleet bench -h (or demo -h) lists them.
 FLEETFLAGS ?=
@@ -82,8 +82,8 @@ run-test-cluster:
 		RINGMASTER_CLUSTER=ringmaster-e2e hack/cluster/down.sh; exit $$status
 
 .PHONY: test-e2e
-test-e2e: manifests generate envtest vault servers ## Run the end-to-end suites on loopback (make test runs them too): control plane, operator binary, a fleet of agent servers under load; and a ring shared by two clusters through Vault.
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" go test -tags e2e ./test/e2e/... ./test/multicluster/... -count=1 -v -ginkgo.v $(TESTFLAGS)
+test-e2e: manifests generate envtest vault servers helm ## Run the end-to-end suites on loopback (make test runs them too): control plane, operator binary, a fleet of agent servers under load; and a ring shared by two clusters through Vault.
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_HELM=$(HELM) go test -tags e2e ./test/e2e/... ./test/multicluster/... -count=1 -v -ginkgo.v $(TESTFLAGS)
 
 .PHONY: bench
 bench: ## Run the agent benchmarks and print the ratios against the baselines of the same run.
