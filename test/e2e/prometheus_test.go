@@ -194,16 +194,16 @@ var _ = Describe("Debian's Prometheus scraping the operator and a fleet", Ordere
 		state := func() string { return prom.alertState(ctx, overdueAlert, ns, ringName) }
 		// The staged key activates within one rotationInterval (1m); no
 		// successor can then be minted.
-		Eventually(ctx, state).WithTimeout(2*time.Minute).WithPolling(250*time.Millisecond).Should(Equal("pending"))
+		Eventually(ctx, state).WithTimeout(2 * time.Minute).WithPolling(250 * time.Millisecond).Should(Equal("pending"))
 		pending := time.Since(cut)
-		Eventually(ctx, state).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).Should(Equal("firing"))
+		Eventually(ctx, state).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(Equal("firing"))
 		firing := time.Since(cut)
 
 		var err error
 		proxy, err = fleet.ListenBalancer(proxy.Addr(), []string{vaultAt})
 		Expect(err).NotTo(HaveOccurred())
 		back := time.Now()
-		Eventually(ctx, state).WithTimeout(2*time.Minute).WithPolling(250*time.Millisecond).Should(BeEmpty())
+		Eventually(ctx, state).WithTimeout(2 * time.Minute).WithPolling(250 * time.Millisecond).Should(BeEmpty())
 		GinkgoWriter.Printf("%s: pending %v and firing %v after Vault was cut; resolved %v after it was back\n",
 			overdueAlert, pending.Round(time.Millisecond), firing.Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
 		Expect(prom.series(ctx, `ringmaster_ticketkeyring_rotations_total{result="failure"} > 0`)).NotTo(BeEmpty())
