@@ -17,7 +17,7 @@ TESTFLAGS ?=
 # The packages a test target runs; e.g. make test-unit PKG=./internal/keyring/.
 PKG ?= ./...
 # The real components the integration suites use (each built and cached by hack/).
-TOOLS_ENV = KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_CERT_MANAGER="$$(hack/certmanager.sh)"
+TOOLS_ENV = KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_CERT_MANAGER="$$(hack/certmanager.sh)" RINGMASTER_HELM=$(HELM)
 # Flags of make bench-fleet and make demo, e.g. FLEETFLAGS='-n 8 -clients 32 -tls 1.2';
 # go run ./hack/fleet bench -h (or demo -h) lists them.
 FLEETFLAGS ?=
@@ -82,8 +82,8 @@ run-test-cluster:
 		RINGMASTER_CLUSTER=ringmaster-e2e hack/cluster/down.sh; exit $$status
 
 .PHONY: test-e2e
-test-e2e: manifests generate envtest vault servers ## Run the end-to-end suites on loopback (make test runs them too): control plane, operator binary, a fleet of agent servers under load; and a ring shared by two clusters through Vault.
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" go test -tags e2e ./test/e2e/... ./test/multicluster/... -count=1 -v -ginkgo.v $(TESTFLAGS)
+test-e2e: manifests generate envtest vault servers helm ## Run the end-to-end suites on loopback (make test runs them too): control plane, operator binary, a fleet of agent servers under load; and a ring shared by two clusters through Vault.
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_HELM=$(HELM) go test -tags e2e ./test/e2e/... ./test/multicluster/... -count=1 -v -ginkgo.v $(TESTFLAGS)
 
 .PHONY: bench
 bench: ## Run the agent benchmarks and print the ratios against the baselines of the same run.
@@ -98,7 +98,7 @@ bench-fleet: envtest servers ## Compare a fleet's resumption and server CPU: rin
 helm-lint: helm ## Lint the chart, with its default values and with every option on.
 	$(HELM) lint charts/ringmaster --strict --kube-version $(KUBE_VERSION)
 	$(HELM) lint charts/ringmaster --strict --kube-version $(KUBE_VERSION) \
-		--set metrics.serviceMonitor.enabled=true,metrics.tls.certManager.enabled=true,metrics.prometheusRule.enabled=true,podDisruptionBudget.enabled=true
+		--set metrics.serviceMonitor.enabled=true,metrics.tls.certManager.enabled=true,metrics.prometheusRule.enabled=true,podDisruptionBudget.enabled=true,grafana.dashboards.enabled=true
 
 .PHONY: chart-dryrun
 chart-dryrun: helm envtest ## Validate the rendered chart with a server-side dry run against the local control plane.
@@ -192,8 +192,8 @@ golangci-lint: ## Build golangci-lint (cached).
 	@hack/gotool.sh golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint $(GOLANGCI_LINT_VERSION) >/dev/null
 
 .PHONY: servers
-servers: ## Install nginx and HAProxy from Debian's packages where missing, for the sidecar's interop tests (needs root or sudo once).
-	@hack/debian.sh nginx haproxy
+servers: ## Install nginx, HAProxy and Prometheus from Debian's packages where missing, for the sidecar's interop tests and the alert-rule tests (needs root or sudo once).
+	@hack/debian.sh nginx haproxy prometheus
 
 .PHONY: controller-gen
 controller-gen: ## Build controller-gen (cached).

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # debian.sh PACKAGE...: installs the Debian packages the tests run for real
-# (nginx, haproxy for the sidecar's interop suite), each only when its
+# (nginx, haproxy for the sidecar's interop suite; prometheus, whose
+# promtool and server check the chart's alert rules), each only when its
 # command is missing, so that a run on a machine that has them costs a
 # few milliseconds. Needs root, or sudo without a password, when something
 # is missing. Prints nothing on stdout.
@@ -16,6 +17,7 @@ command_of() {
 	case $1 in
 	nginx) echo /usr/sbin/nginx ;;
 	haproxy) echo /usr/sbin/haproxy ;;
+	prometheus) echo /usr/bin/promtool ;;
 	*) echo "" ;;
 	esac
 }

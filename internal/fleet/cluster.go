@@ -34,6 +34,9 @@ type Cluster struct {
 	Config    *rest.Config
 	Client    client.Client
 	Clientset kubernetes.Interface
+	// OperatorArgs are added to the operator's flags by StartOperator (a
+	// later flag wins), e.g. to serve its metrics.
+	OperatorArgs []string
 }
 
 // StartCluster starts hack/controlplane (which needs KUBEBUILDER_ASSETS),
@@ -126,6 +129,7 @@ func (c *Cluster) StartOperator(ctx context.Context, sup *Supervisor, bins Binar
 		fmt.Sprintf("--leader-elect=%t", leaderElect),
 		"--cluster-resource-namespace", OperatorNamespace,
 	}
+	args = append(args, c.OperatorArgs...)
 	return sup.Start("operator", bins.Operator, args, "KUBECONFIG="+c.Kubeconfig)
 }
 
