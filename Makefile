@@ -59,7 +59,12 @@ vet: ## Run go vet.
 .PHONY: test
 test: manifests generate vet envtest vault cert-manager servers helm images cluster-build ## Run every test: unit, integration and end to end (one go test run; real Vault, cert-manager, nginx and HAProxy), then the chart in a real single-node cluster (root). The README's and CI's test command.
 	$(TOOLS_ENV) go test -tags integration,e2e $(PKG) -count=1 $(TESTFLAGS)
+	@$(MAKE) --no-print-directory test-caddy
 	@$(MAKE) --no-print-directory run-test-cluster
+
+.PHONY: test-caddy
+test-caddy: ## Run the Caddy STEK provider's tests (its own module, ./caddy): builds Caddy with tls.stek.ringmaster and runs two instances on one ring.
+	cd caddy && go test ./... -count=1 $(TESTFLAGS)
 
 .PHONY: test-unit
 test-unit: ## Run the pure tests: domain packages, the agent over real TLS, the chart generator. Needs nothing built; seconds.

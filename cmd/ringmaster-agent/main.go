@@ -94,6 +94,11 @@ expiresAt, and has the server take them (nginx: graceful reload; HAProxy:
 runtime API; Envoy: file-based SDS). /readyz answers 200 once the server
 holds the keys served now.
 
+There is no --classical-resumption (pkg/agent's ClassicalResumption): the
+sidecar terminates no TLS, so the server's own settings choose its key
+exchange. In FIPS 140-3 mode (GODEBUG=fips140=on) pkg/agent refuses that
+option, since FIPS 140-3 does not allow X25519 alone.
+
 Flags:
 `
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/fips140"
 	"crypto/sha256"
 	"crypto/tls"
 	"errors"
@@ -170,7 +171,11 @@ type Options struct {
 	//
 	// It has no effect on a TLSConfig whose base rules out X25519 or TLS 1.3
 	// (CurvePreferences without X25519, MaxVersion below TLS 1.3), disables
-	// session tickets, or in FIPS 140-3 mode; TLSConfig then logs why.
+	// session tickets; TLSConfig then logs why.
+	//
+	// New refuses it in FIPS 140-3 mode (GODEBUG=fips140=on or only, see
+	// crypto/fips140.Enabled): the approved key exchanges there are the
+	// hybrid and the NIST curves, and X25519 alone is not one of them.
 	ClassicalResumption bool
 }
 
@@ -283,6 +288,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.Ring != "" && !keyring.ValidRingName(opts.Ring) {
 		return nil, fmt.Errorf("agent: Options.Ring %s is not \"<namespace>/<name>\" or \"<name>\" of a ring", quote(opts.Ring))
+	}
+	if opts.ClassicalResumption && fips140.Enabled() {
+		return nil, errors.New("agent: Options.ClassicalResumption cannot be used in FIPS 140-3 mode (GODEBUG=fips140): it resumes TLS 1.3 sessions with X25519 alone, a key exchange FIPS 140-3 does not approve")
 	}
 	if opts.Clock == nil {
 		opts.Clock = realClock{}

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"crypto/fips140"
 	"crypto/tls"
 	"fmt"
 	"testing"
@@ -55,6 +56,7 @@ func checkCounts(t *testing.T, name string, a *agent.Agent, want map[string]floa
 // a Go client, on another replica and across a rotation; without it,
 // resumption keeps the hybrid group.
 func TestClassicalResumption(t *testing.T) {
+	skipInFIPS(t)
 	p := newPKI(t)
 	cert := p.valid()
 	s := newSchedule(time.Now())
@@ -113,6 +115,7 @@ func TestClassicalResumption(t *testing.T) {
 // TestClassicalResumptionClients: what clients other than Go's default get
 // from an agent with the option on, and what the agent counts of them.
 func TestClassicalResumptionClients(t *testing.T) {
+	skipInFIPS(t)
 	p := newPKI(t)
 	cert := p.valid()
 	s := newSchedule(time.Now())
@@ -183,6 +186,7 @@ func TestClassicalResumptionClients(t *testing.T) {
 // never written after; the one handed out depends only on the ClientHello's
 // pre_shared_key and groups.
 func TestClassicalResumptionConfigs(t *testing.T) {
+	skipInFIPS(t)
 	p := newPKI(t)
 	cert := p.valid()
 	s := newSchedule(time.Now())
@@ -250,6 +254,7 @@ func TestClassicalResumptionConfigs(t *testing.T) {
 // 1.3, or tickets, keeps its own key exchange for resumptions, and the agent
 // says why.
 func TestClassicalResumptionDoesNotApply(t *testing.T) {
+	skipInFIPS(t)
 	p := newPKI(t)
 	cert := p.valid()
 	s := newSchedule(time.Now())
@@ -283,5 +288,14 @@ func TestClassicalResumptionDoesNotApply(t *testing.T) {
 				t.Errorf("second handshake: resumed %v, group %v; want group %v", cs.DidResume, cs.CurveID, tc.group)
 			}
 		})
+	}
+}
+
+// skipInFIPS skips a ClassicalResumption test in FIPS 140-3 mode, where New
+// refuses the option (TestFIPSRefusesClassical).
+func skipInFIPS(t *testing.T) {
+	t.Helper()
+	if fips140.Enabled() {
+		t.Skip("FIPS 140-3 mode forbids X25519 alone, so New refuses ClassicalResumption")
 	}
 }
