@@ -158,7 +158,7 @@ uninstall: manifests ## Remove the CRDs.
 
 .PHONY: cluster
 cluster: images ## Start a real single-node cluster in network namespace ringmaster-node and load the images (bin/ringmaster-node/kubeconfig).
-	hack/cluster/up.sh >/dev/null
+	RINGMASTER_LOADING=1 hack/cluster/up.sh >/dev/null
 	hack/cluster/load.sh $(BIN)/images/*.tar
 
 .PHONY: cluster-down
