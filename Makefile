@@ -10,6 +10,9 @@ GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(BIN)/golangci-lint
 HELM_VERSION := v3.22.0
 HELM := $(BIN)/helm
+# Tag of the images make images builds: the chart's appVersion, which the
+# chart and config/samples use by default, so both start on these images.
+IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' charts/ringmaster/Chart.yaml)
 # Helm built from source assumes Kubernetes v1.20 unless told.
 KUBE_VERSION := 1.37.2
 # Go test flags; e.g. make test-integration PKG=./internal/controller/ TESTFLAGS='-ginkgo.focus "rotates now"'.
@@ -21,7 +24,7 @@ TOOLS_ENV = KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/v
 # Flags of make bench-fleet and make demo, e.g. FLEETFLAGS='-n 8 -clients 32 -tls 1.2';
 # go run ./hack/fleet bench -h (or demo -h) lists them.
 FLEETFLAGS ?=
-# Flags of make deploy, e.g. HELMFLAGS='--set image.tag=dev --set image.pullPolicy=Never'.
+# Flags of make deploy, e.g. HELMFLAGS='--set image.pullPolicy=Never' (make images tags the chart's appVersion).
 HELMFLAGS ?=
 # Benchmark time per variant, and runs per benchmark (benchratio takes medians).
 BENCHTIME ?= 1s
@@ -78,7 +81,7 @@ test-cluster: manifests generate helm images cluster-build ## Run only the clust
 # it. Its cluster is stopped afterwards even if the test binary was killed.
 .PHONY: run-test-cluster
 run-test-cluster:
-	status=0; RINGMASTER_HELM=$(HELM) RINGMASTER_IMAGES=$(BIN)/images go test -tags cluster ./test/cluster/ -count=1 -timeout 30m -v -ginkgo.v $(TESTFLAGS) || status=$$?; \
+	status=0; RINGMASTER_HELM=$(HELM) RINGMASTER_IMAGES=$(BIN)/images RINGMASTER_IMAGE_TAG=$(IMAGE_TAG) go test -tags cluster ./test/cluster/ -count=1 -timeout 30m -v -ginkgo.v $(TESTFLAGS) || status=$$?; \
 		RINGMASTER_CLUSTER=ringmaster-e2e hack/cluster/down.sh; exit $$status
 
 .PHONY: test-e2e
@@ -125,8 +128,8 @@ build-plugin: ## Build the kubectl plugin into bin/kubectl-ringmaster; with bin/
 	go build -o $(BIN)/kubectl-ringmaster ./cmd/kubectl-ringmaster
 
 .PHONY: images
-images: ## Build the operator and examples/server images without Docker: reproducible OCI tarballs in bin/images.
-	go run ./hack/images -out $(BIN)/images
+images: ## Build the operator, ringmaster-agent (sidecar) and examples/server images without Docker: reproducible OCI tarballs in bin/images, tagged IMAGE_TAG (default: the chart's appVersion, which the chart and config/samples use).
+	go run ./hack/images -out $(BIN)/images -tag $(IMAGE_TAG)
 
 .PHONY: run
 run: manifests generate ## Run the operator against the current kubeconfig.
@@ -143,7 +146,7 @@ install: manifests ## Install the CRDs into the current kubeconfig's cluster.
 	kubectl apply --server-side -f config/crd/bases
 
 .PHONY: deploy
-deploy: helm ## Install or upgrade the chart into the current kubeconfig's cluster (HELMFLAGS, e.g. --set image.tag=dev --set image.pullPolicy=Never).
+deploy: helm ## Install or upgrade the chart into the current kubeconfig's cluster (HELMFLAGS, e.g. --set image.pullPolicy=Never).
 	$(HELM) upgrade --install ringmaster charts/ringmaster --namespace ringmaster-system --create-namespace --wait $(HELMFLAGS)
 
 .PHONY: undeploy
