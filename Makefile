@@ -153,6 +153,10 @@ deploy: helm ## Install or upgrade the chart into the current kubeconfig's clust
 undeploy: helm ## Uninstall the chart (the CRDs stay).
 	$(HELM) uninstall ringmaster --namespace ringmaster-system --wait
 
+.PHONY: sample-cert
+sample-cert: ## Make the web-tls Secret config/samples' Deployments mount, without cert-manager (openssl; NAMESPACE, default kubectl's); its CA goes to bin/sample-ca.crt.
+	hack/sample-cert.sh $(NAMESPACE)
+
 .PHONY: uninstall
 uninstall: manifests ## Remove the CRDs.
 	kubectl delete --ignore-not-found -f config/crd/bases
