@@ -14,7 +14,9 @@ HELM := $(BIN)/helm
 # chart and config/samples use by default, so both start on these images.
 IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' charts/ringmaster/Chart.yaml)
 # Helm built from source assumes Kubernetes v1.20 unless told.
-KUBE_VERSION := 1.37.2
+# The Kubernetes version, written in hack/tools/kube/go.mod only (hack/lib.sh
+# reads it there too).
+KUBE_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" && $$2 ~ /^v/ {sub(/^v/, "", $$2); print $$2; exit}' hack/tools/kube/go.mod)
 # Go test flags; e.g. make test-integration PKG=./internal/controller/ TESTFLAGS='-ginkgo.focus "rotates now"'.
 TESTFLAGS ?=
 # The packages a test target runs; e.g. make test-unit PKG=./internal/keyring/.

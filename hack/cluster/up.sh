@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Starts a real single-node Kubernetes cluster (make cluster): etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-# kube-proxy and containerd with runc and the CNI bridge, all v1.37.2 /
-# containerd v2.4.2, built by hack/cluster/build.sh.
+# kube-proxy and containerd with runc and the CNI bridge, all built by
+# hack/cluster/build.sh (Kubernetes at hack/tools/kube/go.mod's version).
 #
 # Everything that listens on a non-loopback address lives in a network
 # namespace of its own, /run/netns/$RINGMASTER_CLUSTER (default
