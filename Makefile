@@ -110,8 +110,9 @@ chart-dryrun: helm envtest ## Validate the rendered chart with a server-side dry
 	hack/chart-dryrun.sh
 
 .PHONY: lint
-lint: golangci-lint ## Run golangci-lint (.golangci.yml) on every build tag's files.
+lint: golangci-lint golangci-kal ## Run golangci-lint (.golangci.yml) on every build tag's files, and kube-api-linter (.golangci-kal.yml) on api/.
 	$(GOLANGCI_LINT) run --allow-parallel-runners --build-tags integration,e2e,cluster ./...
+	$(BIN)/golangci-kal run --allow-parallel-runners -c .golangci-kal.yml ./api/...
 
 .PHONY: verify
 verify: manifests generate fmt lint helm-lint chart-dryrun ## Regenerate everything, lint the code and the chart, dry-run the chart, and fail if the tree changed or holds untracked files.
@@ -195,6 +196,10 @@ cert-manager: ## Build cert-manager's controllers for the certificate tests (cac
 .PHONY: helm
 helm: ## Build Helm (cached).
 	@hack/gotool.sh helm helm.sh/helm/v3/cmd/helm $(HELM_VERSION) >/dev/null
+
+.PHONY: golangci-kal
+golangci-kal: ## Build golangci-lint with the kube-api-linter plugin (hack/tools/golangci-kal; cached).
+	@hack/golangci-kal.sh >/dev/null
 
 .PHONY: golangci-lint
 golangci-lint: ## Build golangci-lint (cached).
