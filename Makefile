@@ -10,8 +10,13 @@ GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(BIN)/golangci-lint
 HELM_VERSION := v3.22.0
 HELM := $(BIN)/helm
+# Tag of the images make images builds: the chart's appVersion, which the
+# chart and config/samples use by default, so both start on these images.
+IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' charts/ringmaster/Chart.yaml)
 # Helm built from source assumes Kubernetes v1.20 unless told.
-KUBE_VERSION := 1.37.2
+# The Kubernetes version, written in hack/tools/kube/go.mod only (hack/lib.sh
+# reads it there too).
+KUBE_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" && $$2 ~ /^v/ {sub(/^v/, "", $$2); print $$2; exit}' hack/tools/kube/go.mod)
 # Go test flags; e.g. make test-integration PKG=./internal/controller/ TESTFLAGS='-ginkgo.focus "rotates now"'.
 TESTFLAGS ?=
 # The packages a test target runs; e.g. make test-unit PKG=./internal/keyring/.
@@ -21,7 +26,7 @@ TOOLS_ENV = KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/v
 # Flags of make bench-fleet and make demo, e.g. FLEETFLAGS='-n 8 -clients 32 -tls 1.2';
 # go run ./hack/fleet bench -h (or demo -h) lists them.
 FLEETFLAGS ?=
-# Flags of make deploy, e.g. HELMFLAGS='--set image.tag=dev --set image.pullPolicy=Never'.
+# Flags of make deploy, e.g. HELMFLAGS='--set image.pullPolicy=Never' (make images tags the chart's appVersion).
 HELMFLAGS ?=
 # Benchmark time per variant, and runs per benchmark (benchratio takes medians).
 BENCHTIME ?= 1s
@@ -83,7 +88,7 @@ test-cluster: manifests generate helm images cluster-build ## Run only the clust
 # it. Its cluster is stopped afterwards even if the test binary was killed.
 .PHONY: run-test-cluster
 run-test-cluster:
-	status=0; RINGMASTER_HELM=$(HELM) RINGMASTER_IMAGES=$(BIN)/images go test -tags cluster ./test/cluster/ -count=1 -timeout 30m -v -ginkgo.v $(TESTFLAGS) || status=$$?; \
+	status=0; RINGMASTER_HELM=$(HELM) RINGMASTER_IMAGES=$(BIN)/images RINGMASTER_IMAGE_TAG=$(IMAGE_TAG) go test -tags cluster ./test/cluster/ -count=1 -timeout 30m -v -ginkgo.v $(TESTFLAGS) || status=$$?; \
 		RINGMASTER_CLUSTER=ringmaster-e2e hack/cluster/down.sh; exit $$status
 
 .PHONY: test-e2e
@@ -110,8 +115,9 @@ chart-dryrun: helm envtest ## Validate the rendered chart with a server-side dry
 	hack/chart-dryrun.sh
 
 .PHONY: lint
-lint: golangci-lint ## Run golangci-lint (.golangci.yml) on every build tag's files.
+lint: golangci-lint golangci-kal ## Run golangci-lint (.golangci.yml) on every build tag's files, and kube-api-linter (.golangci-kal.yml) on api/.
 	$(GOLANGCI_LINT) run --allow-parallel-runners --build-tags integration,e2e,cluster ./...
+	$(BIN)/golangci-kal run --allow-parallel-runners -c .golangci-kal.yml ./api/...
 
 .PHONY: verify
 verify: manifests generate fmt lint helm-lint chart-dryrun ## Regenerate everything, lint the code and the chart, dry-run the chart, and fail if the tree changed or holds untracked files.
@@ -130,8 +136,8 @@ build-plugin: ## Build the kubectl plugin into bin/kubectl-ringmaster; with bin/
 	go build -o $(BIN)/kubectl-ringmaster ./cmd/kubectl-ringmaster
 
 .PHONY: images
-images: ## Build the operator and examples/server images without Docker: reproducible OCI tarballs in bin/images.
-	go run ./hack/images -out $(BIN)/images
+images: ## Build the operator, ringmaster-agent (sidecar) and examples/server images without Docker: reproducible OCI tarballs in bin/images, tagged IMAGE_TAG (default: the chart's appVersion, which the chart and config/samples use).
+	go run ./hack/images -out $(BIN)/images -tag $(IMAGE_TAG)
 
 .PHONY: run
 run: manifests generate ## Run the operator against the current kubeconfig.
@@ -148,12 +154,16 @@ install: manifests ## Install the CRDs into the current kubeconfig's cluster.
 	kubectl apply --server-side -f config/crd/bases
 
 .PHONY: deploy
-deploy: helm ## Install or upgrade the chart into the current kubeconfig's cluster (HELMFLAGS, e.g. --set image.tag=dev --set image.pullPolicy=Never).
+deploy: helm ## Install or upgrade the chart into the current kubeconfig's cluster (HELMFLAGS, e.g. --set image.pullPolicy=Never).
 	$(HELM) upgrade --install ringmaster charts/ringmaster --namespace ringmaster-system --create-namespace --wait $(HELMFLAGS)
 
 .PHONY: undeploy
 undeploy: helm ## Uninstall the chart (the CRDs stay).
 	$(HELM) uninstall ringmaster --namespace ringmaster-system --wait
+
+.PHONY: sample-cert
+sample-cert: ## Make the web-tls Secret config/samples' Deployments mount, without cert-manager (openssl; NAMESPACE, default kubectl's); its CA goes to bin/sample-ca.crt.
+	hack/sample-cert.sh $(NAMESPACE)
 
 .PHONY: uninstall
 uninstall: manifests ## Remove the CRDs.
@@ -163,7 +173,7 @@ uninstall: manifests ## Remove the CRDs.
 
 .PHONY: cluster
 cluster: images ## Start a real single-node cluster in network namespace ringmaster-node and load the images (bin/ringmaster-node/kubeconfig).
-	hack/cluster/up.sh >/dev/null
+	RINGMASTER_LOADING=1 hack/cluster/up.sh >/dev/null
 	hack/cluster/load.sh $(BIN)/images/*.tar
 
 .PHONY: cluster-down
@@ -191,6 +201,10 @@ cert-manager: ## Build cert-manager's controllers for the certificate tests (cac
 .PHONY: helm
 helm: ## Build Helm (cached).
 	@hack/gotool.sh helm helm.sh/helm/v3/cmd/helm $(HELM_VERSION) >/dev/null
+
+.PHONY: golangci-kal
+golangci-kal: ## Build golangci-lint with the kube-api-linter plugin (hack/tools/golangci-kal; cached).
+	@hack/golangci-kal.sh >/dev/null
 
 .PHONY: golangci-lint
 golangci-lint: ## Build golangci-lint (cached).

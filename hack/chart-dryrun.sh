@@ -8,7 +8,6 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 
-KUBE_VERSION=1.37.2
 PROMETHEUS_OPERATOR_VERSION=v0.85.0
 HELM="$("$ROOT/hack/gotool.sh" helm helm.sh/helm/v3/cmd/helm v3.22.0)"
 KUBEBUILDER_ASSETS="$("$ROOT/hack/envtest.sh")"
@@ -55,8 +54,8 @@ sets=(
 )
 for set in "${sets[@]}"; do
 	# shellcheck disable=SC2086 # a list of flags
-	"$HELM" template ringmaster charts/ringmaster --namespace ringmaster-system --kube-version "$KUBE_VERSION" $set >"$work/rendered.yaml"
+	"$HELM" template ringmaster charts/ringmaster --namespace ringmaster-system --kube-version "${KUBE_VERSION#v}" $set >"$work/rendered.yaml"
 	n=$(grep -c '^kind:' "$work/rendered.yaml")
 	"$KUBECTL" apply --server-side --dry-run=server --field-manager helm -f "$work/rendered.yaml" >"$work/applied.txt"
-	echo "chart dry run ${set:-(defaults)}: $n objects accepted by kube-apiserver $KUBE_VERSION"
+	echo "chart dry run ${set:-(defaults)}: $n objects accepted by kube-apiserver ${KUBE_VERSION#v}"
 done

@@ -11,8 +11,6 @@
 
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-KUBE_VERSION=v1.37.2
-KUBE_MINOR=37
 ETCD_VERSION=v3.7.3
 ASSETS="$CACHE/envtest-$KUBE_VERSION-etcd-$ETCD_VERSION"
 

@@ -11,6 +11,13 @@ CACHE="${RINGMASTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ringmaster}"
 BIN="$ROOT/bin"
 mkdir -p "$CACHE" "$BIN"
 
+# KUBE_VERSION (e.g. v1.37.2) is the Kubernetes every script builds, tests and
+# renders for: hack/tools/kube/go.mod's k8s.io/kubernetes, the one place it
+# is written (the Makefile reads it there too). KUBE_MINOR is its minor.
+KUBE_VERSION="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$ROOT/hack/tools/kube/go.mod")"
+[[ -n "$KUBE_VERSION" ]] || { echo "no k8s.io/kubernetes version in hack/tools/kube/go.mod" >&2; exit 1; }
+KUBE_MINOR="$(cut -d. -f2 <<<"$KUBE_VERSION")"
+
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 # with_lock NAME CMD...: runs CMD holding an exclusive lock on NAME, so that two

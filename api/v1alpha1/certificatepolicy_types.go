@@ -301,6 +301,7 @@ type CertificatePolicyStatus struct {
 	// violations lists broken rules, ordered by namespace, name, kind and
 	// rule, at most 50; violationsOmitted counts the rest.
 	// +optional
+	// +listType=atomic
 	Violations []Violation `json:"violations,omitempty"`
 
 	// violationsOmitted is how many violations did not fit in violations.
@@ -325,7 +326,9 @@ type CertificatePolicyStatus struct {
 // +kubebuilder:printcolumn:name="Soonest Expiry",type=string,JSONPath=`.status.soonestExpiry.notAfter`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type CertificatePolicy struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// spec selects certificates and states the rules they must obey.

@@ -239,7 +239,9 @@ type ClusterKeySourceStatus struct {
 // +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.spec.vault.address`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ClusterKeySource struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// spec says how keys are minted and which rings may use the source.

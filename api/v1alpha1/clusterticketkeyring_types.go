@@ -36,7 +36,9 @@ type ClusterTicketKeyRingSpec struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name may be at most 63 characters: it is the value of a label on every Secret of the ring"
 type ClusterTicketKeyRing struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// spec is the rotation schedule, key source and delivery of the ring,

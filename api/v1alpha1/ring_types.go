@@ -261,6 +261,7 @@ type TicketKeyRingStatus struct {
 
 	// keys are the ring's keys, newest first.
 	// +optional
+	// +listType=atomic
 	Keys []KeyStatus `json:"keys,omitempty"`
 
 	// targets is how many namespaces the ring is delivered to.
@@ -272,6 +273,7 @@ type TicketKeyRingStatus struct {
 	// condition counts them all).
 	// +kubebuilder:validation:MaxItems=20
 	// +optional
+	// +listType=atomic
 	FailedTargets []TargetFailure `json:"failedTargets,omitempty"`
 
 	// lastRotateRequestedAt echoes the last ringmaster.io/rotate-requested-at
@@ -293,6 +295,7 @@ type TicketKeyRingStatus struct {
 	// last 10).
 	// +kubebuilder:validation:MaxItems=10
 	// +optional
+	// +listType=atomic
 	Revocations []Revocation `json:"revocations,omitempty"`
 
 	// shared is what this cluster last saw of the ring's shared entry in
@@ -343,6 +346,7 @@ type ConfirmationStatus struct {
 	// missing names, in order, the pods that do not (at most 20), and why.
 	// +kubebuilder:validation:MaxItems=20
 	// +optional
+	// +listType=atomic
 	Missing []PodReport `json:"missing,omitempty"`
 	// checkedAt is when the pods were last asked.
 	CheckedAt metav1.Time `json:"checkedAt"`
@@ -373,5 +377,6 @@ type Revocation struct {
 	// epoch is the epoch that dropped the keys.
 	Epoch int64 `json:"epoch"`
 	// keys are the ids of the keys destroyed.
+	// +listType=atomic
 	Keys []string `json:"keys"`
 }

@@ -22,7 +22,9 @@ import (
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63",message="metadata.name may be at most 63 characters: it is the value of a label on every Secret of the ring"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.confirmation) || !has(self.spec.confirmation.voterNamespaceSelector)",message="spec.confirmation.voterNamespaceSelector is for ClusterTicketKeyRings: a TicketKeyRing's voters are in its own namespace"
 type TicketKeyRing struct {
-	metav1.TypeMeta   `json:",inline"`
+	metav1.TypeMeta `json:",inline"`
+	// metadata is the standard object metadata.
+	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// spec is the rotation schedule, key source and delivery of the ring.

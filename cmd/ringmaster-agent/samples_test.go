@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -78,9 +79,10 @@ func TestSampleShape(t *testing.T) {
 	appVersion := chartAppVersion(t)
 	for _, s := range samples {
 		t.Run(string(s.kind), func(t *testing.T) {
-			cm, dep := readSample(t, s.file)
+			cm, dep, svc := readSampleAll(t, s.file)
 			spec := dep.Spec.Template.Spec
 			checkSampleShape(t, s.kind, spec)
+			checkSampleService(t, dep, svc)
 			if _, ok := cm.Data[s.configFile]; !ok {
 				t.Errorf("ConfigMap %s has no %s", cm.Name, s.configFile)
 			}
@@ -159,12 +161,20 @@ func sampleRing(epoch int64, at time.Time) (ring keyring.Ring, active, staged ke
 
 func readSample(t *testing.T, name string) (*corev1.ConfigMap, *appsv1.Deployment) {
 	t.Helper()
+	cm, dep, _ := readSampleAll(t, name)
+	return cm, dep
+}
+
+// readSampleAll reads a sample's ConfigMap, Deployment and Service.
+func readSampleAll(t *testing.T, name string) (*corev1.ConfigMap, *appsv1.Deployment, *corev1.Service) {
+	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", "config", "samples", name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var cm *corev1.ConfigMap
 	var dep *appsv1.Deployment
+	var svc *corev1.Service
 	for doc := range strings.SplitSeq(string(data), "\n---\n") {
 		doc += "\n" // the split took the newline that ends the document
 		var meta struct{ Kind string }
@@ -178,6 +188,9 @@ func readSample(t *testing.T, name string) (*corev1.ConfigMap, *appsv1.Deploymen
 		case "Deployment":
 			dep = &appsv1.Deployment{}
 			err = yaml.UnmarshalStrict([]byte(doc), dep)
+		case "Service":
+			svc = &corev1.Service{}
+			err = yaml.UnmarshalStrict([]byte(doc), svc)
 		default:
 			t.Fatalf("%s: unexpected kind %q", name, meta.Kind)
 		}
@@ -185,10 +198,33 @@ func readSample(t *testing.T, name string) (*corev1.ConfigMap, *appsv1.Deploymen
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
-	if cm == nil || dep == nil {
-		t.Fatalf("%s: want a ConfigMap and a Deployment", name)
+	if cm == nil || dep == nil || svc == nil {
+		t.Fatalf("%s: want a ConfigMap, a Deployment and a Service", name)
 	}
-	return cm, dep
+	return cm, dep, svc
+}
+
+// checkSampleService: the sample's Service selects the Deployment's pods
+// and forwards to the server's https port, never to the sidecar's metrics.
+func checkSampleService(t *testing.T, dep *appsv1.Deployment, svc *corev1.Service) {
+	t.Helper()
+	labels := dep.Spec.Template.Labels
+	if len(svc.Spec.Selector) == 0 {
+		t.Errorf("Service %s selects nothing", svc.Name)
+	}
+	for k, v := range svc.Spec.Selector {
+		if labels[k] != v {
+			t.Errorf("Service %s selects %s=%s, which the pods (%v) lack", svc.Name, k, v, labels)
+		}
+	}
+	srv := dep.Spec.Template.Spec.Containers[0]
+	if len(svc.Spec.Ports) != 1 {
+		t.Fatalf("Service %s has %d ports, want the server's https only", svc.Name, len(svc.Spec.Ports))
+	}
+	target := svc.Spec.Ports[0].TargetPort.String()
+	if !slices.ContainsFunc(srv.Ports, func(p corev1.ContainerPort) bool { return p.Name == target || fmt.Sprint(p.ContainerPort) == target }) {
+		t.Errorf("Service %s targets port %s, which the server %s does not open (%v)", svc.Name, target, srv.Name, srv.Ports)
+	}
 }
 
 // chartAppVersion is the chart's appVersion, the release the samples pin.

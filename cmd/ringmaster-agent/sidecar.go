@@ -35,6 +35,12 @@ type sidecar struct {
 	mu        sync.Mutex
 	rep       report
 	lastCause string // the cause last logged, to log each failure once
+	// started is when the sidecar started; answered reports whether the
+	// server ever took the keys. Until one or the other of answered and
+	// noServerGrace after started, no_server is the server still starting
+	// (a native sidecar starts before its server), not an error.
+	started  time.Time
+	answered bool
 
 	reloads prometheus.Counter
 	errors  *prometheus.CounterVec
@@ -56,11 +62,17 @@ type report struct {
 	Agent agent.Status `json:"agent"`
 }
 
+// noServerGrace is how long after it starts the sidecar does not count the
+// server's absence (no_server) as an error unless the server has answered
+// already: the server starts after the sidecar, once its startup probe
+// passes.
+const noServerGrace = time.Minute
+
 func newSidecar(name string, srv server, log *slog.Logger, interval, timeout time.Duration) *sidecar {
 	s := &sidecar{
 		name: name, server: srv, log: log, interval: interval, timeout: timeout,
 		kick: make(chan struct{}, 1),
-		rep:  report{Server: name},
+		rep:  report{Server: name}, started: time.Now(),
 		// ringmaster_sidecar_reloads_total, no labels.
 		reloads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ringmaster_sidecar_reloads_total",
@@ -169,7 +181,9 @@ func (s *sidecar) record(st agent.Status, res applied, err error) {
 	s.rep.Agent = st
 	if err != nil {
 		cause := causeOf(err)
-		s.errors.WithLabelValues(cause).Inc()
+		if cause != causeNoServer || s.answered || now.Sub(s.started) >= noServerGrace {
+			s.errors.WithLabelValues(cause).Inc()
+		}
 		s.rep.Ready = false
 		s.rep.LastError, s.rep.LastErrorTime = err.Error(), now
 		if cause != s.lastCause {
@@ -179,6 +193,7 @@ func (s *sidecar) record(st agent.Status, res applied, err error) {
 		}
 		return
 	}
+	s.answered = true
 	if s.lastCause != "" {
 		s.log.Info("Server took the ticket keys again", "server", s.name)
 		s.lastCause = ""

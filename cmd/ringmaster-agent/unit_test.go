@@ -5,13 +5,18 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 
 // TestHAProxyPlan: each "set ssl tls-key" shifts HAProxy's slots by one
@@ -150,6 +155,41 @@ func TestFirstLineHidesKeys(t *testing.T) {
 			}
 			if shown := strings.Contains(got, strings.TrimSpace(strings.SplitN(tc.answer, "\n", 2)[0])[:5]); shown != tc.shown {
 				t.Errorf("firstLine = %s; shown %v, want %v", got, shown, tc.shown)
+			}
+		})
+	}
+}
+
+// TestNoServerAtStartup: the server's absence counts as a reload error
+// only once the server has answered or the start-up grace has passed;
+// every other cause counts at once.
+func TestNoServerAtStartup(t *testing.T) {
+	noServer := fail(causeNoServer, "no nginx master")
+	for _, tc := range []struct {
+		name     string
+		age      time.Duration // since the sidecar started
+		answered bool          // the server took the keys once before
+		err      error
+		cause    string
+		want     float64
+	}{
+		{"starting, no server yet", 0, false, noServer, causeNoServer, 0},
+		{"grace over, no server", noServerGrace, false, noServer, causeNoServer, 1},
+		{"server answered, then went", 0, true, noServer, causeNoServer, 1},
+		{"starting, write failed", 0, false, fail(causeWrite, "disk full"), causeWrite, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSidecar("nginx", nil, slog.New(slog.NewTextHandler(io.Discard, nil)), time.Minute, time.Second)
+			s.started = time.Now().Add(-tc.age)
+			if tc.answered {
+				s.record(agent.Status{}, applied{}, nil)
+			}
+			s.record(agent.Status{}, applied{}, tc.err)
+			if got := testutil.ToFloat64(s.errors.WithLabelValues(tc.cause)); got != tc.want {
+				t.Errorf("reload errors of cause %s = %v, want %v", tc.cause, got, tc.want)
+			}
+			if s.report().Ready {
+				t.Error("ready after a failed apply")
 			}
 		})
 	}

@@ -3,7 +3,7 @@
 # single-node cluster of hack/cluster/up.sh runs, and prints the directory
 # holding the binaries:
 #
-#   - kubelet, kube-controller-manager, kube-scheduler and kube-proxy v1.37.2
+#   - kubelet, kube-controller-manager, kube-scheduler and kube-proxy (KUBE_VERSION, hack/lib.sh)
 #     from the kube tools module (hack/tools/kube), in ONE go build with the
 #     flags of hack/envtest.sh (CGO_ENABLED=0, -trimpath, version ldflags), so
 #     that they share their compiled packages with each other and with
@@ -19,8 +19,6 @@
 
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-KUBE_VERSION=v1.37.2
-KUBE_MINOR=37
 CONTAINERD_VERSION=$(awk '$1 == "github.com/containerd/containerd/v2" {print $2; exit}' "$ROOT/hack/tools/containerd/go.mod")
 NODE="$CACHE/node-$KUBE_VERSION"
 CONTAINERD="$CACHE/containerd-$CONTAINERD_VERSION"

@@ -7,7 +7,7 @@
 #   hack/cluster/load.sh bin/images/*.tar
 #
 # Each image keeps the name its archive gives it, e.g.
-# ghcr.io/ringmaster-io/ringmaster:dev.
+# ghcr.io/ringmaster-io/ringmaster:v0.1.0 (make images tags the chart's appVersion).
 
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_root

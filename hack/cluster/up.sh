@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Starts a real single-node Kubernetes cluster (make cluster): etcd,
 # kube-apiserver, kube-controller-manager, kube-scheduler, kubelet,
-# kube-proxy and containerd with runc and the CNI bridge, all v1.37.2 /
-# containerd v2.4.2, built by hack/cluster/build.sh.
+# kube-proxy and containerd with runc and the CNI bridge, all built by
+# hack/cluster/build.sh (Kubernetes at hack/tools/kube/go.mod's version).
 #
 # Everything that listens on a non-loopback address lives in a network
 # namespace of its own, /run/netns/$RINGMASTER_CLUSTER (default
@@ -316,9 +316,12 @@ wait_for "the default ServiceAccount" 60 kc get serviceaccount default -n defaul
 
 printf '%s\n' "$BINS" >"$RUN/bins"
 log "Cluster $NAME is up in $(awk -v s="$started" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}') s (after the builds)"
+# make cluster loads the images itself and says so (RINGMASTER_LOADING=1).
+load_hint="  hack/cluster/load.sh bin/images/*.tar  # load images (imagePullPolicy: Never)"
+[[ "${RINGMASTER_LOADING:-}" == 1 ]] && load_hint="  # make cluster loads bin/images/*.tar next (imagePullPolicy: Never)"
 cat >&2 <<EOF
   export KUBECONFIG=$INFO/kubeconfig     # kube-apiserver through the loopback forwarder
-  hack/cluster/load.sh bin/images/*.tar  # load images (imagePullPolicy: Never)
+$load_hint
   nsenter --net=$NSPATH CMD              # run CMD in the cluster's network (pods, Services)
   make cluster-down                      # stop it and remove everything it created
 EOF

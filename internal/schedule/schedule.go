@@ -2,8 +2,9 @@
 package schedule
 
 import (
-	"math/rand/v2"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // After is how long to wait, from now, to act at instant at: until at, plus
@@ -15,5 +16,5 @@ func After(now, at time.Time) time.Duration {
 		return 0
 	}
 	d := max(at.Sub(now), 0) + time.Second
-	return d + time.Duration(rand.Int64N(int64(d)/100+1))
+	return wait.Jitter(d, 0.01)
 }

@@ -46,16 +46,18 @@ const (
 	releaseNS   = "ringmaster-system"
 	// leaseName is the operator's leader election id.
 	leaseName = "ringmaster.ringmaster.io"
-	imageTag  = "dev"
 )
 
 var (
-	root    string
-	helmBin string
-	images  string
-	cl      *fleet.Cluster
-	dialer  netns.Dialer
-	env     []string // RINGMASTER_CLUSTER for the scripts, KUBECONFIG for helm
+	// imageTag is the tag make images gave the images (the chart's
+	// appVersion).
+	imageTag string
+	root     string
+	helmBin  string
+	images   string
+	cl       *fleet.Cluster
+	dialer   netns.Dialer
+	env      []string // RINGMASTER_CLUSTER for the scripts, KUBECONFIG for helm
 )
 
 func TestCluster(t *testing.T) {
@@ -69,6 +71,8 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	helmBin, images = os.Getenv("RINGMASTER_HELM"), os.Getenv("RINGMASTER_IMAGES")
 	Expect(helmBin).NotTo(BeEmpty(), "RINGMASTER_HELM is unset: run this suite with make test or make test-cluster, which build Helm")
 	Expect(images).NotTo(BeEmpty(), "RINGMASTER_IMAGES is unset: run this suite with make test or make test-cluster, which run make images")
+	imageTag = os.Getenv("RINGMASTER_IMAGE_TAG")
+	Expect(imageTag).NotTo(BeEmpty(), "RINGMASTER_IMAGE_TAG is unset: run this suite with make test or make test-cluster, which tag the images")
 	var err error
 	root, err = fleet.ModuleRoot(ctx)
 	Expect(err).NotTo(HaveOccurred())

@@ -28,7 +28,7 @@ func TestIssuedCertificatesChainToTheirCAOnly(t *testing.T) {
 		if _, err := leaf.Cert.Verify(opts); err == nil {
 			t.Errorf("%s: verifies against another CA", kt)
 		}
-		if leaf.TLS.Leaf == nil && len(leaf.TLS.Certificate) != 1 {
+		if leaf.TLS.Leaf == nil || len(leaf.TLS.Certificate) != 1 {
 			t.Errorf("%s: tls pair holds %d certificates", kt, len(leaf.TLS.Certificate))
 		}
 	}

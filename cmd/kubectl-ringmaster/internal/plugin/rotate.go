@@ -113,7 +113,7 @@ func rotated(ref ringRef, ring audit.Ring, value string, wasActive, now time.Tim
 	if next.ID == "" || ready == nil || ready.ObservedGeneration < ring.Generation {
 		return step{say: fmt.Sprintf("Key %s encrypts since %s; waiting for its successor to be staged", active.ID, stamp(active.ActiveFrom))}
 	}
-	return step{done: true, say: fmt.Sprintf("Rotated %s: key %s encrypts since %s, key %s is staged from %s; epoch %d is published (%s)",
+	return step{done: true, say: fmt.Sprintf("Rotated %s: key %s encrypts since %s, key %s is staged to encrypt from %s; epoch %d is published (%s)",
 		ref, active.ID, stamp(active.ActiveFrom), next.ID, stamp(next.ActiveFrom), ring.Status.Epoch, ready.Message)}
 }
 

@@ -30,7 +30,7 @@ var _ = Describe("rotate", func() {
 		Expect(res.Code).To(Equal(0), res.Err)
 		Expect(res.Out).To(HavePrefix("Requested a rotation of TicketKeyRing shop/web: ringmaster.io/rotate-requested-at="))
 		Expect(res.Out).To(ContainSubstring("Waiting for the operator to take the request\n"))
-		Expect(res.Out).To(MatchRegexp(`Rotated TicketKeyRing shop/web: key ` + staged + ` encrypts since \S+, key \S+ is staged from \S+; epoch \d+ is published`))
+		Expect(res.Out).To(MatchRegexp(`Rotated TicketKeyRing shop/web: key ` + staged + ` encrypts since \S+, key \S+ is staged to encrypt from \S+; epoch \d+ is published`))
 
 		value := regexp.MustCompile(`rotate-requested-at=(\S+)`).FindStringSubmatch(res.Out)[1]
 		after := getRing("shop", "web")

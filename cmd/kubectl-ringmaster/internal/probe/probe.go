@@ -272,9 +272,14 @@ func (c *ticketCache) setVersion(v uint16) {
 // awaitTicket waits until the connection's ticket is in, or wait passes.
 // TLS 1.2 sends it within the handshake. TLS 1.3 sends it after, and
 // crypto/tls takes it in when the connection is read, so a reader runs until
-// it is in. A cache that keeps its session needs no new ticket.
+// it is in. A cache that keeps its session needs no new ticket, and neither
+// does a resumed connection: the session it offered stays in the cache for
+// the next one, and a server need not send a new ticket on resumption
+// (HAProxy with tls-ticket-keys sends none), where waiting would cost wait
+// per connection.
 func (c *ticketCache) awaitTicket(conn *tls.Conn, wait time.Duration) {
-	if c.keep || conn.ConnectionState().Version != tls.VersionTLS13 {
+	st := conn.ConnectionState()
+	if c.keep || st.Version != tls.VersionTLS13 || st.DidResume {
 		return
 	}
 	arrived := make(chan struct{})
