@@ -86,7 +86,7 @@ func certificateRequest(id certpolicy.ID) cpolRequest {
 // never race; Enforce's rate limit and its memory of renewals need no lock;
 // and a policy aggregated after a burst of certificate changes sees them all.
 // Evaluating one certificate costs microseconds, so one worker keeps up with
-// thousands of Secrets (README: 5,000 in about 120 ms).
+// thousands of Secrets (docs/spec/v1alpha1/certificatepolicies.md: 5,000 in about 120 ms).
 type CertificatePolicyReconciler struct {
 	// Client reads policies, Certificates and Namespaces from the manager's
 	// cache and writes statuses.
