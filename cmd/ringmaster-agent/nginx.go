@@ -63,7 +63,14 @@ func (n *nginx) apply(ctx context.Context, keys []agent.TicketKey) (applied, err
 		d := derive(k, keyring.FormatNginx)
 		name := "nginx." + k.ID + ".key"
 		files = append(files, file{name: name, data: d[:]})
-		fmt.Fprintf(&conf, "ssl_session_ticket_key %s; # %s\n", filepath.Join(n.serverDir, name), k.State)
+		// The include names the keys and their order only, not their
+		// states: a new epoch that publishes the same keys in the same
+		// order (a staged key the agent already activated at its
+		// activeFrom) writes the same include, and nginx is not reloaded,
+		// since each reload closes the idle keep-alive connections of its
+		// old workers. nginx is reloaded once per change of the ordered
+		// key set it must hold.
+		fmt.Fprintf(&conf, "ssl_session_ticket_key %s;\n", filepath.Join(n.serverDir, name))
 	}
 	files = append(files, file{name: nginxConf, data: bytes.Clone(conf.Bytes())})
 	changed, err := writeFiles(n.dir, files)
