@@ -64,8 +64,12 @@ func TestNginx(t *testing.T) {
 		t.Errorf("ringmaster_sidecar_reloads_total = %q, want 2: the first ring and the activation", got)
 	}
 
-	t.Log("A new epoch that publishes the same keys in the order nginx holds them does not reload nginx")
-	g.write(ringOf(2, S, A))
+	t.Log("A new epoch of the same keys in the same order, where only a key's state differs, does not reload nginx")
+	// A retires later in this epoch: it reads active rather than
+	// decrypt-only, while S still encrypts; nginx must hold the same keys.
+	laterA := A
+	laterA.RetireAt = now.Add(time.Hour)
+	g.write(ringOf(2, S, laterA))
 	g.waitTaken(2, S)
 	if got := g.metric("ringmaster_sidecar_reloads_total"); got != "2" {
 		t.Errorf("ringmaster_sidecar_reloads_total = %q after an epoch of the same key set, want 2", got)
