@@ -346,6 +346,15 @@ func (r *rings) publish(ctx context.Context, in ring, next keyring.Ring, plan ke
 		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(snap), have); err != nil {
 			return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Reading snapshot %s failed: %v", key, err)}, err
 		}
+		if in.owner.Predecessor(have) {
+			// Left by a deleted ring of this name: remove it, as the
+			// garbage collector would, and plan again.
+			if err := r.Delete(ctx, have, client.Preconditions{UID: &have.UID}); client.IgnoreNotFound(err) != nil {
+				return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Removing snapshot %s of a deleted ring of this name failed: %v", key, err)}, err
+			}
+			return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Snapshot %s was left by a deleted ring of this name; removed it, retrying", key)},
+				fmt.Errorf("snapshot %s was left by a deleted ring of this name", key)
+		}
 		if in.owner.Owns(have) {
 			// Ours, written since the snapshots were listed: plan again.
 			return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Snapshot %s exists already; retrying", key)},

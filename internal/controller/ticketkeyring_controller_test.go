@@ -417,3 +417,32 @@ var _ = Describe("TicketKeyRing", func() {
 		Expect(got.Spec.Distribution.Formats).To(Equal([]v1alpha1.KeyFormat{"go"}))
 	})
 })
+
+var _ = Describe("A TicketKeyRing deleted and created again under its name", func() {
+	It("removes what the deleted ring left, as the garbage collector would, and publishes", func(ctx SpecContext) {
+		ns := newNamespace(ctx)
+		old := createRing(ctx, ns, "web", nil)
+		waitEpoch(ctx, old, 1)
+		oldUID := getSecret(ctx, ns, "web-e1").OwnerReferences[0].UID
+
+		By("deleting the ring: envtest runs no garbage collector, so its snapshot and projection stay")
+		Expect(k8s.Delete(ctx, old)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(old), &v1alpha1.TicketKeyRing{}))
+		}, timeout, poll).Should(BeTrue())
+		Expect(trySecret(ctx, ns, "web-e1").Name).To(Equal("web-e1"), "the deleted ring's snapshot is still there")
+
+		By("creating a ring of the same name, which takes the same Secret names")
+		ring := createRing(ctx, ns, "web", nil)
+		Expect(ring.UID).NotTo(Equal(oldUID))
+		waitEpoch(ctx, ring, 1)
+		Eventually(func(g Gomega) {
+			snap := getSecret(ctx, ns, "web-e1")
+			g.Expect(metav1.IsControlledBy(snap, ring)).To(BeTrue(), "the snapshot is the new ring's")
+			proj := getSecret(ctx, ns, "web-ticket-keys")
+			g.Expect(metav1.IsControlledBy(proj, ring)).To(BeTrue(), "the projection is the new ring's")
+			g.Expect(decode(proj)).To(Equal(decode(snap)))
+			g.Expect(readyReason(getRing(ctx, ring).Status.Conditions)).NotTo(Equal(v1alpha1.ReasonSecretConflict))
+		}, timeout, poll).Should(Succeed())
+	})
+})

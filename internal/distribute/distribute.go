@@ -129,6 +129,18 @@ func (o Owner) Owns(s *corev1.Secret) bool {
 	return ref != nil && ref.UID == o.UID && ref.Kind == o.Kind && ref.APIVersion == v1alpha1.GroupVersion.String()
 }
 
+// Predecessor reports whether s was left by a ring deleted before this one
+// was created under its name: s is labelled as the ring's, and its
+// controller is a ring of the same kind and name with another UID. Names
+// are unique, so that ring no longer exists, and the garbage collector
+// deletes s in its own time; the ring deletes it now rather than wedge on
+// the name until then. A Secret of anyone else is never one.
+func (o Owner) Predecessor(s *corev1.Secret) bool {
+	ref := metav1.GetControllerOfNoCopy(s)
+	return ref != nil && ref.UID != o.UID && ref.Kind == o.Kind && ref.Name == o.Name &&
+		ref.APIVersion == v1alpha1.GroupVersion.String() && s.Labels[o.ringLabel()] == o.Name
+}
+
 func (o Owner) ownerRef() metav1.OwnerReference {
 	return metav1.OwnerReference{
 		APIVersion: v1alpha1.GroupVersion.String(), Kind: o.Kind, Name: o.Name, UID: o.UID,
@@ -265,6 +277,8 @@ func Decide(o Owner, have, want *corev1.Secret) (a Action, edited bool) {
 	switch {
 	case have == nil:
 		return Create, false
+	case o.Predecessor(have):
+		return Recreate, false
 	case !o.Owns(have):
 		return Conflict, false
 	case have.Type != want.Type:

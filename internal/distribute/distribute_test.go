@@ -210,6 +210,11 @@ func TestDecide(t *testing.T) {
 	foreign.OwnerReferences = nil
 	relabelled := want.DeepCopy()
 	relabelled.Labels = map[string]string{"app": "mine"}
+	// A Secret claiming a deleted ring of this name as its controller but
+	// not labelled as the ring's is somebody's own: never removed.
+	claimed := Projection(other, e1, "shop")
+	claimed.Labels = map[string]string{"app": "mine"}
+	neighbour := Projection(OwnerOf(&v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "api", UID: "uid-api"}}), e1, "shop")
 
 	tests := []struct {
 		name       string
@@ -224,7 +229,9 @@ func TestDecide(t *testing.T) {
 		{"labels edited away: still ours by owner reference", relabelled, Update, true},
 		{"ours but of another type", retyped, Recreate, false},
 		{"a Secret nobody owns", foreign, Conflict, false},
-		{"a Secret of a deleted ring of the same name (another UID)", Projection(other, e1, "shop"), Conflict, false},
+		{"a Secret of a deleted ring of the same name (another UID): removed, as the garbage collector would", Projection(other, e1, "shop"), Recreate, false},
+		{"a Secret naming a deleted ring of this name without its labels", claimed, Conflict, false},
+		{"a Secret of another ring", neighbour, Conflict, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
