@@ -5,7 +5,8 @@
 #
 #   hack/sample-cert.sh [NAMESPACE]   # default: kubectl's current namespace
 #
-# The CA's certificate is written to bin/sample-ca.crt, for clients:
+# The CA's certificate is written to bin/sample-ca.crt (CA_FILE names
+# another file), for clients:
 #   kubectl ringmaster probe ADDR --sni web-nginx.NAMESPACE.svc --ca-file bin/sample-ca.crt
 # KUBECTL names the kubectl to run (default: kubectl on the PATH). With
 # DRY_RUN=1 the Secret is printed, not applied.
@@ -13,6 +14,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KUBECTL="${KUBECTL:-kubectl}"
+CA_FILE="${CA_FILE:-$ROOT/bin/sample-ca.crt}"
 ns="${1:-}"
 if [[ -z "$ns" ]]; then
 	ns="$("$KUBECTL" config view --minify -o 'jsonpath={..namespace}' 2>/dev/null || true)"
@@ -43,7 +45,7 @@ if [[ "${DRY_RUN:-}" == 1 ]]; then
 	"${secret[@]}"
 	exit 0
 fi
-mkdir -p "$ROOT/bin"
-cp "$dir/ca.crt" "$ROOT/bin/sample-ca.crt"
+mkdir -p "$(dirname "$CA_FILE")"
+cp "$dir/ca.crt" "$CA_FILE"
 "${secret[@]}" | "$KUBECTL" apply -f -
-echo "Secret $ns/web-tls applied; its CA is bin/sample-ca.crt" >&2
+echo "Secret $ns/web-tls applied; its CA is $CA_FILE" >&2

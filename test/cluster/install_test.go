@@ -204,6 +204,9 @@ var _ = Describe("ringmaster installed with its Helm chart", Ordered, func() {
 		GinkgoWriter.Printf("etcd's files hold none of the %d keys minted (%d destroyed) in plaintext\n", minted, destroyed)
 	}, NodeTimeout(3*time.Minute))
 
+	It("runs config/samples as shipped: nginx and HAProxy with the sidecar, behind their Services, resume sessions under the sample certificate",
+		samplesAsShipped, NodeTimeout(4*time.Minute))
+
 	It("upgrades to a changed value, and the new pods take over", func(ctx SpecContext) {
 		_, err := helm(ctx, "upgrade", release, root+"/charts/ringmaster", "--namespace", releaseNS, "--reuse-values",
 			"--set", "logLevel=debug", "--wait", "--timeout", "3m")

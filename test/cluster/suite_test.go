@@ -119,8 +119,13 @@ func stopCluster(ctx SpecContext) {
 // run runs a command with the suite's environment, its output going to the
 // suite's log, and returns its standard output.
 func run(ctx context.Context, name string, args ...string) (string, error) {
+	return runEnv(ctx, nil, name, args...)
+}
+
+// runEnv is run with extra environment variables.
+func runEnv(ctx context.Context, extra []string, name string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = env
+	cmd.Env = append(slices.Clone(env), extra...)
 	cmd.Dir = root
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
