@@ -19,12 +19,13 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/ringplan"
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
 	"github.com/ringmaster-io/ringmaster/internal/sharedring"
+	"github.com/ringmaster-io/ringmaster/internal/sharedring/vaultstore"
 )
 
 // sharing is a shared ring's entry as one reconcile sees it. Its methods
 // take a nil sharing for a ring that is not shared.
 type sharing struct {
-	store *mint.Shared
+	store *vaultstore.Store
 	entry string
 	local sharedring.Local
 	// policy is the ring's own, which the entry must record.
@@ -52,13 +53,13 @@ func (r *rings) share(ctx context.Context, in ring, src keySource, policy keyrin
 	if src.err != nil || src.cks == nil {
 		return nil
 	}
-	shared, err := mint.Shares(src.cks, in.namespace, src.nsLabels)
+	shared, err := vaultstore.Shares(src.cks, in.namespace, src.nsLabels)
 	if !shared && err == nil {
 		return nil
 	}
-	var store *mint.Shared
+	var store *vaultstore.Store
 	if err == nil {
-		store, err = r.Sources.Shared(ctx, src.cks)
+		store, err = vaultstore.For(ctx, r.Sources, src.cks)
 	}
 	if store == nil && err == nil {
 		return nil
@@ -78,8 +79,8 @@ func (r *rings) share(ctx context.Context, in ring, src keySource, policy keyrin
 			Err: errors.New("spec.confirmation cannot gate a ring shared across clusters: one cluster's pods cannot confirm for every cluster; remove it or use a key source without sharedRings")}
 		return sh
 	}
-	// The read runs under the key source's budget (mint.Shared): a Vault
-	// that does not answer fails it within mint.SharedReadTimeout.
+	// The read runs under the key source's budget (vaultstore.Store): a Vault
+	// that does not answer fails it within vaultstore.SharedReadTimeout.
 	if sh.read, sh.err = store.Read(ctx, sh.entry, local.Name); sh.err != nil {
 		return sh
 	}
@@ -165,7 +166,7 @@ func (r *rings) syncShared(ctx context.Context, in ring, rd ringplan.Read, sh *s
 		return res
 	}
 	rec, err := sh.store.Write(ctx, sh.entry, res.Sync.CAS, res.Sync.Record)
-	w := ringplan.Written{Version: rec.Version, Err: err, LostRace: errors.Is(err, mint.ErrLostRace)}
+	w := ringplan.Written{Version: rec.Version, Err: err, LostRace: errors.Is(err, vaultstore.ErrLostRace)}
 	switch {
 	case w.LostRace:
 		sharedWritesTotal.WithLabelValues("lost").Inc()

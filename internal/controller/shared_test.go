@@ -18,8 +18,8 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
-	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/sharedring"
+	"github.com/ringmaster-io/ringmaster/internal/sharedring/vaultstore"
 	"github.com/ringmaster-io/ringmaster/internal/testing/blackhole"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 	"github.com/ringmaster-io/ringmaster/internal/testing/vaulttest"
@@ -390,7 +390,7 @@ var _ = Describe("Shared rings of a key source whose Vault never answers", func(
 		requestRotation(ctx, victim, at)
 		// Within one read of the blackholed Vault: no worker the victim
 		// needed was held by it.
-		Eventually(func() string { return getRing(ctx, victim).Status.LastRotateRequestedAt }, mint.SharedReadTimeout, 20*time.Millisecond).Should(Equal(at))
+		Eventually(func() string { return getRing(ctx, victim).Status.LastRotateRequestedAt }, vaultstore.SharedReadTimeout, 20*time.Millisecond).Should(Equal(at))
 		waited := time.Since(requested)
 		Expect(decode(getSecret(ctx, victim.Namespace, "victim-ticket-keys")).Epoch).To(BeEquivalentTo(2), "the victim's pods receive the epoch that carried it out")
 		GinkgoWriter.Printf("With %d shared rings on a blackholed Vault and %d ring workers, another namespace's rotate-now was carried out %s after it was requested; the Vault held %d calls at most\n",
@@ -408,7 +408,7 @@ var _ = Describe("Shared rings of a key source whose Vault never answers", func(
 		}
 		// The key source's own check, on its own controller's worker, may
 		// hold one more.
-		Expect(hole.MaxOpen()).To(BeNumerically("<=", mint.SharedCalls+1), "the Vault held more calls than the key source's budget")
+		Expect(hole.MaxOpen()).To(BeNumerically("<=", vaultstore.SharedCalls+1), "the Vault held more calls than the key source's budget")
 		for _, r := range rings {
 			Expect(k8s.Delete(ctx, r)).To(Succeed())
 		}

@@ -1,12 +1,10 @@
 package mint
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -133,10 +131,12 @@ func (s *Sources) For(ctx context.Context, cks *v1alpha1.ClusterKeySource) (Sour
 	if cks == nil {
 		return Random{}, nil
 	}
-	return s.vaultFor(ctx, cks)
+	return s.VaultFor(ctx, cks)
 }
 
-func (s *Sources) vaultFor(ctx context.Context, cks *v1alpha1.ClusterKeySource) (*Vault, error) {
+// VaultFor returns the Vault client of a key source with spec.vault, made
+// once per spec, trust and key source and then reused.
+func (s *Sources) VaultFor(ctx context.Context, cks *v1alpha1.ClusterKeySource) (*Vault, error) {
 	v := cks.Spec.Vault
 	if v == nil {
 		return nil, fail(v1alpha1.ReasonVaultConfig, "ClusterKeySource %s has no spec.vault", cks.Name)
@@ -175,50 +175,9 @@ func (s *Sources) vaultFor(ctx context.Context, cks *v1alpha1.ClusterKeySource) 
 	return src, nil
 }
 
-// Shares reports whether the key source shares the rings of namespace ns,
-// whose namespace carries nsLabels: a ClusterTicketKeyRing's (ns empty)
-// whenever it shares rings; a TicketKeyRing's only when
-// sharedRings.namespaceSelector matches its namespace. Sharing is the
-// administrator's act: without a selector, no TicketKeyRing is shared.
-func Shares(cks *v1alpha1.ClusterKeySource, ns string, nsLabels labels.Set) (bool, error) {
-	if cks == nil || cks.Spec.Vault == nil || cks.Spec.Vault.SharedRings == nil {
-		return false, nil
-	}
-	if ns == "" {
-		return true, nil
-	}
-	sel := cks.Spec.Vault.SharedRings.NamespaceSelector
-	if sel == nil {
-		return false, nil
-	}
-	s, err := metav1.LabelSelectorAsSelector(sel)
-	if err != nil {
-		return false, fail(v1alpha1.ReasonVaultConfig, "ClusterKeySource %s has an invalid spec.vault.sharedRings.namespaceSelector: %v", cks.Name, err)
-	}
-	return s.Matches(nsLabels), nil
-}
-
-// Shared returns where a key source keeps shared rings, with its Vault
-// client; nil when the key source does not share rings (see Shares for
-// whose).
-func (s *Sources) Shared(ctx context.Context, cks *v1alpha1.ClusterKeySource) (*Shared, error) {
-	if cks == nil || cks.Spec.Vault == nil || cks.Spec.Vault.SharedRings == nil {
-		return nil, nil
-	}
-	v, err := s.vaultFor(ctx, cks)
-	if err != nil {
-		return nil, err
-	}
-	sr := cks.Spec.Vault.SharedRings
-	mount := strings.Trim(cmp.Or(sr.Mount, "secret"), "/")
-	return &Shared{vault: v, kv: v.client.KVv2(mount), mount: mount, path: strings.Trim(sr.Path, "/"),
-		maxVersions: cmp.Or(int(sr.MaxVersions), DefaultMaxVersions),
-		readTimeout: min(s.timeout(), SharedReadTimeout), writeTimeout: s.timeout()}, nil
-}
-
 // WithTimeout bounds one exchange with a key source, as a mint is bounded.
 func (s *Sources) WithTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, s.timeout())
+	return context.WithTimeout(ctx, s.CallTimeout())
 }
 
 // Forget drops a deleted key source's client, and revokes its token
@@ -239,7 +198,7 @@ func (s *Sources) Forget(name string) {
 // revoke revokes v's token in the background; s.mu is held.
 func (s *Sources) revoke(v *Vault) {
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout())
+		ctx, cancel := context.WithTimeout(context.Background(), s.CallTimeout())
 		defer cancel()
 		_ = v.Revoke(ctx) // best effort: the token expires at its TTL anyway
 	}()
@@ -249,9 +208,9 @@ func (s *Sources) revoke(v *Vault) {
 // answer with that token, within the timeout: a key source that passes can
 // mint.
 func (s *Sources) Check(ctx context.Context, cks *v1alpha1.ClusterKeySource) error {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout())
+	ctx, cancel := context.WithTimeout(ctx, s.CallTimeout())
 	defer cancel()
-	v, err := s.vaultFor(ctx, cks)
+	v, err := s.VaultFor(ctx, cks)
 	if err != nil {
 		return err
 	}
@@ -266,7 +225,7 @@ func (s *Sources) Fill(ctx context.Context, src Source, plan keyring.Plan) (keyr
 	if plan.Mint == 0 {
 		return plan.Ring, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout())
+	ctx, cancel := context.WithTimeout(ctx, s.CallTimeout())
 	defer cancel()
 	v, fromVault := src.(*Vault)
 	secrets, err := src.Mint(ctx, plan.Mint)
@@ -289,7 +248,9 @@ func (s *Sources) Fill(ctx context.Context, src Source, plan keyring.Plan) (keyr
 	return next, nil
 }
 
-func (s *Sources) timeout() time.Duration {
+// CallTimeout bounds one exchange with a key source: Timeout, or
+// DefaultTimeout.
+func (s *Sources) CallTimeout() time.Duration {
 	if s.Timeout > 0 {
 		return s.Timeout
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -63,6 +64,20 @@ func ReportedReason(err error) string {
 	return cmp.Or(CarriedReason(err), v1alpha1.ReasonMintFailed)
 }
 
+// Slots is the key source's budget of Vault calls at once, made with n
+// slots on first use and the same for the client's life: a send takes a
+// slot, a receive gives it back. The shared-ring store
+// (internal/sharedring/vaultstore) bounds its calls with it, so that a
+// Vault that does not answer holds up only the rings that use it.
+func (v *Vault) Slots(n int) chan struct{} {
+	v.slotsOnce.Do(func() { v.slots = make(chan struct{}, n) })
+	return v.slots
+}
+
+// KVv2 is the client of the key source's KV v2 engine at mount, with its
+// token.
+func (v *Vault) KVv2(mount string) *vault.KVv2 { return v.client.KVv2(mount) }
+
 func fail(reason, format string, args ...any) error {
 	return &Error{Reason: reason, Err: fmt.Errorf(format, args...)}
 }
@@ -100,9 +115,8 @@ type Vault struct {
 	expiry time.Time // zero: the token does not expire
 	renew  bool
 
-	// shared holds one token per Vault call of a shared ring in progress:
-	// the key source's budget (see Shared).
-	shared chan struct{}
+	slotsOnce sync.Once
+	slots     chan struct{}
 }
 
 // NewVault returns a Vault source. It does not contact Vault. Its client
@@ -151,7 +165,7 @@ func NewVault(o VaultOptions) (*Vault, error) {
 	if path == "" {
 		path = "sys/tools/random"
 	}
-	return &Vault{client: c, path: path, login: o.Login, now: now, shared: make(chan struct{}, SharedCalls)}, nil
+	return &Vault{client: c, path: path, login: o.Login, now: now}, nil
 }
 
 // Check makes sure the source can mint: it logs in (or reuses its token)
@@ -166,7 +180,7 @@ func (v *Vault) Check(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		err = classify("look up the operator's vault token", err)
+		err = Classify("look up the operator's vault token", err)
 		if CarriedReason(err) == v1alpha1.ReasonVaultPermissionDenied && attempt == 0 {
 			v.forget() // a revoked or expired token: log in again, once
 			continue
@@ -207,7 +221,7 @@ func (v *Vault) random(ctx context.Context) (keyring.Secret, error) {
 		resp, err := v.client.Logical().WriteWithContext(ctx, fmt.Sprintf("%s/%d", v.path, keyring.SecretSize),
 			map[string]any{"format": "base64"})
 		if err != nil {
-			err = classify(fmt.Sprintf("read random bytes from %s", v.path), err)
+			err = Classify(fmt.Sprintf("read random bytes from %s", v.path), err)
 			if CarriedReason(err) == v1alpha1.ReasonVaultPermissionDenied && attempt == 0 {
 				v.forget() // a revoked or expired token: log in again, once
 				continue
@@ -265,7 +279,7 @@ func (v *Vault) authenticate(ctx context.Context) error {
 		return fail(v1alpha1.ReasonVaultPermissionDenied, "vault refused the login (HTTP %d): check the auth role and its credentials", re.StatusCode)
 	}
 	if err != nil {
-		return classify("log in to vault", err)
+		return Classify("log in to vault", err)
 	}
 	if resp == nil || resp.Auth == nil || resp.Auth.ClientToken == "" {
 		return fail(v1alpha1.ReasonVaultBadResponse, "vault login answered without a token")
@@ -297,7 +311,7 @@ func (v *Vault) Revoke(ctx context.Context) error {
 	if _, given := v.login.(TokenLogin); !given {
 		err = v.client.Auth().Token().RevokeSelfWithContext(ctx, "")
 		if err != nil {
-			err = classify("revoke the operator's vault token", err)
+			err = Classify("revoke the operator's vault token", err)
 		}
 	}
 	v.token = ""
@@ -312,10 +326,10 @@ func (v *Vault) forget() {
 	v.client.ClearToken()
 }
 
-// classify turns a Vault client error into a mint Error: 401 and 403 are a
+// Classify turns a Vault client error into a mint Error: 401 and 403 are a
 // permission problem to fix in Vault, 5xx and transport errors an outage a
 // retry may cure, other answers a bad response.
-func classify(what string, err error) error {
+func Classify(what string, err error) error {
 	var re *vault.ResponseError
 	if errors.As(err, &re) {
 		switch {
@@ -399,4 +413,27 @@ func (l AppRoleLogin) Login(ctx context.Context, c *vault.Client) (*vault.Secret
 		return nil, err
 	}
 	return c.Logical().WriteWithContext(ctx, "auth/"+strings.Trim(l.Mount, "/")+"/login", map[string]any{"role_id": l.RoleID, "secret_id": id})
+}
+
+// Do runs one request with a token that will outlive it, logging in again
+// once when Vault refuses a token it revoked or let expire. Its errors are
+// classified mint Errors, but for vault.ErrSecretNotFound and those the
+// caller keeps (its own, such as a lost check-and-set), which it returns as
+// they are.
+func (v *Vault) Do(ctx context.Context, what string, req func() error, keep ...error) error {
+	for attempt := 0; ; attempt++ {
+		if err := v.authenticate(ctx); err != nil {
+			return err
+		}
+		err := req()
+		if err == nil || errors.Is(err, vault.ErrSecretNotFound) || slices.ContainsFunc(keep, func(k error) bool { return errors.Is(err, k) }) {
+			return err
+		}
+		err = Classify(what, err)
+		if CarriedReason(err) == v1alpha1.ReasonVaultPermissionDenied && attempt == 0 {
+			v.forget()
+			continue
+		}
+		return err
+	}
 }

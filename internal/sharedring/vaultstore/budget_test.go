@@ -1,4 +1,4 @@
-package mint
+package vaultstore
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/testing/blackhole"
 )
 
@@ -18,12 +19,12 @@ import (
 func TestSharedBudgetBoundsABlackholedVault(t *testing.T) {
 	hole := blackhole.Listen(t)
 	addr := "https://" + hole.Addr
-	v, err := NewVault(VaultOptions{Address: addr,
-		Login: TokenLogin{Token: func(context.Context) (string, error) { return "s.token", nil }}})
+	v, err := mint.NewVault(mint.VaultOptions{Address: addr,
+		Login: mint.TokenLogin{Token: func(context.Context) (string, error) { return "s.token", nil }}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Shared{vault: v, kv: v.client.KVv2("secret"), mount: "secret", path: "ringmaster/test", maxVersions: 3,
+	s := &Store{vault: v, kv: v.KVv2("secret"), mount: "secret", path: "ringmaster/test", maxVersions: 3,
 		readTimeout: 2 * time.Second}
 	const rings = 6
 	var (
@@ -37,7 +38,7 @@ func TestSharedBudgetBoundsABlackholedVault(t *testing.T) {
 			_, err := s.Read(context.Background(), s.Entry("shop", "web"+string(rune('a'+i))), "shop/web")
 			mu.Lock()
 			defer mu.Unlock()
-			if CarriedReason(err) != v1alpha1.ReasonVaultUnavailable {
+			if mint.CarriedReason(err) != v1alpha1.ReasonVaultUnavailable {
 				t.Errorf("ring %d: %v, want reason %s", i, err, v1alpha1.ReasonVaultUnavailable)
 			}
 			switch {
@@ -57,7 +58,7 @@ func TestSharedBudgetBoundsABlackholedVault(t *testing.T) {
 	}
 	for i := range SharedCalls {
 		select {
-		case v.shared <- struct{}{}:
+		case v.Slots(SharedCalls) <- struct{}{}:
 		default:
 			t.Fatalf("slot %d of the budget was not given back", i)
 		}

@@ -1,6 +1,6 @@
 //go:build integration
 
-package mint
+package vaultstore
 
 import (
 	"context"
@@ -13,24 +13,25 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/sharedring"
 	"github.com/ringmaster-io/ringmaster/internal/testing/vaulttest"
 )
 
-// sharedStore is a Shared on a fresh dev server, logged in as root.
-func sharedStore(t *testing.T) (*Shared, *vaulttest.Server) {
+// sharedStore is a Store on a fresh dev server, logged in as root.
+func sharedStore(t *testing.T) (*Store, *vaulttest.Server) {
 	t.Helper()
 	srv, err := vaulttest.Start(t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Stop() })
-	v, err := NewVault(VaultOptions{Address: srv.Addr, CABundle: srv.CA,
-		Login: TokenLogin{Token: func(context.Context) (string, error) { return vaulttest.RootToken, nil }}})
+	v, err := mint.NewVault(mint.VaultOptions{Address: srv.Addr, CABundle: srv.CA,
+		Login: mint.TokenLogin{Token: func(context.Context) (string, error) { return vaulttest.RootToken, nil }}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Shared{vault: v, kv: v.client.KVv2("secret"), mount: "secret", path: "ringmaster/test", maxVersions: 3}, srv
+	return &Store{vault: v, kv: v.KVv2("secret"), mount: "secret", path: "ringmaster/test", maxVersions: 3}, srv
 }
 
 // ringWith is ring shop/web holding a fresh key per time, newest first.
@@ -72,7 +73,7 @@ func TestSharedWriteIsCheckAndSet(t *testing.T) {
 	if _, err := s.Write(ctx, entry, 0, none.Next(ringWith(t, 2), sharedring.Policy{}, "", "")); !errors.Is(err, ErrLostRace) {
 		t.Fatalf("a second first write = %v, want ErrLostRace", err)
 	}
-	if _, err := s.Read(ctx, entry, "shop/api"); CarriedReason(err) != v1alpha1.ReasonVaultBadResponse {
+	if _, err := s.Read(ctx, entry, "shop/api"); mint.CarriedReason(err) != v1alpha1.ReasonVaultBadResponse {
 		t.Errorf("Read as another ring = %v, want a VaultBadResponse naming the ring", err)
 	}
 

@@ -1,4 +1,8 @@
-package mint
+// Package vaultstore keeps shared rings in Vault: the entries of a key
+// source's KV v2 engine, read and written with the key source's own Vault
+// client and token (internal/mint), under its budget of calls at once. The
+// record and its policy are package sharedring's.
+package vaultstore
 
 import (
 	"cmp"
@@ -11,10 +15,14 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
 	vault "github.com/hashicorp/vault/api"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/sharedring"
 )
 
@@ -22,7 +30,7 @@ import (
 // operator's write beat: the entry is no longer at the version read.
 var ErrLostRace = errors.New("another operator wrote the shared ring first")
 
-// Shared is where a key source keeps shared rings: entries of Vault's KV v2
+// Store is where a key source keeps shared rings: entries of Vault's KV v2
 // engine, read and written with the key source's own Vault client and
 // token.
 //
@@ -33,13 +41,13 @@ var ErrLostRace = errors.New("another operator wrote the shared ring first")
 // SharedReadTimeout. A reconcile worker is thus held by an unreachable Vault
 // for one read at most, and no more than SharedCalls workers at a time,
 // whatever the number of its rings; the ring fails closed meanwhile.
-type Shared struct {
-	vault       *Vault
+type Store struct {
+	vault       *mint.Vault
 	kv          *vault.KVv2
 	mount, path string
 	maxVersions int
 	// readTimeout bounds each read, and writeTimeout each write or mint;
-	// zero means SharedReadTimeout and DefaultTimeout.
+	// zero means SharedReadTimeout and mint.DefaultTimeout.
 	readTimeout, writeTimeout time.Duration
 }
 
@@ -62,10 +70,51 @@ const (
 // key source does not say.
 const DefaultMaxVersions = 5
 
+// Shares reports whether the key source shares the rings of namespace ns,
+// whose namespace carries nsLabels: a ClusterTicketKeyRing's (ns empty)
+// whenever it shares rings; a TicketKeyRing's only when
+// sharedRings.namespaceSelector matches its namespace. Sharing is the
+// administrator's act: without a selector, no TicketKeyRing is shared.
+func Shares(cks *v1alpha1.ClusterKeySource, ns string, nsLabels labels.Set) (bool, error) {
+	if cks == nil || cks.Spec.Vault == nil || cks.Spec.Vault.SharedRings == nil {
+		return false, nil
+	}
+	if ns == "" {
+		return true, nil
+	}
+	sel := cks.Spec.Vault.SharedRings.NamespaceSelector
+	if sel == nil {
+		return false, nil
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return false, fail(v1alpha1.ReasonVaultConfig, "ClusterKeySource %s has an invalid spec.vault.sharedRings.namespaceSelector: %v", cks.Name, err)
+	}
+	return s.Matches(nsLabels), nil
+}
+
+// For returns where a key source keeps shared rings, with its Vault client
+// from sources; nil when the key source does not share rings (see Shares
+// for whose).
+func For(ctx context.Context, sources *mint.Sources, cks *v1alpha1.ClusterKeySource) (*Store, error) {
+	if cks == nil || cks.Spec.Vault == nil || cks.Spec.Vault.SharedRings == nil {
+		return nil, nil
+	}
+	v, err := sources.VaultFor(ctx, cks)
+	if err != nil {
+		return nil, err
+	}
+	sr := cks.Spec.Vault.SharedRings
+	mount := strings.Trim(cmp.Or(sr.Mount, "secret"), "/")
+	return &Store{vault: v, kv: v.KVv2(mount), mount: mount, path: strings.Trim(sr.Path, "/"),
+		maxVersions: cmp.Or(int(sr.MaxVersions), DefaultMaxVersions),
+		readTimeout: min(sources.CallTimeout(), SharedReadTimeout), writeTimeout: sources.CallTimeout()}, nil
+}
+
 // Entry is the entry of the ring ns/name under the key source's path: a
 // ClusterTicketKeyRing (ns empty) under cluster/, a TicketKeyRing under its
 // own namespace, so that a tenant's ring never names another's entry.
-func (s *Shared) Entry(ns, name string) string {
+func (s *Store) Entry(ns, name string) string {
 	if ns == "" {
 		return s.path + "/cluster/" + name
 	}
@@ -73,11 +122,11 @@ func (s *Shared) Entry(ns, name string) string {
 }
 
 // Location is the entry as status shows it: mount and entry path.
-func (s *Shared) Location(entry string) string { return s.mount + "/" + entry }
+func (s *Store) Location(entry string) string { return s.mount + "/" + entry }
 
 // Read returns the entry's newest version, or nil when the entry does not
 // exist. ring is the name the entry's ring must carry.
-func (s *Shared) Read(ctx context.Context, entry, ring string) (*sharedring.Record, error) {
+func (s *Store) Read(ctx context.Context, entry, ring string) (*sharedring.Record, error) {
 	var got *vault.KVSecret
 	err := s.call(ctx, s.reads(), "read shared ring "+s.Location(entry), func(ctx context.Context) (err error) {
 		got, err = s.kv.Get(ctx, entry)
@@ -108,7 +157,7 @@ func (s *Shared) Read(ctx context.Context, entry, ring string) (*sharedring.Reco
 // the version read (0: the entry must not exist yet). It fails with
 // ErrLostRace when another writer got there first, and returns rec with
 // the version and time Vault gave it otherwise.
-func (s *Shared) Write(ctx context.Context, entry string, cas int64, rec sharedring.Record) (sharedring.Record, error) {
+func (s *Store) Write(ctx context.Context, entry string, cas int64, rec sharedring.Record) (sharedring.Record, error) {
 	data, err := sharedring.Encode(rec)
 	if err != nil {
 		return rec, fmt.Errorf("encode shared ring %s: %w", s.Location(entry), err)
@@ -144,7 +193,7 @@ func lostRace(err error) bool {
 // key), or that cannot be read; and it makes the entry keep at most the key
 // source's maxVersions versions and require check-and-set on every write.
 // It returns the versions it destroyed.
-func (s *Shared) Sweep(ctx context.Context, entry string, current sharedring.Record) ([]int64, error) {
+func (s *Store) Sweep(ctx context.Context, entry string, current sharedring.Record) ([]int64, error) {
 	var meta *vault.KVMetadata
 	if err := s.call(ctx, s.reads(), "read the metadata of shared ring "+s.Location(entry), func(ctx context.Context) (err error) {
 		meta, err = s.kv.GetMetadata(ctx, entry)
@@ -188,7 +237,7 @@ func (s *Shared) Sweep(ctx context.Context, entry string, current sharedring.Rec
 // holdsStale reports whether version n must be destroyed: it was deleted
 // (its bytes stay until destroyed), cannot be read, or holds a key current
 // no longer has.
-func (s *Shared) holdsStale(ctx context.Context, entry string, n int, v vault.KVVersionMetadata, current sharedring.Record) bool {
+func (s *Store) holdsStale(ctx context.Context, entry string, n int, v vault.KVVersionMetadata, current sharedring.Record) bool {
 	if !v.DeletionTime.IsZero() {
 		return true
 	}
@@ -205,7 +254,7 @@ func (s *Shared) holdsStale(ctx context.Context, entry string, n int, v vault.KV
 
 // Fill mints the keys plan needs for a shared ring, under the key
 // source's budget, and returns the completed ring: all of them or none.
-func (s *Shared) Fill(ctx context.Context, plan keyring.Plan) (keyring.Ring, error) {
+func (s *Store) Fill(ctx context.Context, plan keyring.Plan) (keyring.Ring, error) {
 	if plan.Mint == 0 {
 		return plan.Ring, nil
 	}
@@ -218,52 +267,34 @@ func (s *Shared) Fill(ctx context.Context, plan keyring.Plan) (keyring.Ring, err
 	}
 	next, err := plan.Fill(secrets)
 	if err != nil {
-		return keyring.Ring{}, &Error{Reason: v1alpha1.ReasonVaultBadResponse, Err: err}
+		return keyring.Ring{}, &mint.Error{Reason: v1alpha1.ReasonVaultBadResponse, Err: err}
 	}
 	return next, nil
 }
 
-func (s *Shared) reads() time.Duration { return cmp.Or(s.readTimeout, SharedReadTimeout) }
+func (s *Store) reads() time.Duration { return cmp.Or(s.readTimeout, SharedReadTimeout) }
 
-func (s *Shared) writes() time.Duration { return cmp.Or(s.writeTimeout, DefaultTimeout) }
+func (s *Store) writes() time.Duration { return cmp.Or(s.writeTimeout, mint.DefaultTimeout) }
 
 // call runs one Vault call of a shared ring within timeout, under the key
 // source's budget: it waits at most SharedWait for one of the SharedCalls
 // slots, and fails with VaultUnavailable when none frees, without calling.
-func (s *Shared) call(ctx context.Context, timeout time.Duration, what string, req func(context.Context) error) error {
+func (s *Store) call(ctx context.Context, timeout time.Duration, what string, req func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	wait := time.NewTimer(SharedWait)
 	defer wait.Stop()
 	select {
-	case s.vault.shared <- struct{}{}:
+	case s.vault.Slots(SharedCalls) <- struct{}{}:
 	case <-wait.C:
 		return fail(v1alpha1.ReasonVaultUnavailable, "%s: the key source's %d Vault calls for shared rings are all in progress: vault answers slowly or not at all", what, SharedCalls)
 	case <-ctx.Done():
-		return classify(what, ctx.Err())
+		return mint.Classify(what, ctx.Err())
 	}
-	defer func() { <-s.vault.shared }()
-	return s.vault.do(ctx, what, func() error { return req(ctx) })
+	defer func() { <-s.vault.Slots(SharedCalls) }()
+	return s.vault.Do(ctx, what, func() error { return req(ctx) }, ErrLostRace)
 }
 
-// do runs one request with a token that will outlive it, logging in again
-// once when Vault refuses a token it revoked or let expire. Its errors are
-// classified mint Errors, but for ErrLostRace and ErrSecretNotFound, which
-// it returns as they are.
-func (v *Vault) do(ctx context.Context, what string, req func() error) error {
-	for attempt := 0; ; attempt++ {
-		if err := v.authenticate(ctx); err != nil {
-			return err
-		}
-		err := req()
-		if err == nil || errors.Is(err, ErrLostRace) || errors.Is(err, vault.ErrSecretNotFound) {
-			return err
-		}
-		err = classify(what, err)
-		if CarriedReason(err) == v1alpha1.ReasonVaultPermissionDenied && attempt == 0 {
-			v.forget()
-			continue
-		}
-		return err
-	}
+func fail(reason, format string, args ...any) error {
+	return &mint.Error{Reason: reason, Err: fmt.Errorf(format, args...)}
 }
