@@ -80,7 +80,7 @@ test-integration: envtest vault cert-manager servers ## Run the unit tests and t
 	$(TOOLS_ENV) go test -tags integration $(PKG) -count=1 $(TESTFLAGS)
 
 .PHONY: test-cluster
-test-cluster: manifests generate helm images cluster-build ## Run only the cluster suite (make test runs it too, last): install the chart into a real single-node cluster and drive a fleet through it. Needs root.
+test-cluster: manifests generate servers helm images cluster-build ## Run only the cluster suite (make test runs it too, last): install the chart into a real single-node cluster and drive a fleet through it. Needs root.
 	@$(MAKE) --no-print-directory run-test-cluster
 
 # The cluster suite runs alone, after the others: its cluster and fleet want

@@ -18,6 +18,7 @@ command_of() {
 	nginx) echo /usr/sbin/nginx ;;
 	haproxy) echo /usr/sbin/haproxy ;;
 	prometheus) echo /usr/bin/promtool ;;
+	openssl) echo /usr/bin/openssl ;;
 	*) echo "" ;;
 	esac
 }

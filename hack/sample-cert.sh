@@ -21,6 +21,7 @@ if [[ -z "$ns" ]]; then
 	ns="${ns:-default}"
 fi
 
+"$(dirname "${BASH_SOURCE[0]}")/debian.sh" openssl
 dir="$(mktemp -d)"
 trap 'rm -rf "$dir"' EXIT
 names=()
