@@ -138,7 +138,9 @@ func TestDecodeRefuses(t *testing.T) {
 		{"id 256", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[0]["id"] = 256 }), "config 0: id is not an integer from 0 to 255"},
 		{"id fraction", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[0]["id"] = 1.5 }), "not an integer in range"},
 		{"id not config_id", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[0]["id"] = 13 }), "config 0: id does not match the ECHConfig's config_id"},
-		{"duplicate id", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[1]["config"], cs[1]["privateKey"], cs[1]["id"] = cs[0]["config"], cs[0]["privateKey"], 12 }), "config 1 (id 12): duplicate id"},
+		{"duplicate id", mutate(t, func(_ map[string]any, cs []map[string]any) {
+			cs[1]["config"], cs[1]["privateKey"], cs[1]["id"] = cs[0]["config"], cs[0]["privateKey"], 12
+		}), "config 1 (id 12): duplicate id"},
 		{"key of another config", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[0]["privateKey"] = cs[1]["privateKey"] }), "config 0 (id 12): privateKey does not match the config's public key"},
 		{"config of another key", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[0]["config"] = b64(other.Config) }), "privateKey does not match"},
 		{"short key", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[0]["privateKey"] = b64(make([]byte, 31)) }), "privateKey is not a private key of the config's KEM"},
@@ -171,7 +173,9 @@ func TestDecodeRefuses(t *testing.T) {
 		{"retired without expiresAt", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[2]["expiresAt"] = nil }), "retired wants retiredAt and expiresAt set"},
 		{"expires before retired", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[2]["expiresAt"] = cs[2]["publishedAt"] }), "expiresAt before retiredAt"},
 		{"no createdAt", mutate(t, func(_ map[string]any, cs []map[string]any) { delete(cs[0], "createdAt") }), "config 0 (id 12): createdAt is missing"},
-		{"not newest first", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[1]["createdAt"], cs[1]["publishedAt"] = t0.Add(time.Minute), t0.Add(time.Hour) }), "createdAt after that of config 0"},
+		{"not newest first", mutate(t, func(_ map[string]any, cs []map[string]any) {
+			cs[1]["createdAt"], cs[1]["publishedAt"] = t0.Add(time.Minute), t0.Add(time.Hour)
+		}), "createdAt after that of config 0"},
 		{"config an object", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[0]["config"] = map[string]any{} }), "configs[0].config: an object or array where another type belongs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
