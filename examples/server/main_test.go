@@ -347,24 +347,25 @@ func TestServerECH(t *testing.T) {
 	}
 	go func() { _, _ = io.Copy(io.Discard, out) }()
 
-	get := func(configs ...echring.Config) (*http.Response, error) {
+	get := func(configs ...echring.Config) (*tls.ConnectionState, error) {
 		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 			DisableKeepAlives: true,
 			TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", MinVersion: tls.VersionTLS13,
 				EncryptedClientHelloConfigList: echring.ConfigList(configs)},
 		}}
 		resp, err := client.Get("https://" + addrs["https"] + "/")
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+		if err != nil {
+			return nil, err
 		}
-		return resp, err
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.TLS, nil
 	}
-	resp, err := get(served)
+	cs, err := get(served)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !resp.TLS.ECHAccepted {
+	if !cs.ECHAccepted {
 		t.Error("ECH not accepted with the served config")
 	}
 	_, err = get(other)
@@ -373,7 +374,7 @@ func TestServerECH(t *testing.T) {
 		t.Errorf("with another config: %v, want an ECH rejection with the served config to retry with", err)
 	}
 
-	resp, err = http.Get("http://" + addrs["status"] + agent.StatusPath)
+	resp, err := http.Get("http://" + addrs["status"] + agent.StatusPath)
 	if err != nil {
 		t.Fatal(err)
 	}
