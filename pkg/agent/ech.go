@@ -105,7 +105,14 @@ func (a *Agent) acceptECH(now time.Time, r *echring.Ring) *loadError {
 		configs = append(configs, c)
 	}
 	if len(configs) == 0 {
-		return &loadError{reasonECHExpired, fmt.Errorf("%s: ECH ring %s epoch %d: every config has expired or was destroyed here", echring.FileName, r.Ring, r.Epoch)}
+		// The file's ring name is printed only when it is the name pinned,
+		// as for ticketkeys.json: a hostile file may hold anything of the
+		// API's alphabet there.
+		name := "the ECH ring"
+		if r.Ring == a.echPin.name {
+			name = "ECH ring " + r.Ring
+		}
+		return &loadError{reasonECHExpired, fmt.Errorf("%s: %s epoch %d: every config has expired or was destroyed here", echring.FileName, name, r.Epoch)}
 	}
 	next := &echring.Ring{Ring: r.Ring, Epoch: r.Epoch, IssuedAt: r.IssuedAt, Configs: configs}
 	if a.ech != nil {

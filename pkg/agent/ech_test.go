@@ -333,6 +333,7 @@ func TestECHRequired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	a.TLSConfig(nil)
 	if a.Status().ECH != nil {
 		t.Errorf("ECH served without echkeys.json: %+v", a.Status().ECH)
 	}
@@ -366,5 +367,24 @@ func TestECHResumes(t *testing.T) {
 		if m["ringmaster_agent_ech_handshakes_total{result=accepted}"] != 2 || m["ringmaster_agent_handshakes_total{resumed=true}"] != 1 {
 			t.Errorf("classical %t: metrics %v", classical, m)
 		}
+	}
+}
+
+// TestECHReportedOnlyWhenServed: an agent that serves no config (the
+// sidecar's, which hands ticket keys to another server) reports no ECH
+// configs, so that the operator never publishes a config on its word; once
+// TLSConfig serves, it reports them.
+func TestECHReportedOnlyWhenServed(t *testing.T) {
+	e := newECHSetup(t)
+	a, err := agent.New(agent.Options{Dir: e.v.dir, Require: agent.TicketKeys | agent.Certificate | agent.ECHKeys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := a.Status(); st.ECH != nil {
+		t.Errorf("agent serving no config reports ECH %+v", st.ECH)
+	}
+	a.TLSConfig(nil)
+	if st := a.Status(); st.ECH == nil || len(st.ECH.Configs) != 3 {
+		t.Errorf("agent serving reports ECH %+v, want 3 configs", st.ECH)
 	}
 }

@@ -67,7 +67,12 @@ func (a *Agent) statusOf(s *snapshot) Status {
 	if len(s.keys) > 0 {
 		st.ActiveKeyID = s.keys[0].id
 	}
-	st.ECH = echStatus(s.ech)
+	// ECH is reported only once TLSConfig serves it: the operator publishes
+	// a config to DNS on the strength of this report, and an agent that
+	// only hands keys to another server (the sidecar's) serves no ECH.
+	if a.served.Load() {
+		st.ECH = echStatus(s.ech)
+	}
 	if s.cert != nil {
 		st.CertificateNotAfter = s.cert.notAfter
 	}
