@@ -9,6 +9,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -386,5 +387,79 @@ func TestECHReportedOnlyWhenServed(t *testing.T) {
 	a.TLSConfig(nil)
 	if st := a.Status(); st.ECH == nil || len(st.ECH.Configs) != 3 {
 		t.Errorf("agent serving reports ECH %+v, want 3 configs", st.ECH)
+	}
+}
+
+// plantedECH is the key the hostile ECH files carry, in every field
+// position.
+var plantedECH = keyring.Secret(sha256.Sum256([]byte("planted in a hostile echkeys.json")))
+
+// TestNoECHKeyInAnyText: whatever field of echkeys.json holds a key, no
+// text the agent produces shows 16 characters of it: not New's error, not
+// Status, the status handler, the metrics or the log of a running agent
+// that refuses the file.
+func TestNoECHKeyInAnyText(t *testing.T) {
+	e := newECHSetup(t)
+	good := encodeECH(t, 5, e.staged, e.published, e.retired)
+	p64 := base64.StdEncoding.EncodeToString(plantedECH[:])
+	phex := hex.EncodeToString(plantedECH[:])
+	edit := func(f func(m map[string]any)) []byte { return editRing(t, good, f) }
+	config0 := func(m map[string]any) map[string]any { return m["configs"].([]any)[0].(map[string]any) }
+	var hostiles []hostile
+	add := func(name string, data []byte) { hostiles = append(hostiles, hostile{name, data}) }
+	for form, text := range map[string]string{"base64": p64, "hex": phex} {
+		for _, field := range []string{"version", "ring", "epoch", "issuedAt", "configs"} {
+			add(field+" holds the key in "+form, edit(func(m map[string]any) { m[field] = text }))
+		}
+		for _, field := range []string{"id", "state", "config", "privateKey", "createdAt", "publishedAt", "retiredAt", "expiresAt"} {
+			add("config "+field+" holds the key in "+form, edit(func(m map[string]any) { config0(m)[field] = text }))
+		}
+		add("a config is the key in "+form, edit(func(m map[string]any) { m["configs"].([]any)[0] = text }))
+		add("unknown field named by the key in "+form, replaceOnce(t, good, `"epoch"`, `"`+text+`": 1, "epoch"`))
+		add("unknown config field named by the key in "+form, replaceFirst(good, `"createdAt"`, `"`+text+`": 1, "createdAt"`))
+		add("the whole file the key in "+form, []byte(text))
+		add("the key unquoted in "+form, replaceOnce(t, good, `"shop/web"`, text))
+		add("truncated in the key in "+form, []byte(`{"version": 1, "ring": "`+text))
+	}
+	add("ring name of hex", edit(func(m map[string]any) { m["ring"] = "shop/" + phex[:60] }))
+	add("the key as a private key of another config", edit(func(m map[string]any) { config0(m)["privateKey"] = p64 }))
+	add("the key in URL-safe base64", edit(func(m map[string]any) { config0(m)["privateKey"] = base64.URLEncoding.EncodeToString(plantedECH[:]) }))
+	add("the key unpadded", edit(func(m map[string]any) { config0(m)["privateKey"] = strings.TrimRight(p64, "=") }))
+	add("the raw key", append([]byte(`{"ring": "`), append(plantedECH[:], `"}`...)...))
+	for _, h := range hostiles {
+		t.Run(h.name, func(t *testing.T) {
+			e.write(t, h.data)
+			var newLogs logBuffer
+			// A ring name of hex is valid, and the first ring taken pins
+			// its name: New takes it, as it takes a ticket ring so named
+			// without Options.Ring. The running agent below refuses it.
+			if _, err := agent.New(agent.Options{Dir: e.v.dir, Require: agent.TicketKeys | agent.Certificate, Clock: newFakeClock(e.t0), Logger: newLogs.logger()}); err != nil {
+				assertNoFragment(t, "New's error", err.Error(), plantedECH)
+				assertNoFragment(t, "New's log", newLogs.String(), plantedECH)
+			} else if h.name != "ring name of hex" {
+				t.Errorf("New took the hostile file")
+			}
+
+			e.write(t, good)
+			var logs logBuffer
+			a, err := agent.New(agent.Options{Dir: e.v.dir, Require: agent.TicketKeys | agent.Certificate, Clock: newFakeClock(e.t0), Logger: logs.logger(), ResyncPeriod: noResync, Debounce: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.TLSConfig(nil)
+			start(t, a)
+			e.write(t, h.data)
+			eventually(t, "the hostile file refused", func() bool { return a.Status().LastError != "" })
+			assertNoFragment(t, "Status", mustStatusJSON(t, a), plantedECH)
+			rec := httptest.NewRecorder()
+			a.StatusHandler().ServeHTTP(rec, httptest.NewRequest("GET", agent.StatusPath, nil))
+			body, _ := io.ReadAll(rec.Body)
+			assertNoFragment(t, "the status handler", string(body), plantedECH)
+			assertNoFragment(t, "the metrics", metricsText(t, a), plantedECH)
+			assertNoFragment(t, "the log", logs.String(), plantedECH)
+			for _, c := range []echring.Config{e.staged, e.published, e.retired} {
+				assertNoECHKey(t, "the log", logs.String(), c)
+			}
+		})
 	}
 }
