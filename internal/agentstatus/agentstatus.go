@@ -62,8 +62,9 @@ type ECHStatus struct {
 	Ring string `json:"ring"`
 	// Epoch is the epoch of the ring served.
 	Epoch int64 `json:"epoch"`
-	// Configs are the configs served, newest first, in the order crypto/tls
-	// tries their keys. Expired configs are not among them.
+	// Configs are the configs served, in the order crypto/tls tries their
+	// keys: published, then staged, then retired, each newest first.
+	// Expired configs are not among them.
 	Configs []ECHConfigStatus `json:"configs"`
 }
 

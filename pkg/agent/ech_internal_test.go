@@ -11,8 +11,9 @@ import (
 
 // TestECHKeysCostNoAllocation: the hooks crypto/tls calls per handshake,
 // the outer config's and the served config's GetEncryptedClientHelloKeys,
-// return the slice built at the swap: no allocation, newest first, retry
-// only for the published config.
+// return the slice built at the swap: no allocation, the published config
+// first (what clients hold), the staged one after it, retry only for the
+// published config.
 func TestECHKeysCostNoAllocation(t *testing.T) {
 	now := time.Now()
 	var cs []echring.Config
@@ -43,7 +44,8 @@ func TestECHKeysCostNoAllocation(t *testing.T) {
 	if len(keys) != 2 {
 		t.Fatalf("%d keys served, want 2", len(keys))
 	}
-	if !bytes.Equal(keys[0].Config, cs[0].Config) || keys[0].SendAsRetry || !keys[1].SendAsRetry {
-		t.Errorf("keys served: first the staged config %t, retry %t/%t; want true, false/true", bytes.Equal(keys[0].Config, cs[0].Config), keys[0].SendAsRetry, keys[1].SendAsRetry)
+	if !bytes.Equal(keys[0].Config, cs[1].Config) || !bytes.Equal(keys[1].Config, cs[0].Config) || !keys[0].SendAsRetry || keys[1].SendAsRetry {
+		t.Errorf("keys served: first the published config %t, then the staged %t, retry %t/%t; want true, true, true/false",
+			bytes.Equal(keys[0].Config, cs[1].Config), bytes.Equal(keys[1].Config, cs[0].Config), keys[0].SendAsRetry, keys[1].SendAsRetry)
 	}
 }

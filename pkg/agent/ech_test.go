@@ -194,9 +194,10 @@ func TestECHServed(t *testing.T) {
 	}
 
 	st := a.Status()
+	// In the order keys are tried: published, staged, retired.
 	want := []agent.ECHConfigStatus{
-		{ID: 3, State: "staged"},
 		{ID: 2, State: "published", Retry: true},
+		{ID: 3, State: "staged"},
 		{ID: 1, State: "retired", ExpiresAt: e.retired.ExpiresAt},
 	}
 	if st.ECH == nil || st.ECH.Ring != "shop/web" || st.ECH.Epoch != 5 || len(st.ECH.Configs) != len(want) {
