@@ -384,12 +384,21 @@ func TestServerECH(t *testing.T) {
 	if err != nil || st.ECH == nil || st.ECH.Epoch != 2 || len(st.ECH.Configs) != 1 || st.ECH.Configs[0].ID != 7 || !st.ECH.Configs[0].Retry {
 		t.Errorf("status %+v (%v), want ECH epoch 2 serving config 7 as a retry config", st.ECH, err)
 	}
-	resp, err = http.Get("http://" + addrs["status"] + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	// The client gives up on a rejection as soon as it has checked the
+	// server's certificate, maybe before the server has counted the
+	// handshake: poll.
+	var body []byte
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err = http.Get("http://" + addrs["status"] + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), `ringmaster_agent_ech_handshakes_total{result="rejected"} 1`) || time.Now().After(deadline) {
+			break
+		}
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	for _, want := range []string{`ringmaster_agent_ech_handshakes_total{result="accepted"} 1`, `ringmaster_agent_ech_handshakes_total{result="rejected"} 1`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
