@@ -4,6 +4,11 @@
 //
 //	server -dir /var/run/ringmaster -ring shop/web -listen 127.0.0.1:8443 -status-listen 127.0.0.1:9090
 //
+// It serves Encrypted Client Hello whenever -dir holds echkeys.json (an
+// ECHKeyRing's projection): nothing to turn on; -require ech makes the file
+// required. Its certificate must then cover the configs' public name too,
+// which a client rejected by ECH verifies before it retries.
+//
 // With -classical-resumption, resumed TLS 1.3 handshakes use X25519 alone
 // for their key exchange (agent.Options.ClassicalResumption, whose doc
 // comment says what that trades).
@@ -73,11 +78,11 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dir := fs.String("dir", "/var/run/ringmaster", "directory holding ticketkeys.json, and tls.crt and tls.key when -require names cert")
+	dir := fs.String("dir", "/var/run/ringmaster", "directory holding ticketkeys.json, tls.crt and tls.key when -require names cert, and echkeys.json when ECH is served")
 	listen := fs.String("listen", "127.0.0.1:8443", "HTTPS address; port 0 picks a free port, printed on start")
 	statusListen := fs.String("status-listen", "127.0.0.1:9090", "plain-HTTP address for /healthz, /metrics and "+agent.StatusPath+", apart from the TLS port; empty serves none of them")
 	greetKeys := fs.Bool("greeting-names-keys", false, "name the epoch and active key id in the greeting on the TLS port, for tests: whoever reaches the port then learns them")
-	require := fs.String("require", "keys,cert", "material read from -dir: keys, cert, or keys,cert")
+	require := fs.String("require", "keys,cert", "material required in -dir, comma-separated: keys, cert, ech (echkeys.json is served whenever present; ech makes it required)")
 	ring := fs.String("ring", "", "the ring served, <namespace>/<name> (or <name> for a ClusterTicketKeyRing); empty: the first ring read")
 	resync := fs.Duration("resync", 0, "period of the fallback re-read of -dir (0: the agent's default)")
 	classical := fs.Bool("classical-resumption", false, "resume TLS 1.3 sessions with X25519 alone for the key exchange (agent.Options.ClassicalResumption): less server CPU per resumption, but no post-quantum forward secrecy should a ticket key leak; see the README. Refused in FIPS 140-3 mode (GODEBUG=fips140=on), which does not allow X25519 alone")
@@ -203,8 +208,10 @@ func parseRequire(s string) (agent.Files, error) {
 			f |= agent.TicketKeys
 		case "cert":
 			f |= agent.Certificate
+		case "ech":
+			f |= agent.ECHKeys
 		default:
-			return 0, fmt.Errorf("-require %q: want keys, cert, or keys,cert", s)
+			return 0, fmt.Errorf("-require %q: want keys, cert or ech, comma-separated", s)
 		}
 	}
 	return f, nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/testing/atomicdir"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
@@ -276,4 +278,130 @@ func selfSigned(t *testing.T) (crt, key []byte, pool *x509.CertPool) {
 		t.Fatal(err)
 	}
 	return is.CertPEM, is.KeyPEM, ca.Pool()
+}
+
+// TestServerECH: with echkeys.json in -dir, the server accepts a client's
+// ECH with a config of the ring, and rejects one with another config,
+// sending the published configs to retry with; its status port reports the
+// configs and the handshakes.
+func TestServerECH(t *testing.T) {
+	dir := t.TempDir()
+	w, err := atomicdir.NewWriter(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := testpki.NewCA("ringmaster test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const publicName = "public.example.test"
+	is, err := ca.Issue(testpki.Leaf{DNSNames: []string{"localhost", publicName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	k := newKey("k", now.Add(-time.Hour), now.Add(time.Hour), now.Add(2*time.Hour))
+	ring, err := keyring.Encode(keyring.Ring{Name: "shop/web", Epoch: 1, IssuedAt: now, Keys: []keyring.Key{k}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mint := func(id uint8, seed string) echring.Config {
+		s := sha256.Sum256([]byte(seed))
+		c, err := echring.NewConfig(id, s[:], echring.Params{PublicName: publicName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.State, c.CreatedAt, c.PublishedAt = echring.Published, now, now
+		return c
+	}
+	served, other := mint(7, "served"), mint(7, "other")
+	ech, err := echring.Encode(echring.Ring{Ring: "shop/web", Epoch: 2, IssuedAt: now, Configs: []echring.Config{served}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(map[string]atomicdir.File{keyring.FileName: {Data: ring}, echring.FileName: {Data: ech},
+		"tls.crt": {Data: is.CertPEM}, "tls.key": {Data: is.KeyPEM, Mode: 0o600}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out, stdout := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-dir", dir, "-require", "keys,cert,ech", "-listen", "127.0.0.1:0", "-status-listen", "127.0.0.1:0"}, stdout, io.Discard)
+		stdout.Close()
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run returned %v", err)
+		}
+	}()
+	addrs := map[string]string{}
+	lines := bufio.NewScanner(out)
+	for len(addrs) < 2 && lines.Scan() {
+		name, addr, ok := strings.Cut(lines.Text(), " listening on ")
+		if !ok {
+			t.Fatalf("unexpected output %q", lines.Text())
+		}
+		addrs[name] = addr
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+
+	get := func(configs ...echring.Config) (*tls.ConnectionState, error) {
+		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			DisableKeepAlives: true,
+			TLSClientConfig: &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", MinVersion: tls.VersionTLS13,
+				EncryptedClientHelloConfigList: echring.ConfigList(configs)},
+		}}
+		resp, err := client.Get("https://" + addrs["https"] + "/")
+		if err != nil {
+			return nil, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.TLS, nil
+	}
+	cs, err := get(served)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cs.ECHAccepted {
+		t.Error("ECH not accepted with the served config")
+	}
+	_, err = get(other)
+	var rej *tls.ECHRejectionError
+	if !errors.As(err, &rej) || !bytes.Equal(rej.RetryConfigList, echring.ConfigList([]echring.Config{served})) {
+		t.Errorf("with another config: %v, want an ECH rejection with the served config to retry with", err)
+	}
+
+	resp, err := http.Get("http://" + addrs["status"] + agent.StatusPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st agent.Status
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || st.ECH == nil || st.ECH.Epoch != 2 || len(st.ECH.Configs) != 1 || st.ECH.Configs[0].ID != 7 || !st.ECH.Configs[0].Retry {
+		t.Errorf("status %+v (%v), want ECH epoch 2 serving config 7 as a retry config", st.ECH, err)
+	}
+	// The client gives up on a rejection as soon as it has checked the
+	// server's certificate, maybe before the server has counted the
+	// handshake: poll.
+	var body []byte
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err = http.Get("http://" + addrs["status"] + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), `ringmaster_agent_ech_handshakes_total{result="rejected"} 1`) || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, want := range []string{`ringmaster_agent_ech_handshakes_total{result="accepted"} 1`, `ringmaster_agent_ech_handshakes_total{result="rejected"} 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }

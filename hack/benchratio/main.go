@@ -6,7 +6,9 @@
 // and (c)/(b), full against resumed handshake cost, the cost of decrypting
 // a ticket under the oldest of 1, 4 and 16 keys, and the server's
 // processor time per resumed TLS 1.3 handshake without and with
-// agent.Options.ClassicalResumption (issue 17).
+// agent.Options.ClassicalResumption (issue 17), and the server's processor
+// time per full TLS 1.3 handshake without ECH, with ECH under the
+// published config, and under the oldest of echring.MaxConfigs (issue 26).
 //
 // Every figure is the median over the runs of -count, so one disturbed run
 // does not move it. Ratios come from two sources: the sequential
@@ -132,6 +134,13 @@ func report(w io.Writer, res results) error {
 	srvClassical, _ := must(cl, "classical-server-us")
 	srvRatio, _ := must(cl, "classical/hybrid")
 	srvRatioMean, _ := must(cl, "classical/hybrid-mean")
+	const ech = "BenchmarkECH"
+	echPlain, _ := must(ech, "plain-server-us")
+	echPublished, _ := must(ech, "ech-published-server-us")
+	echOldest, _ := must(ech, "ech-oldest-server-us")
+	echPublishedRatio, _ := must(ech, "ech-published/plain")
+	echOldestRatio, _ := must(ech, "ech-oldest/plain")
+	echPerKey, _ := must(ech, "ech-per-key-tried-us")
 	var dec [3]float64
 	for i, n := range []int{1, 4, 16} {
 		dec[i], _ = must(fmt.Sprintf("BenchmarkDecryptTicket/oldest-of-%d", n), "ns/op")
@@ -161,6 +170,13 @@ func report(w io.Writer, res results) error {
 	fmt.Fprintln(w, "|---|---|---|---|")
 	fmt.Fprintf(w, "| server CPU per handshake, median | %.0f µs | %.0f µs | **%.3f** |\n", srvHybrid, srvClassical, srvRatio)
 	fmt.Fprintf(w, "| server CPU per handshake, ratio of the means | | | %.3f |\n", srvRatioMean)
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| full TLS 1.3 handshake, agent's config, interleaved | server CPU per handshake, median | against no ECH |")
+	fmt.Fprintln(w, "|---|---|---|")
+	fmt.Fprintf(w, "| no ECH | %.0f µs | 1 |\n", echPlain)
+	fmt.Fprintf(w, "| ECH, client holding the published config (the first key) | %.0f µs | **%.2f×** |\n", echPublished, echPublishedRatio)
+	fmt.Fprintf(w, "| ECH, client holding the oldest of 4 configs | %.0f µs | **%.2f×** |\n", echOldest, echOldestRatio)
+	fmt.Fprintf(w, "| each further key tried | %.0f µs | |\n", echPerKey)
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| DecryptTicket, ticket under the oldest key of | time |")
 	fmt.Fprintln(w, "|---|---|")

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/testing/atomicdir"
 )
 
@@ -287,5 +289,50 @@ func TestPKIFiles(t *testing.T) {
 	}
 	if _, err := NewPKI("dsa"); err == nil {
 		t.Error("NewPKI accepted an unknown key type")
+	}
+}
+
+// TestLoadECH runs a load whose clients attempt ECH against one server
+// holding one config: clients holding it are accepted; clients holding
+// another are rejected, retry with the server's retry configs, and are
+// accepted.
+func TestLoadECH(t *testing.T) {
+	pki, err := NewPKI(ECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(pki.CertPEM, pki.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mint := func(seed byte) echring.Config {
+		c, err := echring.NewConfig(1, bytes.Repeat([]byte{seed}, echring.SeedSize), echring.Params{PublicName: ServerName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	served, stale := mint(1), mint(2)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13,
+		EncryptedClientHelloKeys: []tls.EncryptedClientHelloKey{{Config: served.Config, PrivateKey: served.PrivateKey, SendAsRetry: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s: epoch 7, active key k7, resumed %v\n", r.Context().Value(http.LocalAddrContextKey), r.TLS.DidResume)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+
+	lists := [][]byte{echring.ConfigList([]echring.Config{served}), echring.ConfigList([]echring.Config{stale})}
+	res := StartLoad(context.Background(), LoadConfig{Addr: ln.Addr().String(), Roots: pki.Roots, Version: tls.VersionTLS13, Clients: 2, ConnsPerClient: 3,
+		ECHConfigList: func(client int) []byte { return lists[client] }}).Wait()
+	if len(res.Samples) != 6 {
+		t.Fatalf("%d samples, want 6; errors %v", len(res.Samples), res.Errors())
+	}
+	for _, s := range res.Samples {
+		if s.Err != "" || !s.ECHAccepted || s.ECHRetried != (s.Client == 1) {
+			t.Errorf("client %d connection %d: err %q, ECH accepted %v, retried %v", s.Client, s.Seq, s.Err, s.ECHAccepted, s.ECHRetried)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -46,6 +47,12 @@ type LoadConfig struct {
 	// harness's own network namespace. The cluster suite dials from inside
 	// the single-node cluster's namespace (test/cluster/netns).
 	Dial DialFunc
+	// ECHConfigList, if set, gives the ECHConfigList client attempts
+	// Encrypted Client Hello with on its next connection (what a client
+	// that looked the HTTPS record up holds); nil or empty attempts none.
+	// ConnectVia retries a rejected attempt once with the server's retry
+	// configs.
+	ECHConfigList func(client int) []byte
 }
 
 // DialFunc opens a stream connection, like net.Dialer.DialContext.
@@ -75,6 +82,13 @@ type Sample struct {
 	Backend   string
 	Epoch     int64
 	ActiveKey string
+	// ECHAccepted is the client's tls.ConnectionState.ECHAccepted.
+	// ECHRetried says the server rejected the client's ECH config and sent
+	// retry configs, with which the connection was made again (RFC 9849
+	// §6.1.6); Start and Latency then cover both attempts.
+	ECHAccepted, ECHRetried bool
+	// echRetry holds the retry configs of a rejected attempt.
+	echRetry []byte
 }
 
 // Load is a running load generator.
@@ -130,7 +144,12 @@ func (l *Load) client(ctx context.Context, cfg LoadConfig, id int) {
 		if cfg.Interval > 0 {
 			next = next.Add(cfg.Interval/2 + rand.N(cfg.Interval))
 		}
-		s := ConnectVia(ctx, cfg.Dial, cfg.Addr, tc, cfg.Timeout)
+		conn := tc
+		if cfg.ECHConfigList != nil {
+			conn = tc.Clone() // sharing tc's session cache
+			conn.EncryptedClientHelloConfigList = cfg.ECHConfigList(id)
+		}
+		s := ConnectVia(ctx, cfg.Dial, cfg.Addr, conn, cfg.Timeout)
 		if ctx.Err() != nil && s.Err != "" {
 			return // cut short by Stop: not the fleet's failure
 		}
@@ -148,8 +167,26 @@ func Connect(ctx context.Context, addr string, tc *tls.Config, timeout time.Dura
 }
 
 // ConnectVia is Connect with the TCP stream opened by dial (nil: from the
-// harness's own network namespace).
+// harness's own network namespace). When tc attempts ECH and the server
+// rejects it with retry configs, it connects once more with them, as a
+// client does (RFC 9849 §6.1.6).
 func ConnectVia(ctx context.Context, dial DialFunc, addr string, tc *tls.Config, timeout time.Duration) Sample {
+	s := connectOnce(ctx, dial, addr, tc, timeout)
+	if s.echRetry == nil {
+		return s
+	}
+	retry := tc.Clone()
+	retry.EncryptedClientHelloConfigList = s.echRetry
+	start := s.Start
+	s = connectOnce(ctx, dial, addr, retry, timeout)
+	s.Start, s.ECHRetried = start, true
+	if s.Err == "" {
+		s.Latency = time.Since(start)
+	}
+	return s
+}
+
+func connectOnce(ctx context.Context, dial DialFunc, addr string, tc *tls.Config, timeout time.Duration) Sample {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	s := Sample{Start: time.Now()}
@@ -168,6 +205,10 @@ func ConnectVia(ctx context.Context, dial DialFunc, addr string, tc *tls.Config,
 	conn := tls.Client(raw, tc)
 	if err := conn.HandshakeContext(ctx); err != nil {
 		s.Err = err.Error()
+		var rej *tls.ECHRejectionError
+		if errors.As(err, &rej) && len(rej.RetryConfigList) > 0 {
+			s.echRetry = rej.RetryConfigList
+		}
 		return s
 	}
 	req, _ := http.NewRequest(http.MethodGet, "https://"+ServerName+"/", nil)
@@ -189,7 +230,7 @@ func ConnectVia(ctx context.Context, dial DialFunc, addr string, tc *tls.Config,
 	}
 	s.Latency = time.Since(s.Start)
 	cs := conn.ConnectionState()
-	s.Resumed, s.Group, s.Retried = cs.DidResume, cs.CurveID, cs.HelloRetryRequest
+	s.Resumed, s.Group, s.Retried, s.ECHAccepted = cs.DidResume, cs.CurveID, cs.HelloRetryRequest, cs.ECHAccepted
 	s.Backend, s.Epoch, s.ActiveKey, err = parseHello(string(body))
 	if err != nil {
 		s.Err = err.Error()

@@ -23,7 +23,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/testing/atomicdir"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 
@@ -453,4 +455,60 @@ func issueTicket(b *testing.B, s *benchSetup, key [32]byte) ([]byte, tls.Connect
 		b.Fatal("no ticket issued")
 	}
 	return ticket, state
+}
+
+// BenchmarkECH measures the server's processor time per full TLS 1.3
+// handshake (no session cache) with the agent's config, interleaved
+// handshake by handshake: without ECH; with ECH, the client holding the
+// published config (what DNS serves), the first key tried; and with ECH,
+// the client holding the oldest of echring.MaxConfigs (staged, published
+// and two retired), which crypto/tls reaches after a failed trial
+// decryption under each other key. Every ECH handshake must be accepted.
+// It reports the median server time of each and their ratios.
+func BenchmarkECH(b *testing.B) {
+	if _, ok := threadCPU(); !ok {
+		b.Skip("no per-thread processor clock on this system")
+	}
+	s := newBenchSetup(b)
+	_, plain := s.agentConfig(b, false)
+	now := time.Now()
+	configs := make([]echring.Config, echring.MaxConfigs)
+	states := []echring.State{echring.Staged, echring.Published, echring.Retired, echring.Retired}
+	for i := range configs {
+		configs[i] = echConfig(b, uint8(10-i), fmt.Sprint("bench", i), states[i], now.Add(-time.Duration(i)*time.Hour))
+	}
+	v := newVolume(b)
+	if err := v.w.Write(map[string]atomicdir.File{keyring.FileName: {Data: s.ring}, "tls.crt": {Data: s.leaf.crt}, "tls.key": {Data: s.leaf.key},
+		echring.FileName: {Data: encodeECH(b, 1, configs...)}}); err != nil {
+		b.Fatal(err)
+	}
+	a, err := agent.New(agent.Options{Dir: v.dir, Require: agent.TicketKeys | agent.Certificate | agent.ECHKeys, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ech := a.TLSConfig(&tls.Config{MinVersion: tls.VersionTLS13})
+	published, oldest := s.client(false), s.client(false)
+	published.EncryptedClientHelloConfigList = echring.ConfigList(configs[1:2])
+	oldest.EncryptedClientHelloConfigList = echring.ConfigList(configs[len(configs)-1:])
+	servers := []*tls.Config{plain, ech, ech}
+	clients := []*tls.Config{s.client(false), published, oldest}
+	cpu := make([][]time.Duration, len(servers))
+	interleave(b, len(servers), func(v int) {
+		m := measuredHandshake(b, servers[v], clients[v])
+		if st := m.state; st.DidResume || st.ECHAccepted != (v > 0) {
+			b.Fatalf("variant %d: resumed %v, ECH accepted %v", v, st.DidResume, st.ECHAccepted)
+		}
+		cpu[v] = append(cpu[v], m.serverCPU)
+	})
+	us := func(v int) float64 {
+		d := cpu[v]
+		slices.Sort(d)
+		return float64(d[len(d)/2]) / 1e3
+	}
+	b.ReportMetric(us(0), "plain-server-us")
+	b.ReportMetric(us(1), "ech-published-server-us")
+	b.ReportMetric(us(2), "ech-oldest-server-us")
+	b.ReportMetric(us(1)/us(0), "ech-published/plain")
+	b.ReportMetric(us(2)/us(0), "ech-oldest/plain")
+	b.ReportMetric((us(2)-us(1))/float64(echring.MaxConfigs-1), "ech-per-key-tried-us")
 }

@@ -30,6 +30,9 @@ var fipsTests = []string{
 	"TestSwapDuringRead",
 	"TestPublishedConfigsAreNeverWritten",
 	"TestConsecutiveKubeletSwaps",
+	"TestECHServed",
+	"TestECHConfigExpires",
+	"TestECHBadFileKeepsLastGood",
 }
 
 // TestFIPSMode re-executes this test binary with GODEBUG=fips140=on and
