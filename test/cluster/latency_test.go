@@ -18,6 +18,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -73,18 +74,19 @@ var _ = Describe("measurements with the kubelet's syncFrequency", Label("measure
 			Type:       corev1.SecretTypeTLS,
 			Data:       map[string][]byte{"tls.crt": pki.CertPEM, "tls.key": pki.KeyPEM},
 		})).To(Succeed())
-		// The API's defaults: rotationInterval 1h, activationDelay 3m
-		// (retainedKeys, which has no omitempty, at its default 3).
-		Expect(cl.Client.Create(ctx, &v1alpha1.TicketKeyRing{
-			ObjectMeta: metav1.ObjectMeta{Namespace: shopNS, Name: ringName},
-			Spec: v1alpha1.TicketKeyRingSpec{
-				RetainedKeys: 3,
-				Distribution: v1alpha1.Distribution{SecretName: keysSecret, Formats: []v1alpha1.KeyFormat{"go"}},
-			},
-		})).To(Succeed())
+		// The API's defaults: the ring as a user writes it, without
+		// rotationInterval, retainedKeys or activationDelay (the Go type
+		// would send zeros).
+		Expect(cl.Client.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TicketKeyRing",
+			"metadata": map[string]any{"namespace": shopNS, "name": ringName},
+			"spec":     map[string]any{"distribution": map[string]any{"secretName": keysSecret}},
+		}})).To(Succeed())
 		ring, err := cl.WaitRing(ctx, shopNS, ringName, "Ready", fleet.Ready)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ring.Spec.ActivationDelay.Duration).To(Equal(3*time.Minute), "the API's default activationDelay")
+		Expect(ring.Spec.RotationInterval.Duration).To(Equal(time.Hour), "the API's default rotationInterval")
+		Expect(ring.Spec.Distribution.Formats).To(Equal([]v1alpha1.KeyFormat{"go"}))
 
 		d := serverDeployment()
 		d.Spec.Replicas = ptr.To(int32(measureServers))
