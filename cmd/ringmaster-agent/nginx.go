@@ -82,7 +82,9 @@ type reload struct {
 //     dropped, revoked);
 //   - a key it does not hold yet (a new staged key: no pod encrypts with it
 //     before activationDelay) waits up to window after it was first seen,
-//     for a reload that something else requires;
+//     for a reload that something else requires, but never past window
+//     before its activeFrom: a key that is or is about to be in use is
+//     loaded at once;
 //   - a key that expires within window is left out of any reload, rather
 //     than costing one of its own at its expiresAt: it goes early, never
 //     late.
@@ -105,6 +107,9 @@ func planReload(now time.Time, window time.Duration, keys []agent.TicketKey, hel
 			continue
 		}
 		due := seen[k.ID].Add(window)
+		if at := k.ActiveFrom.Add(-window); at.Before(due) {
+			due = at
+		}
 		if !now.Before(due) {
 			must = true
 		} else if wake.IsZero() || due.Before(wake) {

@@ -204,9 +204,12 @@ func TestPlanReload(t *testing.T) {
 	now := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
 	const window = 5 * time.Second
 	key := func(id string, expiresIn time.Duration) agent.TicketKey {
-		return agent.TicketKey{ID: id, ExpiresAt: now.Add(expiresIn)}
+		return agent.TicketKey{ID: id, ActiveFrom: now.Add(expiresIn - 3*time.Hour), ExpiresAt: now.Add(expiresIn)}
 	}
-	A, S, N := key("A", time.Hour), key("S", 2*time.Hour), key("N", 3*time.Hour)
+	A, S, N := key("A", time.Hour), key("S", 2*time.Hour), key("N", 4*time.Hour)
+	// N, staged to activate in 7 s: it may not wait past 2 s from now.
+	soonN := agent.TicketKey{ID: "N", ActiveFrom: now.Add(7 * time.Second), ExpiresAt: now.Add(3 * time.Hour)}
+	soonerN := agent.TicketKey{ID: "N", ActiveFrom: now.Add(3 * time.Second), ExpiresAt: now.Add(3 * time.Hour)}
 	old := key("old", time.Hour)
 	soon := key("soon", 3*time.Second)
 	seenAt := func(ago time.Duration) map[string]time.Time {
@@ -229,6 +232,8 @@ func TestPlanReload(t *testing.T) {
 		{"a key dropped", window, []agent.TicketKey{A, S}, []string{"A", "S", "old"}, seenAt(0), true, []string{"A", "S"}, 0},
 		{"a revoke: no key held is left", window, []agent.TicketKey{N}, []string{"A", "S"}, seenAt(0), true, []string{"N"}, 0},
 		{"a new staged key waits", window, []agent.TicketKey{A, N, S}, []string{"A", "S"}, seenAt(2 * time.Second), false, []string{"A", "S"}, 3 * time.Second},
+		{"a new staged key that activates soon waits less", window, []agent.TicketKey{A, soonN, S}, []string{"A", "S"}, seenAt(0), false, []string{"A", "S"}, 2 * time.Second},
+		{"a new staged key that activates within the window is loaded at once", window, []agent.TicketKey{A, soonerN, S}, []string{"A", "S"}, seenAt(0), true, []string{"A", "N", "S"}, 0},
 		{"a new staged key's window ran out", window, []agent.TicketKey{A, N, S}, []string{"A", "S"}, seenAt(window), true, []string{"A", "N", "S"}, 0},
 		{"a new staged key rides with an activation", window, []agent.TicketKey{S, N, A}, []string{"A", "S"}, seenAt(0), true, []string{"S", "N", "A"}, 0},
 		{"a key expiring within the window goes with a reload", window, []agent.TicketKey{S, A, soon}, []string{"A", "S", "soon"}, seenAt(0), true, []string{"S", "A"}, 0},
