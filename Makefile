@@ -98,7 +98,7 @@ CLUSTER_LABELS ?= !measure
 CLUSTER_TIMEOUT ?= 30m
 
 .PHONY: measure-cluster
-measure-cluster: manifests generate servers helm images cluster-build ## Measure in the real single-node cluster (root; about 35 minutes): revoke latency with the suite's kubelet (syncFrequency 10s), then with the kubelet's default (1m) the refresh lag and resumption of a fleet through rotations under the API's default activationDelay, and revoke latency again. Figures in the log.
+measure-cluster: manifests generate servers helm images cluster-build ## Measure in the real single-node cluster (root; about 30 minutes): revoke latency with the suite's kubelet (syncFrequency 10s), then with the kubelet's default (1m) the refresh lag and resumption of a fleet through rotations under the API's default activationDelay, and revoke latency again. Figures in the log.
 	@$(MAKE) --no-print-directory run-test-cluster SYNC_FREQUENCY=10s CLUSTER_LABELS='measure && revoke' CLUSTER_TIMEOUT=20m
 	@$(MAKE) --no-print-directory run-test-cluster SYNC_FREQUENCY=1m CLUSTER_LABELS='measure' CLUSTER_TIMEOUT=60m
 
