@@ -109,7 +109,7 @@ type config struct {
 	haproxySocket, envoySecret           string
 	probeAddr, probeServerName           string
 	listen                               string
-	interval, timeout                    time.Duration
+	interval, timeout, reloadWindow      time.Duration
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -134,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.listen, "listen", ":9090", "address of /metrics, /healthz and /readyz")
 	fs.DurationVar(&c.interval, "interval", 10*time.Second, "how often to check that the server still holds the keys served, and catch a restarted server")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long the server has to take new keys before the attempt counts as failed")
+	fs.DurationVar(&c.reloadWindow, "reload-window", 5*time.Second, "nginx: how long a new staged key may wait to be taken with the next reload, and how early a key that expires within it goes with one; 0 reloads at every change")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -149,6 +150,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.interval <= 0 || c.timeout <= 0 {
 		return c, errors.New("--interval and --timeout must be positive")
+	}
+	if c.reloadWindow < 0 || c.reloadWindow > time.Minute {
+		return c, errors.New("--reload-window must be between 0s and 1m: a staged key waits that long to reach nginx, out of activationDelay")
 	}
 	if c.serverDir == "" {
 		c.serverDir = c.outDir
@@ -174,7 +178,7 @@ func newServer(c config) server {
 	}
 	switch c.server {
 	case "nginx":
-		return &nginx{dir: c.outDir, serverDir: c.serverDir, pidFile: c.nginxPIDFile, check: strings.Fields(c.check), probe: probe}
+		return &nginx{dir: c.outDir, serverDir: c.serverDir, pidFile: c.nginxPIDFile, check: strings.Fields(c.check), probe: probe, window: c.reloadWindow}
 	case "haproxy":
 		return &haproxy{dir: c.outDir, socket: c.haproxySocket, probe: probe}
 	default:
@@ -205,7 +209,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// server back until they do (HAProxy refuses to start without its
 	// tls-ticket-keys file). The server may not run yet: that error is
 	// retried by the loop.
-	_ = s.sync(ctx)
+	_, _ = s.sync(ctx)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(a, collectors.NewGoCollector())

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -43,14 +44,115 @@ type nginx struct {
 	// can run nginx); a failure skips the reload.
 	check []string
 	probe *prober
+	// window is --reload-window: how long a key nginx need not hold yet
+	// may wait for the next reload, and how early a key that expires soon
+	// may go with one (see planReload).
+	window time.Duration
 
 	// master is the master last reloaded, and loaded the include it was
-	// reloaded with.
+	// reloaded with, naming the keys held (in nginx's order).
 	master process
 	loaded []byte
+	held   []string
+	// seen is when the sidecar first saw each key of the ring, for the
+	// window.
+	seen map[string]time.Time
+}
+
+// reload is planReload's decision.
+type reload struct {
+	// now reports whether nginx must be reloaded now; keys are what it
+	// then loads, or else what it holds (keys of the ring, in order).
+	now  bool
+	keys []agent.TicketKey
+	// wake is when a key left waiting is due, if any: the sidecar applies
+	// again then.
+	wake time.Time
+}
+
+// planReload decides at now what nginx loads, given the ring's keys (in
+// serving order, the active key first), the ids nginx holds (nil if
+// nothing is known to be loaded) and when each key was first seen. Each
+// reload closes the idle keep-alive connections of nginx's old workers, so
+// nginx is reloaded only when it must, and takes every change due soon in
+// that one reload:
+//   - at once when the key it encrypts with is no longer the active one
+//     (a key activated: nginx must not encrypt with its predecessor past its
+//     time), or when it holds a key the ring no longer has (expired,
+//     dropped, revoked);
+//   - a key it does not hold yet (a new staged key: no pod encrypts with it
+//     before activationDelay) waits up to window after it was first seen,
+//     for a reload that something else requires, but never past window
+//     before its activeFrom: a key that is or is about to be in use is
+//     loaded at once;
+//   - a key that expires within window is left out of any reload, rather
+//     than costing one of its own at its expiresAt: it goes early, never
+//     late.
+//
+// The order of the decrypt-only keys does not matter to nginx.
+func planReload(now time.Time, window time.Duration, keys []agent.TicketKey, held []string, seen map[string]time.Time) reload {
+	want := make([]agent.TicketKey, 0, len(keys))
+	for i, k := range keys {
+		if i == 0 || k.ExpiresAt.After(now.Add(window)) {
+			want = append(want, k)
+		}
+	}
+	must := len(held) == 0 || len(keys) == 0 || held[0] != keys[0].ID
+	var wake time.Time
+	for _, id := range held {
+		must = must || !slices.ContainsFunc(keys, func(k agent.TicketKey) bool { return k.ID == id })
+	}
+	for _, k := range want {
+		if slices.Contains(held, k.ID) {
+			continue
+		}
+		due := seen[k.ID].Add(window)
+		if at := k.ActiveFrom.Add(-window); at.Before(due) {
+			due = at
+		}
+		if !now.Before(due) {
+			must = true
+		} else if wake.IsZero() || due.Before(wake) {
+			wake = due
+		}
+	}
+	if must {
+		return reload{now: true, keys: want}
+	}
+	kept := make([]agent.TicketKey, 0, len(held))
+	for _, id := range held {
+		i := slices.IndexFunc(keys, func(k agent.TicketKey) bool { return k.ID == id })
+		kept = append(kept, keys[i])
+	}
+	return reload{keys: kept, wake: wake}
 }
 
 func (n *nginx) apply(ctx context.Context, keys []agent.TicketKey) (applied, error) {
+	now := time.Now()
+	seen := make(map[string]time.Time, len(keys))
+	for _, k := range keys {
+		seen[k.ID] = now
+		if t, ok := n.seen[k.ID]; ok {
+			seen[k.ID] = t
+		}
+	}
+	n.seen = seen
+	// Without a master, the files are written all the same: nginx reads
+	// them when it starts.
+	master, noMaster := n.findMaster()
+	held := n.held
+	if noMaster != nil || master != n.master {
+		held = nil // a new master: reload it, to know what it holds
+	}
+	plan := planReload(now, n.window, keys, held, seen)
+	res, err := n.load(ctx, master, noMaster, plan.keys, plan.now)
+	res.wake = plan.wake
+	return res, err
+}
+
+// load writes the files of keys and, unless noMaster is set, reloads nginx
+// with them if force is set or a file or the include changed.
+func (n *nginx) load(ctx context.Context, master process, noMaster error, keys []agent.TicketKey, force bool) (applied, error) {
 	var conf bytes.Buffer
 	conf.WriteString("# Written by ringmaster-agent at every change of the ring; do not edit.\n# The first key encrypts new tickets; every key decrypts.\n")
 	files := make([]file, 0, len(keys)+1)
@@ -68,8 +170,7 @@ func (n *nginx) apply(ctx context.Context, keys []agent.TicketKey) (applied, err
 		// order (a staged key the agent already activated at its
 		// activeFrom) writes the same include, and nginx is not reloaded,
 		// since each reload closes the idle keep-alive connections of its
-		// old workers. nginx is reloaded once per change of the ordered
-		// key set it must hold.
+		// old workers (planReload decides which changes reload).
 		fmt.Fprintf(&conf, "ssl_session_ticket_key %s;\n", filepath.Join(n.serverDir, name))
 	}
 	files = append(files, file{name: nginxConf, data: bytes.Clone(conf.Bytes())})
@@ -81,13 +182,11 @@ func (n *nginx) apply(ctx context.Context, keys []agent.TicketKey) (applied, err
 	if err != nil {
 		return applied{}, fail(causeWrite, "%w", err)
 	}
-	held := applied{held: ids(keys)}
-
-	master, err := n.findMaster()
-	if err != nil {
-		return applied{}, err
+	if noMaster != nil {
+		return applied{}, noMaster
 	}
-	if !changed && master == n.master && bytes.Equal(conf.Bytes(), n.loaded) {
+	held := applied{held: ids(keys)}
+	if !force && !changed && master == n.master && bytes.Equal(conf.Bytes(), n.loaded) {
 		return held, nil
 	}
 	if err := n.checkFiles(ctx, files); err != nil {
@@ -128,7 +227,7 @@ func (n *nginx) apply(ctx context.Context, keys []agent.TicketKey) (applied, err
 			return applied{}, err
 		}
 	}
-	n.master, n.loaded = master, bytes.Clone(conf.Bytes())
+	n.master, n.loaded, n.held = master, bytes.Clone(conf.Bytes()), held.held
 	held.took = true
 	return held, nil
 }

@@ -26,6 +26,9 @@ type applied struct {
 	// took reports whether the server took new keys (a reload, a runtime
 	// API update, a new file picked up).
 	took bool
+	// wake, if set, is when the server wants to be applied again: a key it
+	// left waiting is due (nginx's --reload-window).
+	wake time.Time
 }
 
 // The causes of a failed apply: the label of

@@ -106,12 +106,16 @@ func (s *sidecar) run(ctx context.Context) {
 	const firstRetry = 250 * time.Millisecond
 	backoff := firstRetry
 	for {
-		var retry <-chan time.Time
-		if err := s.sync(ctx); err != nil && ctx.Err() == nil {
+		var retry, wake <-chan time.Time
+		at, err := s.sync(ctx)
+		if err != nil && ctx.Err() == nil {
 			retry = time.After(backoff)
 			backoff = min(2*backoff, s.interval)
 		} else {
 			backoff = firstRetry
+		}
+		if !at.IsZero() {
+			wake = time.After(time.Until(at))
 		}
 		select {
 		case <-ctx.Done():
@@ -119,13 +123,15 @@ func (s *sidecar) run(ctx context.Context) {
 		case <-s.kick:
 		case <-tick.C:
 		case <-retry:
+		case <-wake:
 		}
 	}
 }
 
 // sync applies what the agent serves now to the server, and records the
-// outcome.
-func (s *sidecar) sync(ctx context.Context) error {
+// outcome. It returns when the server wants to be applied again, if it
+// does.
+func (s *sidecar) sync(ctx context.Context) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var (
@@ -145,7 +151,7 @@ func (s *sidecar) sync(ctx context.Context) error {
 		clear(random[0].Secret[:])
 	})
 	s.record(st, res, err)
-	return err
+	return res.wake, err
 }
 
 // randomKey returns a random key of the sidecar's own, the same until the

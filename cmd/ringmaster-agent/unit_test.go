@@ -194,3 +194,68 @@ func TestNoServerAtStartup(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanReload: nginx is reloaded at once when the key it encrypts with
+// is no longer the active one or it holds a key the ring no longer has; a
+// key it does not hold yet waits up to the window for such a reload; a key
+// that expires within the window goes with a reload, rather than costing
+// one of its own.
+func TestPlanReload(t *testing.T) {
+	now := time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC)
+	const window = 5 * time.Second
+	key := func(id string, expiresIn time.Duration) agent.TicketKey {
+		return agent.TicketKey{ID: id, ActiveFrom: now.Add(expiresIn - 3*time.Hour), ExpiresAt: now.Add(expiresIn)}
+	}
+	A, S, N := key("A", time.Hour), key("S", 2*time.Hour), key("N", 4*time.Hour)
+	// N, staged to activate in 7 s: it may not wait past 2 s from now.
+	soonN := agent.TicketKey{ID: "N", ActiveFrom: now.Add(7 * time.Second), ExpiresAt: now.Add(3 * time.Hour)}
+	soonerN := agent.TicketKey{ID: "N", ActiveFrom: now.Add(3 * time.Second), ExpiresAt: now.Add(3 * time.Hour)}
+	old := key("old", time.Hour)
+	soon := key("soon", 3*time.Second)
+	seenAt := func(ago time.Duration) map[string]time.Time {
+		return map[string]time.Time{"A": now.Add(-time.Hour), "S": now.Add(-time.Hour), "old": now.Add(-time.Hour), "soon": now.Add(-time.Hour), "N": now.Add(-ago)}
+	}
+	tests := []struct {
+		name     string
+		window   time.Duration
+		keys     []agent.TicketKey
+		held     []string
+		seen     map[string]time.Time
+		wantNow  bool
+		wantKeys []string
+		wantWake time.Duration // from now; 0: none
+	}{
+		{"nothing loaded yet", window, []agent.TicketKey{A, S}, nil, seenAt(0), true, []string{"A", "S"}, 0},
+		{"the same keys", window, []agent.TicketKey{A, S}, []string{"A", "S"}, seenAt(0), false, []string{"A", "S"}, 0},
+		{"decrypt-only keys in another order", window, []agent.TicketKey{A, S, old}, []string{"A", "old", "S"}, seenAt(0), false, []string{"A", "old", "S"}, 0},
+		{"a key activated", window, []agent.TicketKey{S, A}, []string{"A", "S"}, seenAt(0), true, []string{"S", "A"}, 0},
+		{"a key dropped", window, []agent.TicketKey{A, S}, []string{"A", "S", "old"}, seenAt(0), true, []string{"A", "S"}, 0},
+		{"a revoke: no key held is left", window, []agent.TicketKey{N}, []string{"A", "S"}, seenAt(0), true, []string{"N"}, 0},
+		{"a new staged key waits", window, []agent.TicketKey{A, N, S}, []string{"A", "S"}, seenAt(2 * time.Second), false, []string{"A", "S"}, 3 * time.Second},
+		{"a new staged key that activates soon waits less", window, []agent.TicketKey{A, soonN, S}, []string{"A", "S"}, seenAt(0), false, []string{"A", "S"}, 2 * time.Second},
+		{"a new staged key that activates within the window is loaded at once", window, []agent.TicketKey{A, soonerN, S}, []string{"A", "S"}, seenAt(0), true, []string{"A", "N", "S"}, 0},
+		{"a new staged key's window ran out", window, []agent.TicketKey{A, N, S}, []string{"A", "S"}, seenAt(window), true, []string{"A", "N", "S"}, 0},
+		{"a new staged key rides with an activation", window, []agent.TicketKey{S, N, A}, []string{"A", "S"}, seenAt(0), true, []string{"S", "N", "A"}, 0},
+		{"a key expiring within the window goes with a reload", window, []agent.TicketKey{S, A, soon}, []string{"A", "S", "soon"}, seenAt(0), true, []string{"S", "A"}, 0},
+		{"a key expiring within the window stays without one", window, []agent.TicketKey{A, S, soon}, []string{"A", "S", "soon"}, seenAt(0), false, []string{"A", "S", "soon"}, 0},
+		{"a key expiring within the window is not loaded anew", window, []agent.TicketKey{A, S, soon}, []string{"A", "S"}, seenAt(0), false, []string{"A", "S"}, 0},
+		{"the active key is loaded however soon it expires", window, []agent.TicketKey{soon}, []string{"A"}, seenAt(0), true, []string{"soon"}, 0},
+		{"window 0: a new staged key at once", 0, []agent.TicketKey{A, N, S}, []string{"A", "S"}, seenAt(0), true, []string{"A", "N", "S"}, 0},
+		{"window 0: an expiring key kept to its end", 0, []agent.TicketKey{S, A, soon}, []string{"A", "S", "soon"}, seenAt(0), true, []string{"S", "A", "soon"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := planReload(now, tt.window, tt.keys, tt.held, tt.seen)
+			if got.now != tt.wantNow || !slices.Equal(ids(got.keys), tt.wantKeys) {
+				t.Errorf("planReload = reload now %v with %v, want %v with %v", got.now, ids(got.keys), tt.wantNow, tt.wantKeys)
+			}
+			var wake time.Duration
+			if !got.wake.IsZero() {
+				wake = got.wake.Sub(now)
+			}
+			if wake != tt.wantWake {
+				t.Errorf("wake in %v, want %v", wake, tt.wantWake)
+			}
+		})
+	}
+}

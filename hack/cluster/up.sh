@@ -12,15 +12,19 @@
 # kubectl, helm and tests reach kube-apiserver: bin/$NAME/kubeconfig points
 # at it.
 #
-# The kubelet's syncFrequency is 10s (default 1m): a pod's Secret volumes
-# are then refreshed within about 6-15 s of a change instead of 50-90 s, so
-# the test suite's rotations are quick.
+# The kubelet's syncFrequency is 10s (the kubelet's default is 1m): a pod's
+# Secret volumes are then refreshed within about 6-15 s of a change instead
+# of up to 90 s, so the test suite's rotations are quick. SYNC_FREQUENCY
+# (a duration, e.g. SYNC_FREQUENCY=1m) sets it, as make measure-cluster does
+# to measure a default kubelet.
 #
 # Stop it with hack/cluster/down.sh (make cluster-down), which removes every
 # process, mount, namespace, cgroup and file this script created. If this
 # script fails midway, it runs down.sh itself.
 
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+SYNC_FREQUENCY="${SYNC_FREQUENCY:-10s}"
+[[ "$SYNC_FREQUENCY" =~ ^([0-9]+(ms|s|m|h))+$ ]] || { echo "SYNC_FREQUENCY=$SYNC_FREQUENCY is not a duration such as 10s or 1m" >&2; exit 2; }
 need_root
 lock_cluster
 
@@ -212,8 +216,8 @@ cgroupRoot: $CGROUP
 failCgroupV1: false
 failSwapOn: false
 # How often the kubelet re-syncs each pod, which is what refreshes its Secret
-# volumes: the default 1m makes a change take 50-90 s to reach the files.
-syncFrequency: 10s
+# volumes: the default 1m makes a change take up to 90 s to reach the files.
+syncFrequency: $SYNC_FREQUENCY
 podLogsDir: $STATE/pod-logs
 resolvConf: ""
 clusterDomain: cluster.local
