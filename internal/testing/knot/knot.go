@@ -158,7 +158,9 @@ func Run(t TB, zone string, key Key, records ...string) *Server {
 	return s
 }
 
-func (s *Server) zoneFile() string { return filepath.Join(s.Dir, "zones", strings.TrimSuffix(s.Zone, ".")+".zone") }
+func (s *Server) zoneFile() string {
+	return filepath.Join(s.Dir, "zones", strings.TrimSuffix(s.Zone, ".")+".zone")
+}
 
 func (s *Server) config(port int) string {
 	return fmt.Sprintf(`server:
@@ -358,8 +360,11 @@ func (s *Server) Replace(ctx context.Context, name string, t uint16, records ...
 	for _, text := range records {
 		zp := dns.NewZoneParser(strings.NewReader(text), s.Zone, "")
 		rr, ok := zp.Next()
-		if err := zp.Err(); err != nil || !ok {
-			return fmt.Errorf("parse %q: %v", text, err)
+		if err := zp.Err(); err != nil {
+			return fmt.Errorf("parse %q: %w", text, err)
+		}
+		if !ok {
+			return fmt.Errorf("parse %q: no record", text)
 		}
 		rrs = append(rrs, rr)
 	}
