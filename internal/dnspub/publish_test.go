@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/ringmaster-io/ringmaster/internal/dnspub"
+	"github.com/ringmaster-io/ringmaster/internal/testing/blackhole"
 	"github.com/ringmaster-io/ringmaster/internal/testing/knot"
 )
 
@@ -263,5 +265,43 @@ func TestVerifyOnly(t *testing.T) {
 	var e *dnspub.Error
 	if errors.As(err, &e) {
 		t.Errorf("a mismatch is not a DNS error: %v", e)
+	}
+}
+
+// A server that never answers ends each exchange when ctx does, with an
+// error naming it: Publish over TCP, Verify over UDP.
+func TestTimeoutFromContext(t *testing.T) {
+	tcp := blackhole.Listen(t)
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	c, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	tg := dnspub.Target{Zone: "example.test.", Name: "www.example.test.", Primary: tcp.Addr, Servers: []string{udp.LocalAddr().String()}}
+	err = dnspub.Publish(c, tg, list(1))
+	if err == nil || !strings.Contains(err.Error(), tcp.Addr) || !strings.Contains(err.Error(), "timeout") || dnspub.Refused(err) {
+		t.Fatalf("Publish to a silent server = %v, want a timeout naming %s", err, tcp.Addr)
+	}
+	c2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	res, err := dnspub.Verify(c2, tg, list(1))
+	if err == nil || res.Matched() || !strings.Contains(err.Error(), udp.LocalAddr().String()) || !strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("Verify at a silent server = %+v, %v; want a timeout naming it", res, err)
+	}
+}
+
+// A zone the server does not serve is refused, and says so.
+func TestZoneNotServed(t *testing.T) {
+	s := knot.Run(t, "example.test.", knot.Key{})
+	tg := target(s)
+	tg.Zone, tg.Name = "other.test.", "www.other.test."
+	err := dnspub.Publish(ctx(t), tg, list(1))
+	if err == nil || !strings.Contains(err.Error(), "REFUSED") || !strings.Contains(err.Error(), "zone other.test.") || !dnspub.Refused(err) {
+		t.Fatalf("Publish to a zone the server does not serve = %v, want REFUSED naming the zone", err)
+	}
+	if _, err := dnspub.Verify(ctx(t), tg, list(1)); err == nil || !strings.Contains(err.Error(), "REFUSED") {
+		t.Fatalf("Verify of a zone the server does not serve = %v, want REFUSED", err)
 	}
 }
