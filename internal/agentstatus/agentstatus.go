@@ -25,6 +25,8 @@ type Status struct {
 	ActiveKeyID string `json:"activeKeyID,omitempty"`
 	// Keys are the keys served, in the order crypto/tls tries them.
 	Keys []KeyStatus `json:"keys,omitempty"`
+	// ECH is the Encrypted Client Hello ring served; nil without echkeys.json.
+	ECH *ECHStatus `json:"ech,omitempty"`
 	// CertificateNotAfter is the expiry of the certificate served; zero
 	// without Certificate.
 	CertificateNotAfter time.Time `json:"certificateNotAfter,omitzero"`
@@ -51,4 +53,29 @@ type KeyStatus struct {
 	ExpiresAt time.Time `json:"expiresAt"`
 	// AgeSeconds is the time since ActiveFrom; negative while staged.
 	AgeSeconds float64 `json:"ageSeconds"`
+}
+
+// ECHStatus describes the ECH ring an agent serves: the config ids it holds,
+// which the operator reads before it publishes a staged config to DNS.
+type ECHStatus struct {
+	// Ring is the ECHKeyRing's "<namespace>/<name>".
+	Ring string `json:"ring"`
+	// Epoch is the epoch of the ring served.
+	Epoch int64 `json:"epoch"`
+	// Configs are the configs served, newest first, in the order crypto/tls
+	// tries their keys. Expired configs are not among them.
+	Configs []ECHConfigStatus `json:"configs"`
+}
+
+// ECHConfigStatus describes one served ECH config.
+type ECHConfigStatus struct {
+	// ID is the config's config_id.
+	ID uint8 `json:"id"`
+	// State is "staged", "published" or "retired", as served.
+	State string `json:"state"`
+	// Retry tells whether the config is sent as a retry config to a client
+	// whose ECH is rejected: published configs only.
+	Retry bool `json:"retry"`
+	// ExpiresAt is when the agent drops the config; zero until retired.
+	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 }
