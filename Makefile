@@ -211,8 +211,8 @@ golangci-lint: ## Build golangci-lint (cached).
 	@hack/gotool.sh golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint $(GOLANGCI_LINT_VERSION) >/dev/null
 
 .PHONY: servers
-servers: ## Install nginx, HAProxy and Prometheus from Debian's packages where missing, for the sidecar's interop tests and the alert-rule tests (needs root or sudo once).
-	@hack/debian.sh nginx haproxy prometheus
+servers: ## Install nginx, HAProxy, Prometheus and Knot DNS from Debian's packages where missing, for the sidecar's interop tests, the alert-rule tests and ECH's DNS publishing (needs root or sudo once).
+	@hack/debian.sh nginx haproxy prometheus knot
 
 .PHONY: controller-gen
 controller-gen: ## Build controller-gen (cached).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # debian.sh PACKAGE...: installs the Debian packages the tests run for real
 # (nginx, haproxy for the sidecar's interop suite; prometheus, whose
-# promtool and server check the chart's alert rules), each only when its
+# promtool and server check the chart's alert rules; knot, the authoritative
+# DNS server ECH publishing is tested against), each only when its
 # command is missing, so that a run on a machine that has them costs a
 # few milliseconds. Needs root, or sudo without a password, when something
 # is missing. Prints nothing on stdout.
@@ -19,6 +20,8 @@ command_of() {
 	haproxy) echo /usr/sbin/haproxy ;;
 	prometheus) echo /usr/bin/promtool ;;
 	openssl) echo /usr/bin/openssl ;;
+	knot) echo /usr/sbin/knotd ;;
+	knot-dnsutils) echo /usr/bin/kdig ;;
 	*) echo "" ;;
 	esac
 }
