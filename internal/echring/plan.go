@@ -110,6 +110,20 @@ func (r Ring) Staged() (Config, bool) {
 	return Config{}, false
 }
 
+// ReadyAt is when r's staged config may be published by the clock (it
+// still waits for its fleet and DNS); zero when none is staged.
+func ReadyAt(p Policy, r Ring) time.Time {
+	s, ok := r.Staged()
+	if !ok {
+		return time.Time{}
+	}
+	return readyAt(p, r, s)
+}
+
+// MintAt is when r stages its next config, once none is staged: zero (at
+// once) for a ring with no published config.
+func MintAt(p Policy, r Ring) time.Time { return mintAt(p, r) }
+
 // readyAt is when the staged config s may be published by the clock: once
 // staged for the delivery delay, and once the published config served its
 // interval.
