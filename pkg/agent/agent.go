@@ -15,6 +15,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 )
 
@@ -29,6 +30,10 @@ const (
 	// Certificate is tls.crt (PEM chain, leaf first) and tls.key (PEM
 	// private key), the layout of a kubernetes.io/tls Secret.
 	Certificate
+	// ECHKeys is echkeys.json, an ECHKeyRing's configs and keys. The agent
+	// serves ECH whenever the file is in the directory; requiring it makes
+	// New fail without it, and its absence a reload error.
+	ECHKeys
 )
 
 // Errors returned by New, usable with errors.Is. The error New returns also
@@ -45,6 +50,9 @@ var (
 	// ErrCertificate means tls.crt or tls.key is missing or invalid, they do
 	// not match, or the certificate has expired or is not valid yet.
 	ErrCertificate = errors.New("agent: certificate missing or invalid")
+	// ErrECHKeys means echkeys.json is invalid, holds no unexpired config,
+	// or is missing while Options.Require names ECHKeys.
+	ErrECHKeys = errors.New("agent: ECH key ring missing or unusable")
 
 	// The errors below say more precisely why a ring or a certificate was
 	// refused. Each is wrapped beside ErrTicketKeys or ErrCertificate, and
@@ -112,7 +120,8 @@ type Options struct {
 	// ..data symlink), or a plain directory.
 	Dir string
 	// Require names the material read from Dir, all of which New demands.
-	// Zero means TicketKeys.
+	// Zero means TicketKeys. echkeys.json is read whenever it is present;
+	// naming ECHKeys makes it required.
 	Require Files
 	// Ring is the ring the agent serves: "<namespace>/<name>" of a
 	// TicketKeyRing, or "<name>" of a ClusterTicketKeyRing. A
@@ -226,6 +235,13 @@ type Agent struct {
 	// destroyed holds the ids of the keys that expired or that a newer
 	// epoch dropped: never taken again.
 	destroyed map[string]bool
+	// ech holds the unexpired configs of the last good ECH ring, in a copy
+	// whose keys are overwritten when dropped; echPin is what ECH rings are
+	// held to; echDestroyed holds the digests (configDigest) of the ECH
+	// configs that expired or a newer epoch dropped.
+	ech          *echring.Ring
+	echPin       pin
+	echDestroyed map[[sha256.Size]byte]bool
 	// causes are the causes of the last failed read; logged, when each was
 	// last logged (see flapWindow); kept, the ids of destroyed keys last
 	// seen back in the file.
@@ -249,7 +265,10 @@ type Agent struct {
 	// classicalFull counts the full handshakes that the resumed config
 	// served: a ticket offered and not used.
 	classicalFull atomic.Uint64
-	errorCounts   [numReasons]atomic.Uint64
+	// echAccepted and echRejected count the handshakes whose client
+	// attempted ECH, by whether the server decrypted its inner hello.
+	echAccepted, echRejected atomic.Uint64
+	errorCounts              [numReasons]atomic.Uint64
 
 	// readHook runs between resolving ..data and reading the files; tests
 	// use it to race a swap against a read, or to hold a read.
@@ -283,7 +302,7 @@ func New(opts Options) (*Agent, error) {
 	if opts.Require == 0 {
 		opts.Require = TicketKeys
 	}
-	if opts.Require&^(TicketKeys|Certificate) != 0 {
+	if opts.Require&^(TicketKeys|Certificate|ECHKeys) != 0 {
 		return nil, fmt.Errorf("agent: Options.Require has unknown bits %#x", uint8(opts.Require))
 	}
 	if opts.Ring != "" && !keyring.ValidRingName(opts.Ring) {
@@ -305,25 +324,27 @@ func New(opts Options) (*Agent, error) {
 		opts.Debounce = DefaultDebounce
 	}
 	a := &Agent{
-		dir:       filepath.Clean(opts.Dir),
-		require:   opts.Require,
-		expected:  opts.Ring,
-		clock:     opts.Clock,
-		log:       opts.Logger.With("dir", filepath.Clean(opts.Dir)),
-		resync:    opts.ResyncPeriod,
-		debounce:  opts.Debounce,
-		onSwap:    opts.OnSwap,
-		classical: opts.ClassicalResumption,
-		pin:       pin{name: opts.Ring},
-		destroyed: map[string]bool{},
-		logged:    map[string]time.Time{},
-		kick:      make(chan struct{}, 1),
-		window:    time.After,
+		dir:          filepath.Clean(opts.Dir),
+		require:      opts.Require,
+		expected:     opts.Ring,
+		clock:        opts.Clock,
+		log:          opts.Logger.With("dir", filepath.Clean(opts.Dir)),
+		resync:       opts.ResyncPeriod,
+		debounce:     opts.Debounce,
+		onSwap:       opts.OnSwap,
+		classical:    opts.ClassicalResumption,
+		pin:          pin{name: opts.Ring},
+		destroyed:    map[string]bool{},
+		echDestroyed: map[[sha256.Size]byte]bool{},
+		logged:       map[string]time.Time{},
+		kick:         make(chan struct{}, 1),
+		window:       time.After,
 	}
 	now := a.clock.Now()
 	errs := a.accept(now, a.load(nil))
 	if len(errs) > 0 {
 		wipe(a.ring)
+		wipeECH(a.ech)
 		joined := make([]error, len(errs))
 		for i, e := range errs {
 			joined[i] = fmt.Errorf("%w: %w", e.reason.sentinel(), e.err)
@@ -331,7 +352,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, errors.Join(joined...)
 	}
 	a.evaluated = now
-	s := newSnapshot(a.ring, a.cert, now)
+	s := newSnapshot(a.ring, a.ech, a.cert, now)
 	a.snap.Store(s)
 	a.log.Info("Loaded TLS material", s.logAttrs()...)
 	return a, nil
@@ -457,12 +478,17 @@ func (a *Agent) Start(ctx context.Context) error {
 }
 
 // nextChange is the next instant a key of the ring served activates or
-// expires.
+// expires, or a config of the ECH ring served expires.
 func (a *Agent) nextChange() (time.Time, bool) {
-	if a.ring == nil {
-		return time.Time{}, false
+	var next time.Time
+	var ok bool
+	if a.ring != nil {
+		next, ok = a.ring.NextChange(a.evaluated)
 	}
-	return a.ring.NextChange(a.evaluated)
+	if t, echOK := a.nextECHExpiry(a.evaluated); echOK && (!ok || t.Before(next)) {
+		next, ok = t, true
+	}
+	return next, ok
 }
 
 // watch arms the watch on the directory unless it is armed. A failure is not
@@ -482,7 +508,7 @@ func (a *Agent) relevant(ev fsnotify.Event) bool {
 		return true
 	}
 	switch filepath.Base(ev.Name) {
-	case dataDir, keyring.FileName, certFile, keyFile:
+	case dataDir, keyring.FileName, certFile, keyFile, echring.FileName:
 		return true
 	}
 	return false
@@ -496,6 +522,7 @@ func (a *Agent) reload(l loaded) {
 	now := a.clock.Now()
 	if a.reset.Swap(false) {
 		a.pin = pin{name: a.expected}
+		a.echPin = pin{}
 		a.log.Info("Reset the ring pin: the next good ring is taken whatever its epoch")
 	}
 	errs := a.accept(now, l)
@@ -508,7 +535,8 @@ func (a *Agent) reload(l loaded) {
 func (a *Agent) evaluate(now time.Time) {
 	a.evaluated = now
 	a.expire(now)
-	s := newSnapshot(a.ring, a.cert, now)
+	a.expireECH(now)
+	s := newSnapshot(a.ring, a.ech, a.cert, now)
 	if s.sum == a.snap.Load().sum {
 		s.wipe()
 		return
@@ -623,13 +651,24 @@ func (a *Agent) TLSConfig(base *tls.Config) *tls.Config {
 
 	outer := base.Clone()
 	outer.GetConfigForClient = f.getConfigForClient
+	// crypto/tls decrypts an ECH hello with the outer config's keys, before
+	// GetConfigForClient: they come from the config served now.
+	outer.EncryptedClientHelloKeys = nil
+	outer.GetEncryptedClientHelloKeys = f.getECHKeys
 	settle(outer)
 	return outer
 }
 
 // countHandshake counts one handshake; resumedConfig says whether the
-// config for resumptions (Options.ClassicalResumption) served it.
-func (a *Agent) countHandshake(cs tls.ConnectionState, resumedConfig bool) {
+// config for resumptions (Options.ClassicalResumption) served it, ech
+// whether the client attempted ECH.
+func (a *Agent) countHandshake(cs tls.ConnectionState, resumedConfig, ech bool) {
+	switch {
+	case cs.ECHAccepted:
+		a.echAccepted.Add(1)
+	case ech:
+		a.echRejected.Add(1)
+	}
 	if cs.DidResume {
 		a.resumed.Add(1)
 	} else {

@@ -6,10 +6,12 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"time"
 
+	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 )
 
@@ -27,7 +29,9 @@ type snapshot struct {
 	// Agent.mu: Status and metrics never touch it.
 	secrets [][32]byte
 	cert    *certificate
-	at      time.Time
+	// ech is the ECH ring served; nil without one.
+	ech *echSnapshot
+	at  time.Time
 	// sum identifies what a config built from the snapshot serves, so that
 	// a re-read finding nothing new publishes nothing.
 	sum [sha256.Size]byte
@@ -40,7 +44,7 @@ type keyInfo struct {
 	state                 keyring.State
 }
 
-func newSnapshot(ring *keyring.Ring, cert *certificate, now time.Time) *snapshot {
+func newSnapshot(ring *keyring.Ring, ech *echring.Ring, cert *certificate, now time.Time) *snapshot {
 	s := &snapshot{cert: cert, at: now}
 	h := sha256.New()
 	if ring != nil {
@@ -69,6 +73,10 @@ func newSnapshot(ring *keyring.Ring, cert *certificate, now time.Time) *snapshot
 	if cert != nil {
 		h.Write(cert.sum[:])
 	}
+	h.Write([]byte{0})
+	if ech != nil {
+		s.ech = newECHSnapshot(ech, now, h)
+	}
 	h.Sum(s.sum[:0])
 	return s
 }
@@ -93,6 +101,13 @@ func (s *snapshot) logAttrs() []any {
 			attrs = append(attrs, "activeKeyID", s.keys[0].id)
 		}
 	}
+	if s.ech != nil {
+		ids := make([]string, len(s.ech.configs))
+		for i, c := range s.ech.configs {
+			ids[i] = fmt.Sprintf("%d/%s", c.id, c.state)
+		}
+		attrs = append(attrs, "echRing", s.ech.ring, "echEpoch", s.ech.epoch, "echConfigs", ids)
+	}
 	if s.cert != nil {
 		attrs = append(attrs, "certificateSerial", s.cert.tls.Leaf.SerialNumber.String(),
 			"certificateNotAfter", s.cert.notAfter.UTC())
@@ -113,6 +128,13 @@ type configs struct {
 	// ClientHellos that offer a ticket (Options.ClassicalResumption); nil
 	// when the option is off or cannot apply to the front's base.
 	resumed *tls.Config
+	// fullECH and resumedECH are full and resumed for ClientHellos that
+	// attempt ECH, differing only in the VerifyConnection that counts them;
+	// nil without an ECH ring.
+	fullECH, resumedECH *tls.Config
+	// getECH is the GetEncryptedClientHelloKeys of the configs: the ECH
+	// ring's keys, or else the base's hook (nil without one).
+	getECH func(*tls.ClientHelloInfo) ([]tls.EncryptedClientHelloKey, error)
 }
 
 // front is one TLSConfig caller: its base, and the configs currently served
@@ -121,15 +143,15 @@ type front struct {
 	base *tls.Config // a private clone; never served, never mutated
 	// classical says whether build makes a resumed config.
 	classical bool
-	// verify and verifyResumed are the VerifyConnection of the full and the
-	// resumed configs.
-	verify, verifyResumed func(tls.ConnectionState) error
-	cur                   atomic.Pointer[configs]
+	// verify is the VerifyConnection of each config, indexed by whether it
+	// is the resumed one and whether it serves ECH attempts.
+	verify [2][2]func(tls.ConnectionState) error
+	cur    atomic.Pointer[configs]
 }
 
 // newFront returns the front of base. count is called once per handshake,
 // with whether the resumed config served it.
-func newFront(base *tls.Config, classical bool, count func(cs tls.ConnectionState, resumedConfig bool)) *front {
+func newFront(base *tls.Config, classical bool, count func(cs tls.ConnectionState, resumedConfig, ech bool)) *front {
 	f := &front{base: base.Clone(), classical: classical}
 	f.base.GetConfigForClient = nil
 	next := base.VerifyConnection
@@ -138,30 +160,59 @@ func newFront(base *tls.Config, classical bool, count func(cs tls.ConnectionStat
 	// crypto/tls calls it once the server has sent its flight and before it
 	// reads the client's Finished, so a handshake the client aborts at the
 	// very end is still counted; one refused by base's hook is not.
-	verify := func(resumedConfig bool) func(tls.ConnectionState) error {
+	verify := func(resumedConfig, ech bool) func(tls.ConnectionState) error {
 		return func(cs tls.ConnectionState) error {
 			if next != nil {
 				if err := next(cs); err != nil {
 					return err
 				}
 			}
-			count(cs, resumedConfig)
+			count(cs, resumedConfig, ech)
 			return nil
 		}
 	}
-	f.verify, f.verifyResumed = verify(false), verify(true)
+	for _, r := range []bool{false, true} {
+		for _, e := range []bool{false, true} {
+			f.verify[b2i(r)][b2i(e)] = verify(r, e)
+		}
+	}
 	return f
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // getConfigForClient is the whole per-handshake cost of the agent: one
 // atomic load, and with Options.ClassicalResumption a scan of the
-// ClientHello's extension ids and then of its groups.
+// ClientHello's extension ids and then of its groups; with an ECH ring, a
+// scan of the extension ids.
 func (f *front) getConfigForClient(hello *tls.ClientHelloInfo) (*tls.Config, error) {
 	c := f.cur.Load()
-	if c.resumed != nil && hello != nil && offersTicketWithX25519(hello) {
+	resumed := c.resumed != nil && hello != nil && offersTicketWithX25519(hello)
+	if c.fullECH != nil && offersECH(hello) {
+		if resumed {
+			return c.resumedECH, nil
+		}
+		return c.fullECH, nil
+	}
+	if resumed {
 		return c.resumed, nil
 	}
 	return c.full, nil
+}
+
+// getECHKeys is the outer config's GetEncryptedClientHelloKeys: crypto/tls
+// calls it, for a ClientHello attempting ECH, before GetConfigForClient. It
+// returns the keys of the config served now, built with it.
+func (f *front) getECHKeys(hello *tls.ClientHelloInfo) ([]tls.EncryptedClientHelloKey, error) {
+	if get := f.cur.Load().getECH; get != nil {
+		return get(hello)
+	}
+	return f.base.EncryptedClientHelloKeys, nil
 }
 
 // offersTicketWithX25519 reports whether hello offers a TLS 1.3 ticket (a
@@ -176,7 +227,11 @@ func offersTicketWithX25519(hello *tls.ClientHelloInfo) bool {
 // holds Agent.mu, which guards s.secrets.
 func (f *front) build(s *snapshot) *configs {
 	c := f.base.Clone() // once per change, never per handshake
-	c.VerifyConnection = f.verify
+	c.VerifyConnection = f.verify[0][0]
+	if s.ech != nil {
+		c.EncryptedClientHelloKeys = nil
+		c.GetEncryptedClientHelloKeys = s.ech.get
+	}
 	if s.cert != nil {
 		c.Certificates = []tls.Certificate{s.cert.tls}
 		c.GetCertificate = nil
@@ -186,19 +241,27 @@ func (f *front) build(s *snapshot) *configs {
 		c.SetSessionTicketKeys(s.secrets)
 	}
 	settle(c)
-	out := &configs{full: c}
+	out := &configs{full: c, getECH: c.GetEncryptedClientHelloKeys}
 	if f.classical {
 		// The clone shares c's derived ticket keys and its settled
 		// SessionTicketKey: a ticket either config issued, the other
 		// decrypts, and no handshake writes to it either. Without ticket
 		// keys, both fall back to the outer config's own (see TLSConfig).
 		r := c.Clone()
-		r.VerifyConnection = f.verifyResumed
+		r.VerifyConnection = f.verify[1][0]
 		// X25519 alone: crypto/tls ignores the order of CurvePreferences,
 		// choosing a post-quantum group first whenever both sides support
 		// one.
 		r.CurvePreferences = []tls.CurveID{tls.X25519}
 		out.resumed = r
+	}
+	if s.ech != nil {
+		out.fullECH = c.Clone()
+		out.fullECH.VerifyConnection = f.verify[0][1]
+		if out.resumed != nil {
+			out.resumedECH = out.resumed.Clone()
+			out.resumedECH.VerifyConnection = f.verify[1][1]
+		}
 	}
 	return out
 }

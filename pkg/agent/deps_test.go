@@ -25,6 +25,7 @@ func TestDependencies(t *testing.T) {
 	allowed := []string{
 		"github.com/ringmaster-io/ringmaster/pkg/agent",
 		"github.com/ringmaster-io/ringmaster/internal/keyring",
+		"github.com/ringmaster-io/ringmaster/internal/echring",
 		"github.com/ringmaster-io/ringmaster/internal/agentstatus",
 		// fsnotify and its system calls.
 		"github.com/fsnotify/fsnotify",

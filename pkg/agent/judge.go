@@ -25,6 +25,14 @@ func (a *Agent) accept(now time.Time, l loaded) []*loadError {
 			errs = append(errs, e)
 		}
 	}
+	switch {
+	case l.ech != nil:
+		if e := a.acceptECH(now, l.ech); e != nil {
+			errs = append(errs, e)
+		}
+	case l.noECH:
+		a.dropECH()
+	}
 	return errs
 }
 

@@ -30,6 +30,15 @@ var (
 	classicalFullDesc = prometheus.NewDesc("ringmaster_agent_classical_full_handshakes_total",
 		"Full TLS 1.3 handshakes whose client offered a ticket the server could not use, served with X25519 alone under ClassicalResumption: no post-quantum key exchange protected them.",
 		nil, nil)
+	// echHandshakesDesc: ringmaster_agent_ech_handshakes_total{result=
+	// "accepted"|"rejected"}; exported once TLSConfig has been called.
+	echHandshakesDesc = prometheus.NewDesc("ringmaster_agent_ech_handshakes_total",
+		"TLS handshakes whose client attempted Encrypted Client Hello, by result: accepted (the server decrypted the inner hello) or rejected (it did not, and sent the retry configs; GREASE ECH counts here).",
+		[]string{"result"}, nil)
+	// echEpochDesc: ringmaster_agent_ech_epoch, no labels.
+	echEpochDesc = prometheus.NewDesc("ringmaster_agent_ech_epoch",
+		"Epoch of the ECH key ring served; 0 without one.",
+		nil, nil)
 	// swapsDesc: ringmaster_agent_swaps_total, no labels.
 	swapsDesc = prometheus.NewDesc("ringmaster_agent_swaps_total",
 		"Configs published after the first, one per change of ring, key order or certificate.",
@@ -54,7 +63,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (a *Agent) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{handshakesDesc, helloRetriesDesc, classicalFullDesc, swapsDesc, epochDesc, activeKeyAgeDesc, certNotAfterDesc, reloadErrorsDesc} {
+	for _, d := range []*prometheus.Desc{handshakesDesc, helloRetriesDesc, classicalFullDesc, echHandshakesDesc, echEpochDesc, swapsDesc, epochDesc, activeKeyAgeDesc, certNotAfterDesc, reloadErrorsDesc} {
 		ch <- d
 	}
 }
@@ -69,7 +78,14 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(handshakesDesc, prometheus.CounterValue, float64(a.full.Load()), "false")
 		ch <- prometheus.MustNewConstMetric(helloRetriesDesc, prometheus.CounterValue, float64(a.retries.Load()))
 		ch <- prometheus.MustNewConstMetric(classicalFullDesc, prometheus.CounterValue, float64(a.classicalFull.Load()))
+		ch <- prometheus.MustNewConstMetric(echHandshakesDesc, prometheus.CounterValue, float64(a.echAccepted.Load()), "accepted")
+		ch <- prometheus.MustNewConstMetric(echHandshakesDesc, prometheus.CounterValue, float64(a.echRejected.Load()), "rejected")
 	}
+	var echEpoch int64
+	if s.ech != nil {
+		echEpoch = s.ech.epoch
+	}
+	ch <- prometheus.MustNewConstMetric(echEpochDesc, prometheus.GaugeValue, float64(echEpoch))
 	ch <- prometheus.MustNewConstMetric(swapsDesc, prometheus.CounterValue, float64(a.swaps.Load()))
 	epoch := s.epoch
 	ch <- prometheus.MustNewConstMetric(epochDesc, prometheus.GaugeValue, float64(epoch))

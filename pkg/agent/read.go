@@ -16,6 +16,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 
+	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 )
 
@@ -52,6 +53,12 @@ const (
 	reasonCertInvalid
 	reasonCertNotYetValid
 	reasonCertExpired
+	reasonECHMissing
+	reasonECHInvalid
+	reasonECHForeign
+	reasonECHRollback
+	reasonECHEpochConflict
+	reasonECHExpired
 	numReasons
 )
 
@@ -69,6 +76,12 @@ var reasonNames = [numReasons]string{
 	reasonCertInvalid:       "certificate_invalid",
 	reasonCertNotYetValid:   "certificate_not_yet_valid",
 	reasonCertExpired:       "certificate_expired",
+	reasonECHMissing:        "ech_missing",
+	reasonECHInvalid:        "ech_invalid",
+	reasonECHForeign:        "ech_foreign",
+	reasonECHRollback:       "ech_rollback",
+	reasonECHEpochConflict:  "ech_epoch_conflict",
+	reasonECHExpired:        "ech_expired",
 }
 
 func (r reason) String() string { return reasonNames[r] }
@@ -80,6 +93,8 @@ func (r reason) sentinel() error {
 		return ErrTicketKeys
 	case reasonCertMissing, reasonCertInvalid, reasonCertNotYetValid, reasonCertExpired:
 		return ErrCertificate
+	case reasonECHMissing, reasonECHInvalid, reasonECHForeign, reasonECHRollback, reasonECHEpochConflict, reasonECHExpired:
+		return ErrECHKeys
 	default:
 		return ErrDirectory
 	}
@@ -92,11 +107,14 @@ type loadError struct {
 
 // loaded is what one read of the directory found, before the checks that
 // depend on the time or on what was served before: ring and cert are nil
-// when not required or not usable, and errs says why.
+// when not required or not usable, and errs says why. ech is the ECH ring,
+// read whenever echkeys.json is present; noECH says that it is absent.
 type loaded struct {
-	ring *keyring.Ring
-	cert *certificate
-	errs []*loadError
+	ring  *keyring.Ring
+	cert  *certificate
+	ech   *echring.Ring
+	noECH bool
+	errs  []*loadError
 }
 
 type certificate struct {
@@ -184,6 +202,11 @@ func (a *Agent) load(w *fsnotify.Watcher) loaded {
 			l.cert = c
 		}
 	}
+	ech, noECH, e := parseECH(files, missing, a.require&ECHKeys != 0)
+	if e != nil {
+		l.errs = append(l.errs, e)
+	}
+	l.ech, l.noECH = ech, noECH
 	return l
 }
 
@@ -195,7 +218,8 @@ func (a *Agent) fileNames() []string {
 	if a.require&Certificate != 0 {
 		names = append(names, certFile, keyFile)
 	}
-	return names
+	// ECH is served whenever the file is there.
+	return append(names, echring.FileName)
 }
 
 // openRoot opens the directory, through which every file is read.
@@ -384,6 +408,26 @@ func parseRing(files map[string][]byte, missing map[string]error) (*keyring.Ring
 		return nil, &loadError{reasonRingInvalid, fmt.Errorf("%s: %w", keyring.FileName, err)}
 	}
 	return &r, nil
+}
+
+// parseECH decodes the ECH ring; absent says that the file is not there,
+// which is an error only when required. What depends on the time or on the
+// rings served before is judged by Agent.acceptECH.
+func parseECH(files map[string][]byte, missing map[string]error, required bool) (r *echring.Ring, absent bool, _ *loadError) {
+	if err := missing[echring.FileName]; err != nil {
+		if errors.Is(err, fs.ErrNotExist) && !required {
+			return nil, true, nil
+		}
+		return nil, false, &loadError{missingReason(err, reasonECHMissing, reasonECHInvalid), fmt.Errorf("read %s: %w", echring.FileName, err)}
+	}
+	data := files[echring.FileName]
+	ring, err := echring.Decode(data)
+	clear(data)
+	if err != nil {
+		// echring's errors name config ids, never key bytes.
+		return nil, false, &loadError{reasonECHInvalid, fmt.Errorf("%s: %w", echring.FileName, err)}
+	}
+	return &ring, false, nil
 }
 
 // parseCert parses the pair; its validity period is judged by

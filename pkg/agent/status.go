@@ -39,6 +39,12 @@ type Status = agentstatus.Status
 // KeyStatus describes one served ticket key.
 type KeyStatus = agentstatus.KeyStatus
 
+// ECHStatus describes the ECH ring served.
+type ECHStatus = agentstatus.ECHStatus
+
+// ECHConfigStatus describes one served ECH config.
+type ECHConfigStatus = agentstatus.ECHConfigStatus
+
 // Status reports what the agent serves now. It takes no lock.
 func (a *Agent) Status() Status { return a.statusOf(a.snap.Load()) }
 
@@ -61,6 +67,7 @@ func (a *Agent) statusOf(s *snapshot) Status {
 	if len(s.keys) > 0 {
 		st.ActiveKeyID = s.keys[0].id
 	}
+	st.ECH = echStatus(s.ech)
 	if s.cert != nil {
 		st.CertificateNotAfter = s.cert.notAfter
 	}

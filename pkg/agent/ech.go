@@ -1,0 +1,213 @@
+package agent
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ringmaster-io/ringmaster/internal/echring"
+)
+
+// extensionECH is the id of the encrypted_client_hello extension (RFC
+// 9849), which a ClientHello carries when it attempts ECH (or sends GREASE
+// ECH, as browsers without a config do).
+const extensionECH = 0xfe0d
+
+// echInfo is what Status and the logs show of an ECH config: never its key.
+type echInfo struct {
+	id        uint8
+	state     echring.State
+	retry     bool
+	expiresAt time.Time
+}
+
+// echSnapshot is the ECH part of a snapshot: the ring's configs unexpired
+// at the snapshot's instant, newest first, and the keys crypto/tls gets,
+// built once here, so that a handshake costs one slice return.
+type echSnapshot struct {
+	ring    string
+	epoch   int64
+	configs []echInfo
+	// keys parallels configs. Its bytes are copies of the snapshot's own,
+	// never overwritten: a handshake may read them until it ends, so that
+	// the garbage collector reclaims them once no config holds them.
+	keys []tls.EncryptedClientHelloKey
+	// get is the GetEncryptedClientHelloKeys of the configs built from the
+	// snapshot: it returns keys, allocating nothing.
+	get func(*tls.ClientHelloInfo) ([]tls.EncryptedClientHelloKey, error)
+}
+
+// newECHSnapshot describes r at now, writing what it serves into h.
+func newECHSnapshot(r *echring.Ring, now time.Time, h interface{ Write([]byte) (int, error) }) *echSnapshot {
+	s := &echSnapshot{ring: r.Ring, epoch: r.Epoch}
+	_, _ = h.Write([]byte(r.Ring))
+	_, _ = h.Write(binary.BigEndian.AppendUint64(nil, uint64(r.Epoch)))
+	for _, c := range r.Configs {
+		if c.Expired(now) {
+			continue
+		}
+		retry := c.State == echring.Published
+		s.configs = append(s.configs, echInfo{id: c.ID, state: c.State, retry: retry, expiresAt: c.ExpiresAt})
+		s.keys = append(s.keys, tls.EncryptedClientHelloKey{Config: bytes.Clone(c.Config), PrivateKey: bytes.Clone(c.PrivateKey), SendAsRetry: retry})
+		_, _ = h.Write([]byte{c.ID})
+		_, _ = h.Write([]byte(c.State))
+		_, _ = h.Write(c.Config)
+		_, _ = h.Write(appendTime(nil, c.ExpiresAt))
+	}
+	if s.keys == nil {
+		s.keys = []tls.EncryptedClientHelloKey{} // crypto/tls wants a non-nil slice
+	}
+	keys := s.keys
+	s.get = func(*tls.ClientHelloInfo) ([]tls.EncryptedClientHelloKey, error) { return keys, nil }
+	return s
+}
+
+// offersECH reports whether hello carries the encrypted_client_hello
+// extension.
+func offersECH(hello *tls.ClientHelloInfo) bool {
+	return hello != nil && slices.Contains(hello.Extensions, extensionECH)
+}
+
+// configDigest identifies an ECH config across epochs: config ids are
+// reused, public keys are not.
+func configDigest(c echring.Config) [sha256.Size]byte { return sha256.Sum256(c.Config) }
+
+// acceptECH takes r, an ECH ring just decoded, if it is the ring the agent
+// serves, does not go back, and holds a config unexpired at now. It keeps a
+// copy of r's usable configs, and overwrites r's keys.
+func (a *Agent) acceptECH(now time.Time, r *echring.Ring) *loadError {
+	defer wipeECH(r)
+	if a.echPin.name != "" && r.Ring != a.echPin.name {
+		return &loadError{reasonECHForeign, fmt.Errorf("%s: %w: holds another ECH ring than ring %s, the one this agent serves",
+			echring.FileName, ErrForeignRing, a.echPin.name)}
+	}
+	d := echDigest(r)
+	if a.echPin.epoch > 0 {
+		if r.Epoch < a.echPin.epoch {
+			return &loadError{reasonECHRollback, fmt.Errorf("%s: %w: ECH ring %s epoch %d is older than epoch %d, already served",
+				echring.FileName, ErrRollback, r.Ring, r.Epoch, a.echPin.epoch)}
+		}
+		if r.Epoch == a.echPin.epoch && d != a.echPin.digest {
+			return &loadError{reasonECHEpochConflict, fmt.Errorf("%s: %w: ECH ring %s epoch %d differs from the epoch %d already served",
+				echring.FileName, ErrEpochConflict, r.Ring, r.Epoch, a.echPin.epoch)}
+		}
+	}
+	configs := make([]echring.Config, 0, len(r.Configs))
+	for _, c := range r.Configs {
+		if c.Expired(now) || a.echDestroyed[configDigest(c)] {
+			continue
+		}
+		c.Config, c.PrivateKey = bytes.Clone(c.Config), bytes.Clone(c.PrivateKey)
+		configs = append(configs, c)
+	}
+	if len(configs) == 0 {
+		return &loadError{reasonECHExpired, fmt.Errorf("%s: ECH ring %s epoch %d: every config has expired or was destroyed here", echring.FileName, r.Ring, r.Epoch)}
+	}
+	next := &echring.Ring{Ring: r.Ring, Epoch: r.Epoch, IssuedAt: r.IssuedAt, Configs: configs}
+	if a.ech != nil {
+		// A config that a newer epoch left out was removed on purpose: it
+		// never comes back.
+		for _, old := range a.ech.Configs {
+			if !slices.ContainsFunc(configs, func(c echring.Config) bool { return bytes.Equal(c.Config, old.Config) }) {
+				a.echDestroyed[configDigest(old)] = true
+			}
+		}
+		wipeECH(a.ech)
+	}
+	a.ech = next
+	a.echPin = pin{name: r.Ring, epoch: r.Epoch, digest: d}
+	return nil
+}
+
+// dropECH stops serving ECH: the file is gone.
+func (a *Agent) dropECH() {
+	if a.ech == nil {
+		return
+	}
+	a.log.Info("Stopped serving ECH: " + echring.FileName + " is gone")
+	wipeECH(a.ech)
+	a.ech = nil
+}
+
+// expireECH destroys the configs of the ECH ring served whose expiresAt
+// has come: they are never taken again, and their keys are overwritten.
+func (a *Agent) expireECH(now time.Time) {
+	if a.ech == nil || !slices.ContainsFunc(a.ech.Configs, func(c echring.Config) bool { return c.Expired(now) }) {
+		return
+	}
+	keep := make([]echring.Config, 0, len(a.ech.Configs))
+	for _, c := range a.ech.Configs {
+		if !c.Expired(now) {
+			keep = append(keep, c)
+			continue
+		}
+		a.echDestroyed[configDigest(c)] = true
+		clear(c.PrivateKey)
+		a.log.Info("Destroyed expired ECH config", "ring", a.ech.Ring, "configID", c.ID, "expiresAt", c.ExpiresAt.UTC())
+	}
+	a.ech.Configs = keep
+}
+
+// nextECHExpiry is the next instant after from a config of the ECH ring
+// served expires.
+func (a *Agent) nextECHExpiry(from time.Time) (time.Time, bool) {
+	var next time.Time
+	if a.ech == nil {
+		return next, false
+	}
+	for _, c := range a.ech.Configs {
+		if !c.ExpiresAt.IsZero() && c.ExpiresAt.After(from) && (next.IsZero() || c.ExpiresAt.Before(next)) {
+			next = c.ExpiresAt
+		}
+	}
+	return next, !next.IsZero()
+}
+
+func wipeECH(r *echring.Ring) {
+	if r == nil {
+		return
+	}
+	for i := range r.Configs {
+		clear(r.Configs[i].PrivateKey)
+	}
+}
+
+// echDigest identifies the content of an ECH ring.
+func echDigest(r *echring.Ring) [sha256.Size]byte {
+	h := sha256.New()
+	b := binary.BigEndian.AppendUint64(nil, uint64(len(r.Ring)))
+	b = append(b, r.Ring...)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Epoch))
+	b = appendTime(b, r.IssuedAt)
+	h.Write(b)
+	for _, c := range r.Configs {
+		b = append(b[:0], c.ID)
+		b = append(b, c.State...)
+		for _, t := range []time.Time{c.CreatedAt, c.PublishedAt, c.RetiredAt, c.ExpiresAt} {
+			b = appendTime(b, t)
+		}
+		b = binary.BigEndian.AppendUint64(b, uint64(len(c.Config)))
+		h.Write(b)
+		h.Write(c.Config)
+		h.Write(c.PrivateKey)
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum
+}
+
+// echStatus describes s's ECH part; nil without one.
+func echStatus(s *echSnapshot) *ECHStatus {
+	if s == nil {
+		return nil
+	}
+	st := &ECHStatus{Ring: s.ring, Epoch: s.epoch, Configs: make([]ECHConfigStatus, len(s.configs))}
+	for i, c := range s.configs {
+		st.Configs[i] = ECHConfigStatus{ID: c.id, State: string(c.state), Retry: c.retry, ExpiresAt: c.expiresAt}
+	}
+	return st
+}

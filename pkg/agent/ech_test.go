@@ -1,0 +1,370 @@
+package agent_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ringmaster-io/ringmaster/internal/echring"
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/testing/atomicdir"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
+	"github.com/ringmaster-io/ringmaster/pkg/agent"
+)
+
+const echPublicName = "public.example.test"
+
+// echConfig mints config id from a seed derived from name, in state.
+func echConfig(t testing.TB, id uint8, name string, state echring.State, createdAt time.Time) echring.Config {
+	t.Helper()
+	seed := sha256.Sum256([]byte(name))
+	c, err := echring.NewConfig(id, seed[:], echring.Params{PublicName: echPublicName, MaxNameLength: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.State, c.CreatedAt = state, createdAt
+	switch state {
+	case echring.Published:
+		c.PublishedAt = createdAt.Add(time.Minute)
+	case echring.Retired:
+		c.PublishedAt, c.RetiredAt = createdAt.Add(time.Minute), createdAt.Add(time.Hour)
+		c.ExpiresAt = c.RetiredAt.Add(4 * time.Hour)
+	}
+	return c
+}
+
+func encodeECH(t testing.TB, epoch int64, configs ...echring.Config) []byte {
+	t.Helper()
+	b, err := echring.Encode(echring.Ring{Ring: "shop/web", Epoch: epoch, IssuedAt: time.Unix(1_700_000_000, 0), Configs: configs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// echSetup is a volume with a ticket ring, a certificate for localhost and
+// the public name, and an ECH ring: staged 3, published 2, retired 1
+// (expiring two hours after t0).
+type echSetup struct {
+	t0                         time.Time
+	staged, published, retired echring.Config
+	ca                         *testpki.CA
+	crt, key                   []byte
+	ticketRing                 []byte
+	v                          *volume
+}
+
+func newECHSetup(t *testing.T) *echSetup {
+	t.Helper()
+	ca, err := testpki.NewCA("ringmaster ech test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	is, err := ca.Issue(testpki.Leaf{DNSNames: []string{"localhost", echPublicName}, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now().Truncate(time.Second)
+	s := newSchedule(t0)
+	e := &echSetup{
+		t0:         t0,
+		staged:     echConfig(t, 3, "c3", echring.Staged, t0.Add(-time.Minute)),
+		published:  echConfig(t, 2, "c2", echring.Published, t0.Add(-2*time.Hour)),
+		retired:    echConfig(t, 1, "c1", echring.Retired, t0.Add(-3*time.Hour)),
+		ca:         ca,
+		crt:        is.CertPEM,
+		key:        is.KeyPEM,
+		ticketRing: s.ring(t, 1),
+		v:          newVolume(t),
+	}
+	e.write(t, encodeECH(t, 5, e.staged, e.published, e.retired))
+	return e
+}
+
+// write projects the ticket ring, the certificate and ech (left out when
+// nil).
+func (e *echSetup) write(t *testing.T, ech []byte) {
+	t.Helper()
+	files := map[string]atomicdir.File{keyring.FileName: {Data: e.ticketRing}, "tls.crt": {Data: e.crt}, "tls.key": {Data: e.key}}
+	if ech != nil {
+		files[echring.FileName] = atomicdir.File{Data: ech}
+	}
+	if err := e.v.w.Write(files); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// client returns a client that attempts ECH with the configs given.
+func (e *echSetup) client(configs ...echring.Config) *tls.Config {
+	return &tls.Config{
+		RootCAs:                        e.ca.Pool(),
+		ServerName:                     "localhost",
+		MinVersion:                     tls.VersionTLS13,
+		EncryptedClientHelloConfigList: echring.ConfigList(configs),
+	}
+}
+
+// dialECH handshakes with addr and reads the server's byte.
+func dialECH(addr string, cfg *tls.Config) (tls.ConnectionState, error) {
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+	if err != nil {
+		return tls.ConnectionState{}, err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		return tls.ConnectionState{}, err
+	}
+	return c.ConnectionState(), nil
+}
+
+func mustAccept(t *testing.T, addr string, cfg *tls.Config, what string) {
+	t.Helper()
+	cs, err := dialECH(addr, cfg)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if !cs.ECHAccepted || cs.ServerName != "localhost" {
+		t.Fatalf("%s: ECHAccepted %t, server name %q: want ECH accepted for localhost", what, cs.ECHAccepted, cs.ServerName)
+	}
+}
+
+// mustReject dials with cfg, expects the server to reject ECH, and returns
+// the retry configs it sent.
+func mustReject(t *testing.T, addr string, cfg *tls.Config, what string) []byte {
+	t.Helper()
+	_, err := dialECH(addr, cfg)
+	var rej *tls.ECHRejectionError
+	if !errors.As(err, &rej) {
+		t.Fatalf("%s: %v, want an ECH rejection", what, err)
+	}
+	return rej.RetryConfigList
+}
+
+func (e *echSetup) agent(t *testing.T, clock agent.Clock, logs *logBuffer) *agent.Agent {
+	t.Helper()
+	opts := agent.Options{Dir: e.v.dir, Require: agent.TicketKeys | agent.Certificate, Clock: clock, ResyncPeriod: noResync}
+	if logs != nil {
+		opts.Logger = logs.logger()
+	}
+	a, err := agent.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, a)
+	return a
+}
+
+// TestECHServed: a client holding the newest config, a published one or an
+// older live one is accepted; one holding a config the server never had is
+// rejected with the published configs alone as retry configs, and succeeds
+// with them. Status and metrics say so.
+func TestECHServed(t *testing.T) {
+	e := newECHSetup(t)
+	a := e.agent(t, newFakeClock(e.t0), nil)
+	addr := serve(t, a.TLSConfig(nil))
+
+	mustAccept(t, addr, e.client(e.staged), "newest (staged) config")
+	mustAccept(t, addr, e.client(e.published), "published config")
+	mustAccept(t, addr, e.client(e.retired), "older (retired, live) config")
+
+	unknown := echConfig(t, 2, "another ring's", echring.Published, e.t0)
+	retry := mustReject(t, addr, e.client(unknown), "unknown config")
+	if want := echring.ConfigList([]echring.Config{e.published}); !bytes.Equal(retry, want) {
+		t.Fatalf("retry configs are not the published config alone")
+	}
+	retried := e.client()
+	retried.EncryptedClientHelloConfigList = retry
+	mustAccept(t, addr, retried, "retry with the retry configs")
+
+	// A client without ECH is served as before, and is not counted.
+	if cs, err := dialECH(addr, &tls.Config{RootCAs: e.ca.Pool(), ServerName: "localhost"}); err != nil || cs.ECHAccepted {
+		t.Fatalf("client without ECH: %v, ECHAccepted %t", err, cs.ECHAccepted)
+	}
+
+	st := a.Status()
+	want := []agent.ECHConfigStatus{
+		{ID: 3, State: "staged"},
+		{ID: 2, State: "published", Retry: true},
+		{ID: 1, State: "retired", ExpiresAt: e.retired.ExpiresAt},
+	}
+	if st.ECH == nil || st.ECH.Ring != "shop/web" || st.ECH.Epoch != 5 || len(st.ECH.Configs) != len(want) {
+		t.Fatalf("Status().ECH = %+v, want ring shop/web epoch 5 with configs %+v", st.ECH, want)
+	}
+	for i, w := range want {
+		if g := st.ECH.Configs[i]; g.ID != w.ID || g.State != w.State || g.Retry != w.Retry || !g.ExpiresAt.Equal(w.ExpiresAt) {
+			t.Errorf("config %d = %+v, want %+v", i, g, w)
+		}
+	}
+	m := metrics(t, a)
+	if got := m["ringmaster_agent_ech_handshakes_total{result=accepted}"]; got != 4 {
+		t.Errorf("accepted ECH handshakes = %v, want 4", got)
+	}
+	if got := m["ringmaster_agent_ech_handshakes_total{result=rejected}"]; got != 1 {
+		t.Errorf("rejected ECH handshakes = %v, want 1", got)
+	}
+	if got := m["ringmaster_agent_ech_epoch"]; got != 5 {
+		t.Errorf("ECH epoch = %v, want 5", got)
+	}
+	// No text the agent gives shows a private key.
+	texts := map[string]string{"status": mustStatusJSON(t, a), "metrics": metricsText(t, a)}
+	for where, text := range texts {
+		for _, c := range []echring.Config{e.staged, e.published, e.retired} {
+			for _, enc := range []string{base64.StdEncoding.EncodeToString(c.PrivateKey), hex.EncodeToString(c.PrivateKey), decimal(c.PrivateKey)} {
+				if strings.Contains(text, enc) {
+					t.Errorf("%s shows config %d's private key", where, c.ID)
+				}
+			}
+		}
+	}
+}
+
+// TestECHConfigExpires: at a retired config's expiresAt, with no new file,
+// the agent drops it; a client holding it is then rejected, gets the
+// published config to retry with, and succeeds.
+func TestECHConfigExpires(t *testing.T) {
+	e := newECHSetup(t)
+	clock := newFakeClock(e.t0)
+	var logs logBuffer
+	a := e.agent(t, clock, &logs)
+	addr := serve(t, a.TLSConfig(nil))
+	old := e.client(e.retired)
+	mustAccept(t, addr, old, "retired config before its expiry")
+
+	clock.Set(e.retired.ExpiresAt)
+	eventually(t, "config 1 dropped", func() bool { st := a.Status(); return st.ECH != nil && len(st.ECH.Configs) == 2 })
+	retry := mustReject(t, addr, old, "expired config")
+	if want := echring.ConfigList([]echring.Config{e.published}); !bytes.Equal(retry, want) {
+		t.Fatalf("retry configs are not the published config alone")
+	}
+	old.EncryptedClientHelloConfigList = retry
+	mustAccept(t, addr, old, "retry after expiry")
+	if len(logs.records(t, map[string]string{"msg": "Destroyed expired ECH config"})) != 1 {
+		t.Errorf("no log line for the destroyed config:\n%s", logs.String())
+	}
+
+	// A file listing the expired config again (a clock gone back, an old
+	// file) does not bring it back, even once the clock is earlier.
+	clock.Set(e.t0)
+	e.write(t, encodeECH(t, 6, e.staged, e.published, e.retired))
+	eventually(t, "epoch 6", func() bool { st := a.Status(); return st.ECH != nil && st.ECH.Epoch == 6 })
+	if st := a.Status(); len(st.ECH.Configs) != 2 {
+		t.Errorf("configs after re-listing the destroyed one: %+v", st.ECH.Configs)
+	}
+	mustReject(t, addr, e.client(e.retired), "destroyed config listed again")
+}
+
+// TestECHBadFileKeepsLastGood: a corrupt, rolled-back or foreign
+// echkeys.json is counted and logged once, and the last good keys keep
+// serving; a file removed stops ECH.
+func TestECHBadFileKeepsLastGood(t *testing.T) {
+	e := newECHSetup(t)
+	var logs logBuffer
+	a := e.agent(t, newFakeClock(e.t0), &logs)
+	addr := serve(t, a.TLSConfig(nil))
+	good := encodeECH(t, 5, e.staged, e.published, e.retired)
+	for _, tc := range []struct {
+		name, reason string
+		data         []byte
+	}{
+		{"corrupt", "ech_invalid", good[:len(good)/2]},
+		{"key of another config", "ech_invalid", bytes.Replace(good, []byte(base64.StdEncoding.EncodeToString(e.staged.PrivateKey)), []byte(base64.StdEncoding.EncodeToString(e.published.PrivateKey)), 1)},
+		{"rollback", "ech_rollback", encodeECH(t, 4, e.staged, e.published)},
+		{"epoch conflict", "ech_epoch_conflict", encodeECH(t, 5, e.staged, e.published)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "ringmaster_agent_reload_errors_total{reason=" + tc.reason + "}"
+			before := metrics(t, a)[key]
+			match := map[string]string{"msg": rejectedMsg, "reason": tc.reason}
+			lines := len(logs.records(t, match))
+			e.write(t, tc.data)
+			eventually(t, tc.reason, func() bool { return metrics(t, a)[key] > before })
+			mustAccept(t, addr, e.client(e.staged), "staged config after a bad file")
+			mustAccept(t, addr, e.client(e.retired), "retired config after a bad file")
+			if st := a.Status(); st.ECH == nil || st.ECH.Epoch != 5 || !strings.Contains(st.LastError, echring.FileName) {
+				t.Errorf("Status: ECH %+v, LastError %q", st.ECH, st.LastError)
+			}
+			if n := len(logs.records(t, match)) - lines; n != 1 {
+				t.Errorf("%d log lines for %s, want 1", n, tc.reason)
+			}
+		})
+	}
+	for _, c := range []echring.Config{e.staged, e.published, e.retired} {
+		assertNoECHKey(t, "log", logs.String(), c)
+		assertNoECHKey(t, "status", mustStatusJSON(t, a), c)
+	}
+
+	e.write(t, nil)
+	eventually(t, "ECH dropped", func() bool { return a.Status().ECH == nil })
+	if _, err := dialECH(addr, e.client(e.staged)); err == nil {
+		t.Fatal("ECH accepted with echkeys.json gone")
+	}
+}
+
+func assertNoECHKey(t *testing.T, where, text string, c echring.Config) {
+	t.Helper()
+	for _, enc := range []string{base64.StdEncoding.EncodeToString(c.PrivateKey), base64.RawStdEncoding.EncodeToString(c.PrivateKey), hex.EncodeToString(c.PrivateKey), decimal(c.PrivateKey)} {
+		if strings.Contains(text, enc) {
+			t.Errorf("%s shows config %d's private key", where, c.ID)
+		}
+	}
+}
+
+// TestECHRequired: with ECHKeys required, New refuses a directory without
+// echkeys.json or with a bad one; without, it serves no ECH.
+func TestECHRequired(t *testing.T) {
+	e := newECHSetup(t)
+	e.write(t, nil)
+	_, err := agent.New(agent.Options{Dir: e.v.dir, Require: agent.Certificate | agent.ECHKeys})
+	if !errors.Is(err, agent.ErrECHKeys) {
+		t.Errorf("New without echkeys.json = %v, want ErrECHKeys", err)
+	}
+	a, err := agent.New(agent.Options{Dir: e.v.dir, Require: agent.Certificate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Status().ECH != nil {
+		t.Errorf("ECH served without echkeys.json: %+v", a.Status().ECH)
+	}
+	if err := os.WriteFile(filepath.Join(e.v.dir, "..data", echring.FileName), []byte(`{"version":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.New(agent.Options{Dir: e.v.dir, Require: agent.Certificate}); !errors.Is(err, agent.ErrECHKeys) {
+		t.Errorf("New with a bad echkeys.json = %v, want ErrECHKeys", err)
+	}
+}
+
+// TestECHResumes: a client attempting ECH resumes its session, and with
+// ClassicalResumption the resumed config serves it, ECH still accepted.
+func TestECHResumes(t *testing.T) {
+	for _, classical := range []bool{false, true} {
+		e := newECHSetup(t)
+		a, err := agent.New(agent.Options{Dir: e.v.dir, Require: agent.TicketKeys | agent.Certificate, Clock: newFakeClock(e.t0), ResyncPeriod: noResync, ClassicalResumption: classical})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start(t, a)
+		addr := serve(t, a.TLSConfig(nil))
+		c := e.client(e.published)
+		c.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+		mustAccept(t, addr, c, "first handshake")
+		cs, err := dialECH(addr, c)
+		if err != nil || !cs.DidResume || !cs.ECHAccepted {
+			t.Fatalf("classical %t: second handshake: %v, resumed %t, ECH accepted %t", classical, err, cs.DidResume, cs.ECHAccepted)
+		}
+		m := metrics(t, a)
+		if m["ringmaster_agent_ech_handshakes_total{result=accepted}"] != 2 || m["ringmaster_agent_handshakes_total{resumed=true}"] != 1 {
+			t.Errorf("classical %t: metrics %v", classical, m)
+		}
+	}
+}
