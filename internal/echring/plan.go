@@ -26,8 +26,8 @@ type Policy struct {
 // should have refused it).
 func (p Policy) Validate() error {
 	switch {
-	case p.RotationInterval < time.Minute:
-		return fmt.Errorf("rotationInterval %s is under 1m", p.RotationInterval)
+	case p.RotationInterval < 10*time.Second:
+		return fmt.Errorf("rotationInterval %s is under 10s", p.RotationInterval)
 	case p.DeliveryDelay < 0 || p.DeliveryDelay >= p.RotationInterval:
 		return fmt.Errorf("deliveryDelay %s is not between 0s and rotationInterval", p.DeliveryDelay)
 	case p.TTL <= 0:

@@ -210,7 +210,7 @@ func TestPolicyValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []Policy{
-		{RotationInterval: 30 * time.Second, TTL: time.Minute},
+		{RotationInterval: 9 * time.Second, TTL: time.Minute},
 		{RotationInterval: time.Hour, DeliveryDelay: time.Hour, TTL: time.Minute},
 		{RotationInterval: time.Hour},
 		{RotationInterval: time.Hour, TTL: time.Minute, RetirementMargin: -1},
