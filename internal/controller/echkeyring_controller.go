@@ -79,6 +79,7 @@ func (r *ECHKeyRingReconciler) SetupWithManager(mgr manager.Manager, workers int
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindECHKeyRing))).
 		Watches(&v1alpha1.ClusterDNSZone{}, handler.EnqueueRequestsFromMapFunc(r.allRings)).
 		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(r.allRings)).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.ringsIn), builder.WithPredicates(labelsChanged())).
 		WatchesRawSource(r.Prober.Source(v1alpha1.KindECHKeyRing)).
 		Complete(r)
 }
@@ -87,6 +88,20 @@ func (r *ECHKeyRingReconciler) SetupWithManager(mgr manager.Manager, workers int
 func (r *ECHKeyRingReconciler) allRings(ctx context.Context, _ client.Object) []reconcile.Request {
 	list := &v1alpha1.ECHKeyRingList{}
 	if err := r.List(ctx, list); err != nil {
+		return nil // a cache read: it fails only when shutting down
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for _, x := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: x.Namespace, Name: x.Name}})
+	}
+	return out
+}
+
+// ringsIn maps a namespace whose labels changed to its ECHKeyRings: whether
+// their zone and key source allow them may have changed.
+func (r *ECHKeyRingReconciler) ringsIn(ctx context.Context, ns client.Object) []reconcile.Request {
+	list := &v1alpha1.ECHKeyRingList{}
+	if err := r.List(ctx, list, client.InNamespace(ns.GetName())); err != nil {
 		return nil // a cache read: it fails only when shutting down
 	}
 	out := make([]reconcile.Request, 0, len(list.Items))
@@ -482,9 +497,11 @@ func (r *ECHKeyRingReconciler) warn(ekr *v1alpha1.ECHKeyRing, next v1alpha1.ECHK
 	}
 }
 
-// echRequeue is when the ring next needs a pass.
+// echRequeue is when the ring next needs a pass: what the plan has to do
+// by the clock, and at least once per TTL (a minute at least) to check
+// that DNS still answers what it should, and mend it when not.
 func echRequeue(now time.Time, pass echPass) time.Duration {
-	after := pass.policy.RotationInterval
+	after := min(pass.policy.RotationInterval, max(pass.policy.TTL, time.Minute))
 	if !pass.plan.Next.IsZero() {
 		after = min(after, max(pass.plan.Next.Sub(now), time.Second))
 	}

@@ -223,6 +223,12 @@ var _ = Describe("ECHKeyRing", func() {
 		Expect(got.Status.Configs[0].PublishedAt).NotTo(BeNil())
 		Expect(got.Status.DNSVerifiedAt).NotTo(BeNil())
 
+		By("another system dropping the ech parameter: the ring writes it back")
+		Expect(srv.Replace(ctx, "www", dns.TypeHTTPS, knot.DefaultRecords[0])).To(Succeed())
+		Expect(answer()).To(BeNil())
+		pokeECH(ctx, ring)
+		Eventually(answer, timeout, poll).Should(Equal(echring.ConfigList([]echring.Config{c1})))
+
 		By("deliveryDelay before the next rotation, the next config is staged; a lagging pod holds its publication back")
 		fakeClock.Step(55 * time.Minute)
 		pokeECH(ctx, ring)
