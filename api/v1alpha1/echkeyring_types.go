@@ -351,6 +351,15 @@ type ECHKeyRingStatus struct {
 	// +optional
 	Configs []ECHConfigStatus `json:"configs,omitempty"`
 
+	// echConfigList is the ech parameter (an ECHConfigList, base64) the
+	// ring wants the HTTPS record to hold now: the published config, or the
+	// staged one once it may replace it. It is public (ECHConfigs carry
+	// public keys only). In a verify-only zone, it is what the system that
+	// publishes the record is to write.
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	ECHConfigList string `json:"echConfigList,omitempty"`
+
 	// dnsVerifiedAt is when the authoritative servers last answered the
 	// published configs exactly.
 	// +optional

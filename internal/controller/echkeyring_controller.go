@@ -3,6 +3,7 @@ package controller
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -136,6 +137,7 @@ type echPass struct {
 	ring    echring.Ring
 	plan    echring.Plan
 	dns     echring.DNS
+	want    []echring.Config
 	problem *problem
 	seen    *v1alpha1.ConfirmationStatus
 	overdue bool
@@ -179,8 +181,8 @@ func (r *ECHKeyRingReconciler) reconcile(ctx context.Context, ekr *v1alpha1.ECHK
 	}
 
 	confirmed := r.confirm(ekr, owner, pass.policy, now, cur, &pass)
-	want := echring.Want(now, pass.policy, cur, confirmed)
-	pass.dns = r.syncDNS(ctx, target, want)
+	pass.want = echring.Want(now, pass.policy, cur, confirmed)
+	pass.dns = r.syncDNS(ctx, target, pass.want)
 	pass.plan = echring.Next(echring.Input{Now: now, Policy: pass.policy, Ring: cur, Confirmed: confirmed, DNS: pass.dns})
 
 	var mintErr error
@@ -540,6 +542,12 @@ func (r *ECHKeyRingReconciler) status(ekr *v1alpha1.ECHKeyRing, pass echPass) v1
 		st.NextRotation = &metav1.Time{Time: at}
 	} else if at := echring.MintAt(pass.policy, ring); !at.IsZero() {
 		st.NextRotation = &metav1.Time{Time: at.Add(pass.policy.DeliveryDelay)}
+	}
+	if pass.problem == nil {
+		st.ECHConfigList = ""
+		if len(pass.want) > 0 {
+			st.ECHConfigList = base64.StdEncoding.EncodeToString(echring.ConfigList(pass.want))
+		}
 	}
 	if pass.dns.Holds && pass.problem == nil && pass.plan.Held != echring.HoldDNS {
 		st.DNSVerifiedAt = &metav1.Time{Time: pass.now}

@@ -295,6 +295,41 @@ var _ = Describe("ECHKeyRing", func() {
 		Expect(bytes.Contains(getSecret(ctx, ns, "web-ech-keys").Data[echring.FileName], c1.Config)).To(BeFalse(), "config 1 is gone from the projection")
 	})
 
+	It("in a verify-only zone, advances only once another system publishes what it asks for", func() {
+		srv := knot.Run(GinkgoT(), "example.test.", knot.Key{})
+		z := &v1alpha1.ClusterDNSZone{ObjectMeta: metav1.ObjectMeta{Name: "verify-" + ns}, Spec: v1alpha1.ClusterDNSZoneSpec{
+			Zone: "example.test", Servers: []string{srv.Addr},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+			AllowedNames:      []string{"www.example.test"},
+		}}
+		Expect(k8s.Create(ctx, z)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { _ = k8s.Delete(ctx, z) })
+		a := newECHReplica(ctx, ns, "web-a")
+		ring := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web", Annotations: map[string]string{}}, Spec: echSpec(z.Name)}
+		Expect(k8s.Create(ctx, ring)).To(Succeed())
+		states := func() []string { return configStates(getECH(ctx, ring)) }
+		Eventually(states, timeout, poll).Should(Equal([]string{"1:staged"}))
+		a.deliver(getSecret(ctx, ns, "web-ech-keys"))
+		fakeClock.Step(5 * time.Minute)
+		pokeECH(ctx, ring)
+
+		By("confirmed and due, the ring asks for its config in status, and waits: it writes nothing")
+		var want string
+		Eventually(func() string { want = getECH(ctx, ring).Status.ECHConfigList; return want }, timeout, poll).ShouldNot(BeEmpty())
+		c1 := decodeECH(getSecret(ctx, ns, "web-ech-keys")).Configs[0]
+		Expect(want).To(Equal(base64.StdEncoding.EncodeToString(echring.ConfigList([]echring.Config{c1}))))
+		Consistently(states, 2*time.Second, poll).Should(Equal([]string{"1:staged"}))
+		Expect(readyReason(getECH(ctx, ring).Status.Conditions)).To(Equal(v1alpha1.ReasonAwaitingDNS))
+		list, _ := echAnswer(ctx, srv)
+		Expect(list).To(BeNil())
+
+		By("another system publishes it: the ring sees it and calls it published")
+		Expect(srv.Replace(ctx, "www", dns.TypeHTTPS, knot.DefaultRecords[0]+" ech="+want)).To(Succeed())
+		pokeECH(ctx, ring)
+		Eventually(states, timeout, poll).Should(Equal([]string{"1:published"}))
+		Expect(readyReason(getECH(ctx, ring).Status.Conditions)).To(Equal(v1alpha1.ReasonPublished))
+	})
+
 	It("refuses a name its zone does not allow", func() {
 		srv := knot.Run(GinkgoT(), "example.test.", knot.Key{})
 		zone := createZone(ctx, ns, srv)
