@@ -112,20 +112,6 @@ type ClusterDNSZoneStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
-// Reasons of a ClusterDNSZone's Ready condition.
-const (
-	// ReasonZoneReady: the zone can be used (its TSIG Secret holds a
-	// well-formed key, or the zone is verify-only).
-	ReasonZoneReady = "ZoneReady"
-	// ReasonTSIGSecretNotFound: spec.tsigSecretRef names no Secret in the
-	// operator's namespace.
-	ReasonTSIGSecretNotFound = "TSIGSecretNotFound"
-	// ReasonTSIGSecretInvalid: the TSIG Secret lacks name or secret, its
-	// secret is not base64, or its algorithm is not one the operator
-	// signs with.
-	ReasonTSIGSecretInvalid = "TSIGSecretInvalid"
-)
-
 // ClusterDNSZone is a DNS zone ECHKeyRings publish their configs to, named
 // in an ECHKeyRing's spec.dns.zoneRef: the server that takes updates, the
 // TSIG key that signs them (in the operator's namespace), the servers that

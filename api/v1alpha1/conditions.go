@@ -119,6 +119,20 @@ const (
 	ReasonSharedRingPolicyMismatch = "SharedRingPolicyMismatch"
 )
 
+// Reasons of a ClusterDNSZone's Ready condition.
+const (
+	// ReasonZoneReady: the zone can be used (its TSIG Secret holds a
+	// well-formed key, or the zone is verify-only).
+	ReasonZoneReady = "ZoneReady"
+	// ReasonTSIGSecretNotFound: spec.tsigSecretRef names no Secret in the
+	// operator's namespace.
+	ReasonTSIGSecretNotFound = "TSIGSecretNotFound"
+	// ReasonTSIGSecretInvalid: the TSIG Secret lacks name or secret, its
+	// secret is not base64, or its algorithm is not one the operator
+	// signs with.
+	ReasonTSIGSecretInvalid = "TSIGSecretInvalid"
+)
+
 // Reasons of a CertificatePolicy's conditions. It also uses ReasonInvalidSpec.
 const (
 	// ReasonEvaluated: Ready. Every selected certificate the operator can

@@ -72,7 +72,8 @@ type Controllers struct {
 }
 
 // Setup registers every controller with the manager: TicketKeyRing,
-// ClusterTicketKeyRing, ECHKeyRing, ClusterKeySource and CertificatePolicy.
+// ClusterTicketKeyRing, ECHKeyRing, ClusterKeySource, ClusterDNSZone and
+// CertificatePolicy.
 func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -117,6 +118,10 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 		WatchesRawSource(source.Channel(minted, &handler.TypedEnqueueRequestForObject[*v1alpha1.ClusterKeySource]{})).
 		Complete(&ClusterKeySourceReconciler{Client: mgr.GetClient(), Recorder: recorder, Clock: o.Clock, Sources: sources}); err != nil {
 		return nil, fmt.Errorf("set up the ClusterKeySource controller: %w", err)
+	}
+	dnsZones := &ClusterDNSZoneReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, Namespace: o.Namespace}
+	if err := dnsZones.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("set up the ClusterDNSZone controller: %w", err)
 	}
 	cpol := &CertificatePolicyReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock,
