@@ -157,9 +157,13 @@ func (r *ECHKeyRingReconciler) reconcile(ctx context.Context, ekr *v1alpha1.ECHK
 		return r.status(ekr, pass), reconcile.Result{}, err
 	}
 
+	// A spec that describes no config, or a zone the ring may not use,
+	// stops minting and DNS, and nothing else: expired configs are still
+	// destroyed on time.
 	params := echParams(ekr.Spec)
+	var blocked *problem
 	if err := params.Validate(); err != nil {
-		return halt(problem{v1alpha1.ReasonECHConfigInvalid, fmt.Sprintf("The spec describes no ECHConfig Go serves: %v", err)}, nil)
+		blocked = &problem{v1alpha1.ReasonECHConfigInvalid, fmt.Sprintf("The spec describes no ECHConfig Go serves: %v", err)}
 	}
 	if err := pass.policy.Validate(); err != nil {
 		return halt(problem{v1alpha1.ReasonInvalidSpec, fmt.Sprintf("Invalid spec: %v", err)}, nil)
@@ -175,18 +179,26 @@ func (r *ECHKeyRingReconciler) reconcile(ctx context.Context, ekr *v1alpha1.ECHK
 		}
 	}
 	pass.ring = cur
-	target, p, err := r.dnsTarget(ctx, ekr)
-	if p != nil || err != nil {
-		return halt(cmp.Or(ptrValue(p), problem{v1alpha1.ReasonDNSUnavailable, fmt.Sprint(err)}), err)
+	target, p, targetErr := r.dnsTarget(ctx, ekr)
+	if p == nil && targetErr != nil {
+		p = &problem{v1alpha1.ReasonDNSUnavailable, fmt.Sprintf("Reading the ring's ClusterDNSZone failed: %v", targetErr)}
 	}
 
 	confirmed := r.confirm(ekr, owner, pass.policy, now, cur, &pass)
 	pass.want = echring.Want(now, pass.policy, cur, confirmed)
-	pass.dns = r.syncDNS(ctx, target, pass.want)
+	if p == nil {
+		pass.dns = r.syncDNS(ctx, target, pass.want)
+	} else {
+		blocked = cmp.Or(blocked, p) // DNS not asked: nothing is published
+	}
 	pass.plan = echring.Next(echring.Input{Now: now, Policy: pass.policy, Ring: cur, Confirmed: confirmed, DNS: pass.dns})
 
 	var mintErr error
 	var c echring.Config
+	if pass.plan.Mint != nil && blocked != nil {
+		pass.plan.Mint = nil // a refused ring stages nothing
+		pass.plan.Changed = pass.plan.Published != nil || len(pass.plan.Destroyed) > 0
+	}
 	if pass.plan.Mint != nil {
 		c, err = r.mintConfig(ctx, ekr, *pass.plan.Mint, params)
 		if err != nil {
@@ -220,19 +232,14 @@ func (r *ECHKeyRingReconciler) reconcile(ctx context.Context, ekr *v1alpha1.ECHK
 			pass.problem = &problem{v1alpha1.ReasonSecretConflict, fmt.Sprintf("Secret %s/%s exists and is not this ring's; it was left untouched: rename spec.distribution.secretName or remove it", ekr.Namespace, owner.SecretName)}
 		}
 	}
-	errs = append(errs, r.destroyStale(ctx, pass.ring, snaps), mintError(mintErr))
+	if blocked != nil && pass.problem == nil {
+		pass.problem = blocked
+	}
+	errs = append(errs, r.destroyStale(ctx, pass.ring, snaps), mintError(mintErr), targetErr)
 	if pass.dns.Err != nil && !dnspub.Refused(pass.dns.Err) {
 		errs = append(errs, fmt.Errorf("DNS: %w", pass.dns.Err))
 	}
 	return r.status(ekr, pass), reconcile.Result{RequeueAfter: echRequeue(now, pass)}, errors.Join(errs...)
-}
-
-func ptrValue[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
 }
 
 func firstOf(snaps []*corev1.Secret) *corev1.Secret {

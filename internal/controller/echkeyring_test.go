@@ -293,6 +293,14 @@ var _ = Describe("ECHKeyRing", func() {
 		Eventually(states, timeout, poll).Should(Equal([]string{"3:published", "2:retired"}))
 		Expect(answer()).To(Equal(echring.ConfigList([]echring.Config{decodeECH(projection()).Configs[0]})))
 		Expect(bytes.Contains(getSecret(ctx, ns, "web-ech-keys").Data[echring.FileName], c1.Config)).To(BeFalse(), "config 1 is gone from the projection")
+
+		By("the zone deleted: the ring is refused, and its retired config still expires on time")
+		Expect(k8s.Delete(ctx, &v1alpha1.ClusterDNSZone{ObjectMeta: metav1.ObjectMeta{Name: zone}})).To(Succeed())
+		Eventually(func() string { return readyReason(getECH(ctx, ring).Status.Conditions) }, timeout, poll).Should(Equal(v1alpha1.ReasonDNSZoneNotFound))
+		fakeClock.Step(15 * time.Minute)
+		pokeECH(ctx, ring)
+		Eventually(states, timeout, poll).Should(Equal([]string{"3:published"}))
+		Expect(readyReason(getECH(ctx, ring).Status.Conditions)).To(Equal(v1alpha1.ReasonDNSZoneNotFound))
 	})
 
 	It("in a verify-only zone, advances only once another system publishes what it asks for", func() {
