@@ -299,12 +299,17 @@ type ECHDistribution struct {
 // bytes.
 type ECHConfigStatus struct {
 	// id is the config's config_id, unique among the ring's live configs.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=255
+	// +required
 	ID int32 `json:"id"`
 	// state is staged (delivered, decrypting, not in DNS), published (in
 	// DNS, sent as a retry config) or retired (out of DNS, still
 	// decrypting until expiresAt).
+	// +required
 	State ECHConfigState `json:"state"`
 	// createdAt is when the config was minted and staged.
+	// +required
 	CreatedAt metav1.Time `json:"createdAt"`
 	// publishedAt is when the authoritative servers were seen answering it.
 	// +optional
