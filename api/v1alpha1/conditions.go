@@ -160,3 +160,27 @@ const (
 	// policy and the rule. cmctl renew uses "ManuallyTriggered".
 	IssuingReason = "CertificatePolicy"
 )
+
+// Reasons of an ECHKeyRing's conditions. It also uses ReasonPublished,
+// ReasonSecretConflict, ReasonMintFailed, ReasonKeySourceNotFound,
+// ReasonKeySourceNotAllowed, ReasonInvalidSnapshot, ReasonInvalidSpec,
+// ReasonPublishFailed, ReasonOnSchedule and ReasonAwaitingPods.
+const (
+	// ReasonDNSUnavailable: the ring's DNS server did not take the update,
+	// or its authoritative servers did not answer the configs it wrote.
+	// Nothing new is published and no config is destroyed before its
+	// time; the published config keeps serving.
+	ReasonDNSUnavailable = "DNSUnavailable"
+	// ReasonDNSZoneNotFound: spec.dns.zoneRef names no ClusterDNSZone.
+	ReasonDNSZoneNotFound = "DNSZoneNotFound"
+	// ReasonDNSNameNotAllowed: the ClusterDNSZone does not select the
+	// ring's namespace, or does not allow spec.dns.name there, or its
+	// maxTTL is below spec.dns.ttl.
+	ReasonDNSNameNotAllowed = "DNSNameNotAllowed"
+	// ReasonAwaitingDNS: Ready is False while the first config waits to be
+	// published: staged, delivered, waiting for its fleet or for DNS.
+	ReasonAwaitingDNS = "AwaitingDNS"
+	// ReasonECHConfigInvalid: the ECHConfig the spec describes cannot be
+	// built (the KEM, a cipher suite or the public name).
+	ReasonECHConfigInvalid = "ECHConfigInvalid"
+)

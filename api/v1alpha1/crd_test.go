@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 )
 
@@ -85,5 +86,31 @@ func TestLimitsAgreeWithTheDomain(t *testing.T) {
 		if !keyring.ValidRingName(name) {
 			t.Errorf("the agents refuse ring name %q, which the API accepts", name)
 		}
+	}
+}
+
+// An ECHKeyRing the API accepts holds no more configs than the agents take
+// (echring.MaxConfigs: staged, published and the retired ones), and a public
+// name the agents accept.
+func TestECHLimitsAgreeWithTheDomain(t *testing.T) {
+	data, err := os.ReadFile("../../config/crd/bases/ringmaster.io_echkeyrings.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(data, &crd); err != nil {
+		t.Fatal(err)
+	}
+	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	retained := spec.Properties["retainedConfigs"]
+	if retained.Maximum == nil || int(*retained.Maximum)+2 != echring.MaxConfigs {
+		t.Errorf("spec.retainedConfigs maximum = %v, want echring.MaxConfigs - 2 = %d", retained.Maximum, echring.MaxConfigs-2)
+	}
+	name := spec.Properties["publicName"]
+	if name.MaxLength == nil || int(*name.MaxLength) != echring.MaxPublicNameLength {
+		t.Errorf("spec.publicName maxLength = %v, want echring.MaxPublicNameLength = %d", name.MaxLength, echring.MaxPublicNameLength)
+	}
+	if !echring.ValidPublicName(strings.Repeat("a", 63) + "." + strings.Repeat("b", 63) + "." + strings.Repeat("c", 63) + "." + strings.Repeat("d", 61)) {
+		t.Error("the agents refuse a public name of 253 characters, which the API accepts")
 	}
 }

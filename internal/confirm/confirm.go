@@ -58,6 +58,36 @@ func (r Result) Confirmed() bool { return r.Holding == r.Pods }
 // Tally judges the answers: a pod holds the staged key when it serves the
 // ring named ring with a key of that id, whatever its state.
 func Tally(ring, stagedKey string, answers []Answer, unreachable []v1alpha1.PodReport) Result {
+	return tally(answers, unreachable, func(st agentstatus.Status) string {
+		switch {
+		case st.Ring != ring:
+			return fmt.Sprintf("serves ring %q, not %q", clip(st.Ring), ring)
+		case !slices.ContainsFunc(st.Keys, func(k agentstatus.KeyStatus) bool { return k.ID == stagedKey }):
+			return fmt.Sprintf("holds epoch %d, without key %s", st.Epoch, stagedKey)
+		}
+		return ""
+	})
+}
+
+// TallyECH judges the answers about an ECH ring's staged config: a pod
+// holds it when it serves the ECH ring named ring with a config of that
+// config_id, whatever its state.
+func TallyECH(ring string, configID uint8, answers []Answer, unreachable []v1alpha1.PodReport) Result {
+	return tally(answers, unreachable, func(st agentstatus.Status) string {
+		switch {
+		case st.ECH == nil:
+			return fmt.Sprintf("serves no ECH ring, not %q", ring)
+		case st.ECH.Ring != ring:
+			return fmt.Sprintf("serves ECH ring %q, not %q", clip(st.ECH.Ring), ring)
+		case !slices.ContainsFunc(st.ECH.Configs, func(c agentstatus.ECHConfigStatus) bool { return c.ID == configID }):
+			return fmt.Sprintf("holds ECH epoch %d, without config %d", st.ECH.Epoch, configID)
+		}
+		return ""
+	})
+}
+
+// tally counts the pods whose answer lacks says nothing against.
+func tally(answers []Answer, unreachable []v1alpha1.PodReport, lacks func(agentstatus.Status) string) Result {
 	r := Result{Pods: len(answers) + len(unreachable)}
 	miss := func(rep v1alpha1.PodReport) {
 		r.MissingCount++
@@ -70,14 +100,9 @@ func Tally(ring, stagedKey string, answers []Answer, unreachable []v1alpha1.PodR
 	}
 	for _, a := range answers {
 		rep := v1alpha1.PodReport{Namespace: a.Namespace, Name: a.Name, Node: a.Node}
-		switch {
-		case a.Err != nil:
+		if a.Err != nil {
 			rep.Reason = fmt.Sprintf("cannot be asked: %v", a.Err)
-		case a.Status.Ring != ring:
-			rep.Reason = fmt.Sprintf("serves ring %q, not %q", clip(a.Status.Ring), ring)
-		case !slices.ContainsFunc(a.Status.Keys, func(k agentstatus.KeyStatus) bool { return k.ID == stagedKey }):
-			rep.Reason = fmt.Sprintf("holds epoch %d, without key %s", a.Status.Epoch, stagedKey)
-		default:
+		} else if rep.Reason = lacks(a.Status); rep.Reason == "" {
 			r.Holding++
 			continue
 		}

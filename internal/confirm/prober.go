@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -99,7 +100,8 @@ type Want struct {
 	Key
 	// Ring is the ring's name as its pods serve it ("shop/web").
 	Ring string
-	// StagedKey is the id of the held staged key the pods are asked about.
+	// StagedKey is the id of the held staged key the pods are asked about;
+	// for an ECHKeyRing (Kind), the staged config's config_id in decimal.
 	StagedKey string
 	// Due is when it falls due: its pods are asked from Budget.Lead before.
 	Due time.Time
@@ -377,7 +379,7 @@ func (p *Prober) ask(ctx context.Context, w Want, previous map[Target]asked) (ma
 	targets, missing := p.Select(w, pods)
 
 	holds := func(a asked) bool {
-		return a.Err == nil && Tally(w.Ring, w.StagedKey, []Answer{a.Answer}, nil).Confirmed()
+		return a.Err == nil && w.tally([]Answer{a.Answer}, nil).Confirmed()
 	}
 	var toAsk []Target
 	for _, t := range targets {
@@ -408,7 +410,22 @@ func (p *Prober) ask(ctx context.Context, w Want, previous map[Target]asked) (ma
 		answers[t] = a
 		all = append(all, a.Answer)
 	}
-	return answers, Tally(w.Ring, w.StagedKey, all, missing), nil
+	return answers, w.tally(all, missing), nil
+}
+
+// tally judges the answers about w's staged key, or its staged config for
+// an ECHKeyRing.
+func (w Want) tally(answers []Answer, missing []v1alpha1.PodReport) Result {
+	if w.Kind == v1alpha1.KindECHKeyRing {
+		// The reconcile writes the id; one that does not parse is held by
+		// no pod.
+		id, err := strconv.ParseUint(w.StagedKey, 10, 8)
+		if err != nil {
+			return Result{Pods: len(answers) + len(missing), MissingCount: len(answers) + len(missing)}
+		}
+		return TallyECH(w.Ring, uint8(id), answers, missing)
+	}
+	return Tally(w.Ring, w.StagedKey, answers, missing)
 }
 
 // acquire takes a slot of the pod's namespace, then one of the whole

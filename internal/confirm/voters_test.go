@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/agentstatus"
 )
 
 // pod is a ready pod of the fleet of ring secret "web-ticket-keys": its
@@ -228,5 +229,38 @@ func TestSamplePodsVote(t *testing.T) {
 				t.Fatal("no Deployment in the sample")
 			}
 		})
+	}
+}
+
+func TestTallyECH(t *testing.T) {
+	ech := func(ring string, ids ...uint8) agentstatus.Status {
+		st := agentstatus.Status{Ring: "shop/web", ECH: &agentstatus.ECHStatus{Ring: ring, Epoch: 3}}
+		for _, id := range ids {
+			st.ECH.Configs = append(st.ECH.Configs, agentstatus.ECHConfigStatus{ID: id, State: "staged"})
+		}
+		return st
+	}
+	answers := []Answer{
+		{Target: Target{Name: "holds"}, Status: ech("shop/web", 7, 6)},
+		{Target: Target{Name: "lags"}, Status: ech("shop/web", 6)},
+		{Target: Target{Name: "other"}, Status: ech("shop/api", 7)},
+		{Target: Target{Name: "tickets-only"}, Status: agentstatus.Status{Ring: "shop/web"}},
+	}
+	r := TallyECH("shop/web", 7, answers, nil)
+	if r.Pods != 4 || r.Holding != 1 || r.Confirmed() {
+		t.Fatalf("tally = %+v", r)
+	}
+	want := map[string]string{
+		"lags":         "holds ECH epoch 3, without config 7",
+		"other":        `serves ECH ring "shop/api", not "shop/web"`,
+		"tickets-only": `serves no ECH ring, not "shop/web"`,
+	}
+	for _, m := range r.Missing {
+		if want[m.Name] != m.Reason {
+			t.Errorf("%s: reason %q, want %q", m.Name, m.Reason, want[m.Name])
+		}
+	}
+	if !TallyECH("shop/web", 7, answers[:1], nil).Confirmed() {
+		t.Error("a pod holding config 7 does not confirm it")
 	}
 }

@@ -127,6 +127,8 @@ var _ = Describe("The admission guard of ringmaster's Secrets", Ordered, func() 
 			Data:       map[string][]byte{"padding": bytes.Repeat([]byte("x"), 1<<10)},
 		}
 		refused("a cluster-ring-labelled Secret", tenant.Create(ctx, decoy), onlyOperator+"create Secret "+ns+"/decoy")
+		decoy.Labels = map[string]string{v1alpha1.ECHRingLabel: "web"}
+		refused("an ech-ring-labelled Secret", tenant.Create(ctx, decoy), onlyOperator+"create Secret "+ns+"/decoy")
 		mine := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mine"}, StringData: map[string]string{"password": "hunter2"}}
 		Expect(tenant.Create(ctx, mine)).To(Succeed(), "the tenant's own Secrets are left alone")
 		mine.Labels = map[string]string{v1alpha1.ComponentLabel: v1alpha1.ComponentSnapshot}

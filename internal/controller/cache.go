@@ -70,11 +70,11 @@ func KeepOwnedSecrets(namespace string) toolscache.TransformFunc {
 	}
 }
 
-// controlledByRing reports whether a ring of either kind is s's controller.
+// controlledByRing reports whether a ring of any kind is s's controller.
 func controlledByRing(s *corev1.Secret) bool {
 	ref := metav1.GetControllerOfNoCopy(s)
 	return ref != nil && ref.APIVersion == v1alpha1.GroupVersion.String() &&
-		(ref.Kind == v1alpha1.KindTicketKeyRing || ref.Kind == v1alpha1.KindClusterTicketKeyRing)
+		(ref.Kind == v1alpha1.KindTicketKeyRing || ref.Kind == v1alpha1.KindClusterTicketKeyRing || ref.Kind == v1alpha1.KindECHKeyRing)
 }
 
 // NewTLSSecretCache makes the cache of kubernetes.io/tls Secrets that

@@ -72,7 +72,7 @@ type Controllers struct {
 }
 
 // Setup registers every controller with the manager: TicketKeyRing,
-// ClusterTicketKeyRing, ClusterKeySource, ClusterDNSZone and
+// ClusterTicketKeyRing, ECHKeyRing, ClusterKeySource, ClusterDNSZone and
 // CertificatePolicy.
 func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, error) {
 	if o.Clock == nil {
@@ -98,6 +98,11 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	}
 	if err := setupRings(ctx, mgr, shared, o); err != nil {
 		return nil, err
+	}
+	ech := &ECHKeyRingReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock,
+		Sources: sources, Prober: o.Prober, Namespace: o.Namespace, KeepInBackups: o.KeepSecretsInBackups}
+	if err := ech.SetupWithManager(mgr, o.RingWorkers); err != nil {
+		return nil, fmt.Errorf("set up the ECHKeyRing controller: %w", err)
 	}
 	// A mint whose outcome changed has its key source checked again at
 	// once, so that its status holds the details its rings leave out.

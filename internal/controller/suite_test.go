@@ -76,7 +76,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 var _ = AfterSuite(func() {
 	By("finding no key the suite saw in any operator log line")
 	logged := operatorLog.String()
-	Expect(logged).To(ContainSubstring("Published ticket key epoch"), "the log was captured")
+	Expect(logged).To(Or(ContainSubstring("Published ticket key epoch"), ContainSubstring("Published ECH epoch")), "the log was captured")
 	seenMu.Lock()
 	defer seenMu.Unlock()
 	Expect(seen).NotTo(BeEmpty())

@@ -94,8 +94,11 @@ func (o Owner) RingName() string {
 
 // ringLabel is the label naming the ring on its Secrets.
 func (o Owner) ringLabel() string {
-	if o.Kind == v1alpha1.KindClusterTicketKeyRing {
+	switch o.Kind {
+	case v1alpha1.KindClusterTicketKeyRing:
 		return v1alpha1.ClusterRingLabel
+	case v1alpha1.KindECHKeyRing:
+		return v1alpha1.ECHRingLabel
 	}
 	return v1alpha1.RingLabel
 }
@@ -113,10 +116,15 @@ func (o Owner) ProjectionLabels() map[string]string {
 // SnapshotName is the name of the snapshot Secret of an epoch:
 // <ring>-e<epoch>, or <ring>-ce<epoch> for a cluster ring, so that a cluster
 // ring's snapshots never take the name of a namespaced ring's in the
-// operator's namespace. The API forbids projection names of either form.
+// operator's namespace, and <ring>-ech-e<epoch> for an ECHKeyRing, so that
+// an ECH ring and a ticket ring of one name keep apart. The API forbids
+// projection names of these forms.
 func (o Owner) SnapshotName(epoch int64) string {
-	if o.Kind == v1alpha1.KindClusterTicketKeyRing {
+	switch o.Kind {
+	case v1alpha1.KindClusterTicketKeyRing:
 		return fmt.Sprintf("%s-ce%d", o.Name, epoch)
+	case v1alpha1.KindECHKeyRing:
+		return fmt.Sprintf("%s-ech-e%d", o.Name, epoch)
 	}
 	return fmt.Sprintf("%s-e%d", o.Name, epoch)
 }
@@ -381,13 +389,17 @@ func Targets(selector labels.Selector, namespaces []corev1.Namespace) []string {
 }
 
 // RingOf names the ring a Secret says it belongs to, by its labels: a
-// TicketKeyRing (namespaced key) or a ClusterTicketKeyRing (name only).
+// TicketKeyRing or an ECHKeyRing (namespaced key) or a ClusterTicketKeyRing
+// (name only).
 // Labels are only a hint for what to reconcile; ownership is decided by
 // owner references (Owner.Owns).
 func RingOf(s metav1.Object) (kind string, key types.NamespacedName, ok bool) {
 	l := s.GetLabels()
 	if name := l[v1alpha1.ClusterRingLabel]; name != "" {
 		return v1alpha1.KindClusterTicketKeyRing, types.NamespacedName{Name: name}, true
+	}
+	if name := l[v1alpha1.ECHRingLabel]; name != "" {
+		return v1alpha1.KindECHKeyRing, types.NamespacedName{Namespace: s.GetNamespace(), Name: name}, true
 	}
 	if name := l[v1alpha1.RingLabel]; name != "" {
 		return v1alpha1.KindTicketKeyRing, types.NamespacedName{Namespace: s.GetNamespace(), Name: name}, true

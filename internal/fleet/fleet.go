@@ -40,6 +40,10 @@ type Config struct {
 	// ClassicalResumption runs examples/server with -classical-resumption:
 	// resumed TLS 1.3 handshakes use X25519 alone. Go servers only.
 	ClassicalResumption bool
+	// ECH says Secret is an ECHKeyRing's projection (echkeys.json): the
+	// replicas serve ECH from it beside their certificate, and keep
+	// crypto/tls's own ticket keys. Go servers only.
+	ECH bool
 }
 
 // Replica is one server process and its volume: examples/server, or nginx
@@ -131,7 +135,13 @@ func (e *Env) StartFleet(ctx context.Context, cfg Config) (*Fleet, error) {
 		targets = append(targets, Target{Dir: dir, Delay: d, Extra: e.serverFiles(cfg.Server)})
 	}
 
+	if cfg.ECH && (cfg.Server != GoServer || cfg.Secret == "") {
+		return nil, errors.Join(fmt.Errorf("fleet %s: ECH needs a Go server and an ECHKeyRing's projection Secret", cfg.Name), f.Stop())
+	}
 	require := "keys,cert"
+	if cfg.ECH {
+		require = "cert" // echkeys.json is served whenever it is there
+	}
 	if cfg.Secret == "" {
 		// No ring: the certificate alone, written once as the kubelet would.
 		require = "cert"

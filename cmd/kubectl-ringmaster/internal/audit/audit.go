@@ -110,7 +110,7 @@ const (
 	KindSecret               = string(v1alpha1.KindSecret)
 )
 
-var kindOrder = []string{KindTicketKeyRing, KindClusterTicketKeyRing, KindCertificatePolicy, KindCertificate, KindSecret}
+var kindOrder = []string{KindTicketKeyRing, KindClusterTicketKeyRing, KindECHKeyRing, KindCertificatePolicy, KindCertificate, KindSecret}
 
 // Row is one audited object.
 type Row struct {
@@ -179,7 +179,9 @@ type Input struct {
 	// are filtered here.
 	Namespace string
 	Rings     []Ring
-	Policies  []v1alpha1.CertificatePolicy
+	// ECHRings are the ECHKeyRings of the namespace (or cluster).
+	ECHRings []v1alpha1.ECHKeyRing
+	Policies []v1alpha1.CertificatePolicy
 	// Certificates and TLSSecrets are those of the namespace (or cluster);
 	// CertificatesRead and SecretsRead say whether they could be listed.
 	Certificates     []cmapi.Certificate
@@ -208,6 +210,9 @@ func Build(in Input) Report {
 	r := Report{Time: metav1.NewTime(in.Now), Namespace: in.Namespace, Notes: in.Notes}
 	for _, ring := range in.Rings {
 		r.Rows = append(r.Rows, ring.Row(in.Now))
+	}
+	for i := range in.ECHRings {
+		r.Rows = append(r.Rows, ECHRow(&in.ECHRings[i], in.Now))
 	}
 	if in.Namespace == "" {
 		for i := range in.Policies {

@@ -238,6 +238,14 @@ func (r *auditReader) rings(ctx context.Context, namespace *corev1.Namespace) er
 			r.in.Rings = append(r.in.Rings, audit.FromTicketKeyRing(&tkrs.Items[i]))
 		}
 	}
+	ekrs := &v1alpha1.ECHKeyRingList{}
+	if err := r.c.List(ctx, ekrs, client.InNamespace(r.ns)); !notServed(err) { // an operator older than ECH serves none
+		if skipped, err := r.refused(err, "ECHKeyRings "+r.where+" were not listed", ringCategories...); err != nil {
+			return err
+		} else if !skipped {
+			r.in.ECHRings = ekrs.Items
+		}
+	}
 	ctkrs := &v1alpha1.ClusterTicketKeyRingList{}
 	if skipped, err := r.refused(r.c.List(ctx, ctkrs), "ClusterTicketKeyRings were not listed", ringCategories...); skipped {
 		return err

@@ -78,12 +78,17 @@ func notServed(err error) bool {
 // ringRef names a TicketKeyRing (with its namespace) or a
 // ClusterTicketKeyRing.
 type ringRef struct {
-	Cluster   bool
+	Cluster bool
+	// ECH names an ECHKeyRing (ekr/NAME), which only status shows.
+	ECH       bool
 	Namespace string
 	Name      string
 }
 
 func (r ringRef) String() string {
+	if r.ECH {
+		return v1alpha1.KindECHKeyRing + " " + r.Namespace + "/" + r.Name
+	}
 	if r.Cluster {
 		return audit.KindClusterTicketKeyRing + " " + r.Name
 	}
@@ -105,6 +110,8 @@ func parseRing(arg, namespace string) (ringRef, error) {
 	}
 	cluster := false
 	switch strings.TrimSuffix(strings.ToLower(typ), ".ringmaster.io") {
+	case "ekr", "echkeyring", "echkeyrings":
+		return ringRef{ECH: true, Namespace: namespace, Name: name}, nil
 	case "", "tkr", "ticketkeyring", "ticketkeyrings":
 	case "ctkr", "clusterticketkeyring", "clusterticketkeyrings":
 		cluster = true
@@ -137,6 +144,9 @@ func (k *kube) getRing(ctx context.Context, ref ringRef) (client.Object, audit.R
 	var obj client.Object
 	var ring audit.Ring
 	var err error
+	if ref.ECH {
+		return nil, ring, fmt.Errorf("%s: ECH rings rotate on their schedule, gated on their fleet and DNS; only status and audit show them", ref)
+	}
 	if ref.Cluster {
 		r := &v1alpha1.ClusterTicketKeyRing{}
 		err = k.client.Get(ctx, key, r)
@@ -146,21 +156,26 @@ func (k *kube) getRing(ctx context.Context, ref ringRef) (client.Object, audit.R
 		err = k.client.Get(ctx, key, r)
 		obj, ring = r, audit.FromTicketKeyRing(r)
 	}
-	switch {
-	case err == nil:
+	if err == nil {
 		return obj, ring, nil
-	case apierrors.IsNotFound(err):
-		hint := ""
-		if !ref.Cluster {
-			hint = " (a ClusterTicketKeyRing is named ctkr/NAME)"
-		}
-		return nil, ring, fmt.Errorf("%s not found%s", ref, hint)
-	case notServed(err):
-		return nil, ring, fmt.Errorf("read %s: ringmaster's CRDs are not installed in this cluster: %w", ref, err)
-	case refused(err):
-		return nil, ring, fmt.Errorf("you may not read %s: %w", ref, err)
 	}
-	return nil, ring, fmt.Errorf("read %s: %w", ref, err)
+	if apierrors.IsNotFound(err) && !ref.Cluster {
+		return nil, ring, fmt.Errorf("%s not found (a ClusterTicketKeyRing is named ctkr/NAME, an ECHKeyRing ekr/NAME)", ref)
+	}
+	return nil, ring, readError(ref, err)
+}
+
+// readError says which ring could not be read, and why.
+func readError(ref ringRef, err error) error {
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%s not found", ref)
+	case notServed(err):
+		return fmt.Errorf("read %s: ringmaster's CRDs are not installed in this cluster: %w", ref, err)
+	case refused(err):
+		return fmt.Errorf("you may not read %s: %w", ref, err)
+	}
+	return fmt.Errorf("read %s: %w", ref, err)
 }
 
 // errRefused wraps what the API server refused with the rights that would

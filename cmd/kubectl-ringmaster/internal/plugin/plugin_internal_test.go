@@ -25,6 +25,8 @@ func TestParseRing(t *testing.T) {
 		{arg: "ticketkeyrings.ringmaster.io/web", want: ringRef{Namespace: "shop", Name: "web"}},
 		{arg: "ctkr/edge", want: ringRef{Cluster: true, Name: "edge"}},
 		{arg: "ClusterTicketKeyRing/edge", want: ringRef{Cluster: true, Name: "edge"}},
+		{arg: "ekr/web", want: ringRef{ECH: true, Namespace: "shop", Name: "web"}},
+		{arg: "echkeyrings.ringmaster.io/web", want: ringRef{ECH: true, Namespace: "shop", Name: "web"}},
 		{arg: "deploy/web", wantErr: `"deploy/web" is not a ring: want NAME, tkr/NAME or ctkr/NAME`},
 		{arg: "tkr/", wantErr: `"tkr/" is not a ring`},
 		{arg: "a/b/c", wantErr: `"a/b/c" is not a ring`},

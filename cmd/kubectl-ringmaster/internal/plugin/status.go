@@ -96,8 +96,8 @@ func newStatusCommand(k *kube, streams genericiooptions.IOStreams) *cobra.Comman
 	cmd := &cobra.Command{
 		Use:   "status RING",
 		Short: "Show a ring: conditions, epochs, keys and their times, projection Secrets, recent events",
-		Long: `Status shows one TicketKeyRing (NAME or tkr/NAME), or one ClusterTicketKeyRing
-(ctkr/NAME): its conditions, its epoch and snapshot, its keys with
+		Long: `Status shows one TicketKeyRing (NAME or tkr/NAME), one ClusterTicketKeyRing
+(ctkr/NAME), or one ECHKeyRing (ekr/NAME): its conditions, its epoch and snapshot, its keys with
 their times and their state now by the clock, the projection Secrets pods
 mount and the epoch each carries, the snapshot Secrets, and recent events.
 
@@ -114,7 +114,10 @@ Listing them takes the right to list Secrets; without it status says so.`,
   kubectl ringmaster status web -n shop -o yaml
 
   # A ClusterTicketKeyRing
-  kubectl ringmaster status ctkr/edge`,
+  kubectl ringmaster status ctkr/edge
+
+  # An ECHKeyRing: its configs, when each reached DNS and when its retirement ends
+  kubectl ringmaster status ekr/web -n shop`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0]) },
 	}
@@ -130,6 +133,9 @@ func (o *statusOptions) run(ctx context.Context, arg string) error {
 	ref, err := o.kube.ring(arg)
 	if err != nil {
 		return err
+	}
+	if ref.ECH {
+		return o.runECH(ctx, ref)
 	}
 	st, err := o.read(ctx, ref)
 	if err != nil {

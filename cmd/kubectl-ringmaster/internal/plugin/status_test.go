@@ -94,7 +94,7 @@ var _ = Describe("status", func() {
 	It("says which ring it did not find", func() {
 		res := run(admin, "status", "nope", "-n", "shop")
 		Expect(res.Code).To(Equal(1))
-		Expect(res.Err).To(Equal("error: TicketKeyRing shop/nope not found (a ClusterTicketKeyRing is named ctkr/NAME)\n"))
+		Expect(res.Err).To(Equal("error: TicketKeyRing shop/nope not found (a ClusterTicketKeyRing is named ctkr/NAME, an ECHKeyRing ekr/NAME)\n"))
 		res = run(team, "status", "ctkr/edge")
 		Expect(res.Code).To(Equal(1))
 		Expect(res.Err).To(ContainSubstring(`error: you may not read ClusterTicketKeyRing edge: clusterticketkeyrings.ringmaster.io "edge" is forbidden: User "team" cannot get resource "clusterticketkeyrings"`))

@@ -1,0 +1,270 @@
+package echring
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Policy is an ECHKeyRing's timing, as the lifecycle reads it.
+type Policy struct {
+	// RotationInterval is how long one config stays published before the
+	// next replaces it.
+	RotationInterval time.Duration
+	// DeliveryDelay is the least time a config is staged before it is
+	// published.
+	DeliveryDelay time.Duration
+	// TTL is the HTTPS record's TTL.
+	TTL time.Duration
+	// RetirementMargin is how long past the TTL a retired config keeps
+	// decrypting.
+	RetirementMargin time.Duration
+}
+
+// Validate reports a policy the lifecycle cannot follow (the API's rules
+// should have refused it).
+func (p Policy) Validate() error {
+	switch {
+	case p.RotationInterval < 10*time.Second:
+		return fmt.Errorf("rotationInterval %s is under 10s", p.RotationInterval)
+	case p.DeliveryDelay < 0 || p.DeliveryDelay >= p.RotationInterval:
+		return fmt.Errorf("deliveryDelay %s is not between 0s and rotationInterval", p.DeliveryDelay)
+	case p.TTL <= 0:
+		return errors.New("the DNS TTL is not positive")
+	case p.RetirementMargin < 0:
+		return errors.New("retirementMargin is negative")
+	}
+	return nil
+}
+
+// Hold says why a staged config is not published yet.
+type Hold string
+
+const (
+	// HoldNone: no config is staged, or the staged one was just published.
+	HoldNone Hold = ""
+	// HoldDelivery: the staged config has not been staged for the delivery
+	// delay yet, or the published one has not served its interval.
+	HoldDelivery Hold = "Delivery"
+	// HoldConfirmation: some selected pod does not report holding it.
+	HoldConfirmation Hold = "Confirmation"
+	// HoldDNS: DNS did not take it, or its servers do not answer it yet.
+	HoldDNS Hold = "DNS"
+	// HoldFull: the ring holds MaxConfigs configs already; the next is
+	// minted when a retired one expires.
+	HoldFull Hold = "Full"
+)
+
+// DNS is what the authoritative servers answered about the configs the
+// ring asked them to hold (Want).
+type DNS struct {
+	// Checked says the servers were asked.
+	Checked bool
+	// Holds says every server answers exactly the configs wanted.
+	Holds bool
+	// Err is why DNS could not be written or asked.
+	Err error
+}
+
+// Input is what one pass of the lifecycle reads.
+type Input struct {
+	Now    time.Time
+	Policy Policy
+	// Ring is the current ring (from the newest snapshot); zero for a new
+	// ring.
+	Ring Ring
+	// Confirmed says every selected pod reports holding the staged config.
+	Confirmed bool
+	// DNS is what the servers answered about Want(...).
+	DNS DNS
+}
+
+// Plan is the outcome of one pass.
+type Plan struct {
+	// Ring is the next ring, without the config Mint asks for (Stage adds
+	// it).
+	Ring Ring
+	// Changed says Ring (or Stage's) differs from the input's: a new
+	// snapshot is due.
+	Changed bool
+	// Mint, when set, is the config_id of a new config to stage.
+	Mint *uint8
+	// Published is the config published by this pass, if any; Retired
+	// those it retired.
+	Published *uint8
+	Retired   []uint8
+	// Destroyed are the configs dropped past their expiresAt.
+	Destroyed []uint8
+	// Held says why the staged config is not published.
+	Held Hold
+	// Next is when the lifecycle next has something to do by the clock.
+	Next time.Time
+}
+
+// Staged is the ring's staged config: the newest, when staged.
+func (r Ring) Staged() (Config, bool) {
+	if len(r.Configs) > 0 && r.Configs[0].State == Staged {
+		return r.Configs[0], true
+	}
+	return Config{}, false
+}
+
+// ReadyAt is when r's staged config may be published by the clock (it
+// still waits for its fleet and DNS); zero when none is staged.
+func ReadyAt(p Policy, r Ring) time.Time {
+	s, ok := r.Staged()
+	if !ok {
+		return time.Time{}
+	}
+	return readyAt(p, r, s)
+}
+
+// MintAt is when r stages its next config, once none is staged: zero (at
+// once) for a ring with no published config.
+func MintAt(p Policy, r Ring) time.Time { return mintAt(p, r) }
+
+// readyAt is when the staged config s may be published by the clock: once
+// staged for the delivery delay, and once the published config served its
+// interval.
+func readyAt(p Policy, r Ring, s Config) time.Time {
+	at := s.CreatedAt.Add(p.DeliveryDelay)
+	for _, c := range r.Published() {
+		if due := c.PublishedAt.Add(p.RotationInterval); due.After(at) {
+			at = due
+		}
+	}
+	return at
+}
+
+// Want is the configs DNS must hold at now: the staged config alone, once
+// it may be published (the one it replaces leaves DNS in the same update),
+// or else the published ones. The caller writes them to DNS when the
+// servers do not answer them, verifies, and passes the answer to Next.
+func Want(now time.Time, p Policy, r Ring, confirmed bool) []Config {
+	if s, ok := r.Staged(); ok && confirmed && !now.Before(readyAt(p, r, s)) {
+		return []Config{s}
+	}
+	return r.Published()
+}
+
+// Next is one pass of the lifecycle. A staged config is published once
+// the clock allows (deliveryDelay since it was staged, rotationInterval
+// since its predecessor was published), every pod confirmed it, and DNS
+// answers it; then the config it replaces retires, expiring TTL +
+// retirementMargin later. A retired config past its expiresAt is dropped.
+// A new config is staged deliveryDelay before the published one falls due
+// (at once for a ring that has none), unless the ring already holds
+// MaxConfigs. Nothing is ever published unconfirmed or before DNS answers
+// it, and nothing is dropped before its expiresAt, whatever DNS does.
+func Next(in Input) Plan {
+	p, now := in.Policy, in.Now
+	next := in.Ring
+	next.Configs = slices.Clone(in.Ring.Configs)
+	out := Plan{}
+
+	if s, ok := next.Staged(); ok {
+		ready := readyAt(p, next, s)
+		switch {
+		case now.Before(ready):
+			out.Held = HoldDelivery
+		case !in.Confirmed:
+			out.Held = HoldConfirmation
+		case !in.DNS.Checked || !in.DNS.Holds || in.DNS.Err != nil:
+			out.Held = HoldDNS
+		default:
+			for i := range next.Configs {
+				c := &next.Configs[i]
+				switch {
+				case i == 0:
+					c.State, c.PublishedAt = Published, now
+					out.Published = &c.ID
+				case c.State == Published:
+					c.State, c.RetiredAt, c.ExpiresAt = Retired, now, now.Add(p.TTL+p.RetirementMargin)
+					out.Retired = append(out.Retired, c.ID)
+				}
+			}
+			out.Changed = true
+		}
+	}
+
+	kept := next.Configs[:0]
+	for _, c := range next.Configs {
+		if c.State == Retired && c.Expired(now) {
+			out.Destroyed = append(out.Destroyed, c.ID)
+			continue
+		}
+		kept = append(kept, c)
+	}
+	next.Configs = kept
+	out.Changed = out.Changed || len(out.Destroyed) > 0
+
+	if _, staged := next.Staged(); !staged {
+		due := mintAt(p, next)
+		switch {
+		case now.Before(due):
+			out.Next = due
+		case len(next.Configs) >= MaxConfigs:
+			out.Held = HoldFull
+		default:
+			id := freeID(next)
+			out.Mint = &id
+			out.Changed = true
+		}
+	} else if s, _ := next.Staged(); out.Held == HoldDelivery {
+		out.Next = readyAt(p, next, s)
+	}
+	for _, c := range next.Configs {
+		if !c.ExpiresAt.IsZero() && (out.Next.IsZero() || c.ExpiresAt.Before(out.Next)) {
+			out.Next = c.ExpiresAt
+		}
+	}
+	out.Ring = next
+	return out
+}
+
+// mintAt is when the ring stages its next config: deliveryDelay before the
+// newest published config falls due, or at once without one.
+func mintAt(p Policy, r Ring) time.Time {
+	var at time.Time
+	for _, c := range r.Published() {
+		if due := c.PublishedAt.Add(p.RotationInterval - p.DeliveryDelay); due.After(at) {
+			at = due
+		}
+	}
+	return at
+}
+
+// freeID is a config_id no live config of r holds: the one after the
+// newest config's, skipping those in use.
+func freeID(r Ring) uint8 {
+	id := uint8(1)
+	if len(r.Configs) > 0 {
+		id = r.Configs[0].ID + 1
+	}
+	for slices.ContainsFunc(r.Configs, func(c Config) bool { return c.ID == id }) {
+		id++
+	}
+	return id
+}
+
+// Stage completes a plan that mints: c, made by NewConfig with the id
+// Mint named, joins the ring as its staged config, created at now. The
+// ring takes the next epoch when the plan changed it.
+func (pl Plan) Stage(now time.Time, c Config) (Ring, error) {
+	r := pl.Ring
+	r.Configs = slices.Clone(r.Configs)
+	if pl.Mint != nil {
+		if c.ID != *pl.Mint {
+			return Ring{}, fmt.Errorf("minted config %d, the plan asked for %d", c.ID, *pl.Mint)
+		}
+		c.State, c.CreatedAt = Staged, now
+		c.PublishedAt, c.RetiredAt, c.ExpiresAt = time.Time{}, time.Time{}, time.Time{}
+		r.Configs = append([]Config{c}, r.Configs...)
+	}
+	if pl.Changed {
+		r.Epoch++
+		r.IssuedAt = now
+	}
+	return r, nil
+}
