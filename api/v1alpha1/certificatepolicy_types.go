@@ -133,7 +133,7 @@ type IssuerRefPattern struct {
 // a certificate that has expired, is not yet valid, or cannot be parsed
 // always violates (rule "validity" or "readable").
 //
-// +kubebuilder:validation:XValidation:rule="has(self.maxValidity) || has(self.minRemainingValidity) || has(self.maxKeyAge) || has(self.keyAlgorithms) || has(self.allowedDNSNames) || has(self.allowedIPRanges) || (has(self.requireKeyRotation) && self.requireKeyRotation)",message="rules must set at least one rule"
+// +kubebuilder:validation:XValidation:rule="has(self.maxValidity) || has(self.minRemainingValidity) || has(self.maxKeyAge) || has(self.keyAlgorithms) || has(self.allowedDNSNames) || has(self.requiredDNSNames) || has(self.allowedIPRanges) || (has(self.requireKeyRotation) && self.requireKeyRotation)",message="rules must set at least one rule"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxValidity) || !has(self.minRemainingValidity) || duration(self.minRemainingValidity) < duration(self.maxValidity)",message="minRemainingValidity must be less than maxValidity, or no certificate could comply"
 type CertificateRules struct {
 	// maxValidity is the longest a certificate may be valid for: notAfter
@@ -190,6 +190,23 @@ type CertificateRules struct {
 	// +optional
 	AllowedDNSNames []string `json:"allowedDNSNames,omitempty"`
 
+	// requiredDNSNames, when set, are DNS names that every certificate must
+	// carry: each must be one of its DNS subject alternative names, or be
+	// covered by a wildcard one ("*.example.com" covers "www.example.com"),
+	// as a client verifying the name would accept it. The common name does
+	// not count. Use it for the public name of an ECHKeyRing
+	// (spec.publicName): a client whose Encrypted Client Hello is rejected
+	// authenticates the retry configs against the certificate of the public
+	// name, so every certificate of the fleet must cover it. Names compare
+	// case-insensitively; no wildcards.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?(\.[a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?)*$`
+	// +listType=set
+	// +optional
+	RequiredDNSNames []string `json:"requiredDNSNames,omitempty"`
+
 	// allowedIPRanges, when set, are CIDRs that every IP address subject
 	// alternative name of a certificate must lie in, e.g. "10.0.0.0/8" or
 	// "fd00::/8". Omitted: any address.
@@ -244,8 +261,9 @@ type Violation struct {
 	CertificateRef `json:",inline"`
 	// rule is the broken rule: a field of spec.rules (maxValidity,
 	// minRemainingValidity, maxKeyAge, keyAlgorithms, allowedDNSNames,
-	// allowedIPRanges, requireKeyRotation), "validity" (expired or not yet
-	// valid) or "readable" (tls.crt holds no parsable certificate).
+	// requiredDNSNames, allowedIPRanges, requireKeyRotation), "validity"
+	// (expired or not yet valid) or "readable" (tls.crt holds no parsable
+	// certificate).
 	Rule string `json:"rule"`
 	// message states the fact that broke the rule, e.g. "key is 97d old;
 	// maxKeyAge is 90d". It never holds key material.

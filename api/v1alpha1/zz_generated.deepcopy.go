@@ -212,6 +212,11 @@ func (in *CertificateRules) DeepCopyInto(out *CertificateRules) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.RequiredDNSNames != nil {
+		in, out := &in.RequiredDNSNames, &out.RequiredDNSNames
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.AllowedIPRanges != nil {
 		in, out := &in.AllowedIPRanges, &out.AllowedIPRanges
 		*out = make([]string, len(*in))

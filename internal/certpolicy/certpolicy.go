@@ -37,12 +37,13 @@ const (
 	MaxKeyAge            Rule = "maxKeyAge"
 	KeyAlgorithms        Rule = "keyAlgorithms"
 	AllowedDNSNames      Rule = "allowedDNSNames"
+	RequiredDNSNames     Rule = "requiredDNSNames"
 	AllowedIPRanges      Rule = "allowedIPRanges"
 	RequireKeyRotation   Rule = "requireKeyRotation"
 )
 
 // Rules lists every rule, in the order Evaluate checks them.
-var Rules = []Rule{Readable, Validity, MaxValidity, MinRemainingValidity, MaxKeyAge, KeyAlgorithms, AllowedDNSNames, AllowedIPRanges, RequireKeyRotation}
+var Rules = []Rule{Readable, Validity, MaxValidity, MinRemainingValidity, MaxKeyAge, KeyAlgorithms, AllowedDNSNames, RequiredDNSNames, AllowedIPRanges, RequireKeyRotation}
 
 // Algorithm is a public key algorithm.
 type Algorithm string
@@ -72,6 +73,9 @@ type Policy struct {
 	// AllowedDNSNames, when not empty, are the patterns every DNS name
 	// must match (see MatchDNSName).
 	AllowedDNSNames []string
+	// RequiredDNSNames are names every certificate must carry among its
+	// DNS SANs, or under a wildcard one (see CoversDNSName).
+	RequiredDNSNames []string
 	// AllowedIPRanges, when not empty, must hold every IP address SAN.
 	AllowedIPRanges []netip.Prefix
 	// RequireKeyRotation requires cert-manager's rotationPolicy Always.
@@ -225,6 +229,9 @@ func Evaluate(p Policy, s Subject, now time.Time) Verdict {
 		if bad := disallowedNames(p.AllowedDNSNames, c.dnsNames()); len(bad) > 0 {
 			add(AllowedDNSNames, "%s not allowed by allowedDNSNames", quoteList(bad))
 		}
+		if missing := missingNames(p.RequiredDNSNames, c.DNSNames); len(missing) > 0 {
+			add(RequiredDNSNames, "%s required by requiredDNSNames, not among the DNS names", quoteList(missing))
+		}
 		if bad := disallowedIPs(p.AllowedIPRanges, c.IPAddresses); len(bad) > 0 {
 			add(AllowedIPRanges, "%s outside allowedIPRanges", quoteList(bad))
 		}
@@ -278,6 +285,18 @@ func disallowedNames(patterns, names []string) []string {
 		}
 	}
 	return bad
+}
+
+// missingNames are the required names that no DNS SAN covers. The common
+// name never counts: clients verify a name against the SANs alone.
+func missingNames(required, sans []string) []string {
+	var missing []string
+	for _, r := range required {
+		if !slices.ContainsFunc(sans, func(san string) bool { return CoversDNSName(san, r) }) {
+			missing = append(missing, r)
+		}
+	}
+	return missing
 }
 
 func disallowedIPs(ranges []netip.Prefix, ips []netip.Addr) []string {

@@ -252,6 +252,25 @@ func TestEvaluate(t *testing.T) {
 		{name: "the common name does not count beside SANs", policy: certpolicy.Policy{AllowedDNSNames: []string{"*.example.com"}},
 			cert: spec{cn: "My Service", dns: []string{"a.example.com"}}, recheck: 89*day + time.Nanosecond},
 
+		{name: "a required name among the SANs complies", policy: certpolicy.Policy{RequiredDNSNames: []string{"public.example.com"}},
+			cert: spec{dns: []string{"www.example.com", "Public.Example.com"}}, recheck: 89*day + time.Nanosecond},
+		{name: "a required name under a wildcard SAN complies", policy: certpolicy.Policy{RequiredDNSNames: []string{"public.example.com"}},
+			cert: spec{dns: []string{"*.example.com"}}, recheck: 89*day + time.Nanosecond},
+		{name: "a missing required name is named", policy: certpolicy.Policy{RequiredDNSNames: []string{"public.example.com", "www.example.com"}},
+			cert: spec{dns: []string{"www.example.com"}},
+			want: []want{{certpolicy.RequiredDNSNames, []string{`"public.example.com" required by requiredDNSNames, not among the DNS names`}}}, recheck: 89*day + time.Nanosecond},
+		{name: "every missing required name is listed", policy: certpolicy.Policy{RequiredDNSNames: []string{"public.example.com", "ech.example.net"}},
+			cert: spec{dns: []string{"*.public.example.com"}},
+			want: []want{{certpolicy.RequiredDNSNames, []string{`"public.example.com", "ech.example.net" required`}}}, recheck: 89*day + time.Nanosecond},
+		{name: "the common name does not carry a required name", policy: certpolicy.Policy{RequiredDNSNames: []string{"public.example.com"}},
+			cert: spec{cn: "public.example.com"}, want: []want{{certpolicy.RequiredDNSNames, []string{`"public.example.com"`}}}, recheck: 89*day + time.Nanosecond},
+		{name: "a required name both missing and beside a disallowed one", policy: certpolicy.Policy{AllowedDNSNames: []string{"*.example.com"}, RequiredDNSNames: []string{"public.example.com"}},
+			cert: spec{dns: []string{"www.example.org"}},
+			want: []want{
+				{certpolicy.AllowedDNSNames, []string{`"www.example.org" not allowed`}},
+				{certpolicy.RequiredDNSNames, []string{`"public.example.com"`}},
+			}, recheck: 89*day + time.Nanosecond},
+
 		{name: "IP SANs inside the ranges", policy: certpolicy.Policy{AllowedIPRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00::/8")}},
 			cert: spec{ips: []string{"10.1.2.3", "fd00::5"}}, recheck: 89*day + time.Nanosecond},
 		{name: "IP SANs outside the ranges", policy: certpolicy.Policy{AllowedIPRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}},
@@ -374,6 +393,33 @@ func TestMatchDNSName(t *testing.T) {
 	}
 }
 
+func TestCoversDNSName(t *testing.T) {
+	for _, tc := range []struct {
+		san, name string
+		want      bool
+	}{
+		{"public.example.com", "public.example.com", true},
+		{"Public.Example.COM.", "public.example.com", true},
+		{"www.example.com", "public.example.com", false},
+		{"*.example.com", "public.example.com", true},
+		{"*.example.com", "example.com", false},
+		{"*.example.com", "a.public.example.com", false},
+		{"*.public.example.com", "public.example.com", false},
+		// Partial and inner wildcards are not honoured by clients.
+		{"p*.example.com", "public.example.com", false},
+		{"public.*.com", "public.example.com", false},
+		{"*.*.com", "public.example.com", false},
+		{"*", "localhost", false},
+		{"*.", "localhost", false},
+		{"*.example.com", ".example.com", false},
+		{"example.com", "", false},
+	} {
+		if got := certpolicy.CoversDNSName(tc.san, tc.name); got != tc.want {
+			t.Errorf("CoversDNSName(%q, %q) = %v, want %v", tc.san, tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestMatchGlob(t *testing.T) {
 	for _, tc := range []struct {
 		pattern, s string
@@ -478,7 +524,7 @@ func TestPlan(t *testing.T) {
 		{"renewal overdue: renew", always, v(certpolicy.MinRemainingValidity), []certpolicy.Rule{certpolicy.MinRemainingValidity}, nil},
 		{"renewal overdue, duration shorter than the minimum: cannot", short, v(certpolicy.MinRemainingValidity), nil,
 			map[certpolicy.Rule]string{certpolicy.MinRemainingValidity: "not longer than minRemainingValidity"}},
-		{"spec rules are audit-only", always, v(certpolicy.KeyAlgorithms, certpolicy.AllowedDNSNames, certpolicy.Validity), nil, nil},
+		{"spec rules are audit-only", always, v(certpolicy.KeyAlgorithms, certpolicy.AllowedDNSNames, certpolicy.RequiredDNSNames, certpolicy.Validity), nil, nil},
 		{"mends what it can, reports the rest", never, v(certpolicy.MaxValidity, certpolicy.MaxKeyAge), []certpolicy.Rule{certpolicy.MaxValidity},
 			map[certpolicy.Rule]string{certpolicy.MaxKeyAge: "Never"}},
 	} {
@@ -527,9 +573,10 @@ func BenchmarkEvaluate(b *testing.B) {
 	c := parsed(b, spec{key: p256, dns: []string{"a.example.com", "b.example.com"}, ips: []string{"10.0.0.1"}})
 	p := certpolicy.Policy{
 		MaxValidity: 90 * day, MinRemainingValidity: 15 * day, MaxKeyAge: 90 * day, RequireKeyRotation: true,
-		KeyAlgorithms:   []certpolicy.AllowedKey{{Algorithm: certpolicy.RSA, MinSize: 2048}, {Algorithm: certpolicy.ECDSA, MinSize: 256}},
-		AllowedDNSNames: []string{"www.example.org", "**.example.com"},
-		AllowedIPRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		KeyAlgorithms:    []certpolicy.AllowedKey{{Algorithm: certpolicy.RSA, MinSize: 2048}, {Algorithm: certpolicy.ECDSA, MinSize: 256}},
+		AllowedDNSNames:  []string{"www.example.org", "**.example.com"},
+		RequiredDNSNames: []string{"b.example.com"},
+		AllowedIPRanges:  []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
 	}
 	s := certpolicy.Subject{Cert: c, KeySince: c.NotBefore, CertManager: &certpolicy.CertManager{}}
 	for b.Loop() {

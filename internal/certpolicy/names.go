@@ -89,3 +89,24 @@ func glob(p, s string) bool {
 func MatchGlob(pattern, s string) bool {
 	return pattern == "" || glob(pattern, s)
 }
+
+// CoversDNSName reports whether a certificate whose DNS SAN is san is valid
+// for name, as a client verifying the name decides (RFC 6125, and Go's
+// crypto/x509): equal names, or a SAN whose leftmost label is exactly "*"
+// standing for one whole label of name. Both compare case-insensitively,
+// without a trailing dot.
+func CoversDNSName(san, name string) bool {
+	san, name = normalize(san), normalize(name)
+	if name == "" {
+		return false
+	}
+	if san == name {
+		return true
+	}
+	rest, ok := strings.CutPrefix(san, "*.")
+	if !ok || rest == "" || strings.Contains(rest, "*") {
+		return false
+	}
+	label, parent, ok := strings.Cut(name, ".")
+	return ok && label != "" && parent == rest
+}

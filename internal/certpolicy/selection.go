@@ -103,6 +103,7 @@ func Compile(p *v1alpha1.CertificatePolicy) (Compiled, error) {
 		MinRemainingValidity: durationOf(rules.MinRemainingValidity),
 		MaxKeyAge:            durationOf(rules.MaxKeyAge),
 		AllowedDNSNames:      rules.AllowedDNSNames,
+		RequiredDNSNames:     rules.RequiredDNSNames,
 		RequireKeyRotation:   rules.RequireKeyRotation,
 	}
 	for _, k := range rules.KeyAlgorithms {

@@ -91,8 +91,10 @@ func TestCompileAndSelect(t *testing.T) {
 		p.Spec.Rules.MaxKeyAge = &metav1.Duration{Duration: 30 * day}
 		p.Spec.Rules.AllowedIPRanges = []string{"10.1.2.3/8"}
 		p.Spec.Rules.KeyAlgorithms = []v1alpha1.KeyAlgorithmRule{{Algorithm: "RSA", MinSize: 2048}}
+		p.Spec.Rules.RequiredDNSNames = []string{"public.example.com"}
 	}))
 	if c.Action != v1alpha1.ActionAudit || c.Generation != 4 || c.Rules.MaxKeyAge != 30*day ||
+		!slices.Equal(c.Rules.RequiredDNSNames, []string{"public.example.com"}) ||
 		c.Rules.AllowedIPRanges[0].String() != "10.0.0.0/8" || c.Rules.KeyAlgorithms[0].MinSize != 2048 {
 		t.Errorf("compiled %+v", c)
 	}

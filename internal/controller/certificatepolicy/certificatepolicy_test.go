@@ -7,8 +7,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -135,6 +137,50 @@ var _ = Describe("CertificatePolicy in Audit mode", func() {
 				}
 			}
 		}
+	})
+
+	It("requires the ECH public name on every certificate, and reports those that lack it", func() {
+		const publicName = "public.example.com"
+		tlsSecret(ctx, ns, "covered", issue(certSpec{dns: []string{"www.example.com", publicName}}), nil)
+		tlsSecret(ctx, ns, "wildcard", issue(certSpec{dns: []string{"*.example.com"}}), nil)
+		tlsSecret(ctx, ns, "lacking", issue(certSpec{dns: []string{"www.example.com"}}), nil)
+		web := certificate(ctx, ns, "web", "web-tls", nil)
+		issued(ctx, web, issue(certSpec{dns: []string{"www.example.com"}}), 1)
+
+		policy := createPolicy(ctx, "public-name-"+ns, v1alpha1.CertificatePolicySpec{
+			Selector: v1alpha1.CertificateSelector{NamespaceSelector: onlyNamespace(ns)},
+			Rules:    v1alpha1.CertificateRules{RequiredDNSNames: []string{publicName}},
+		})
+		waitCounts(ctx, policy.Name, counts{Evaluated: 4, Compliant: 2, Violating: 2})
+		got := getPolicy(ctx, policy.Name)
+		Expect(violationsOf(got)).To(Equal([]violation{
+			{"Secret", ns, "lacking", "requiredDNSNames"},
+			{"Certificate", ns, "web", "requiredDNSNames"},
+		}))
+		Expect(got.Status.Violations[0].Message).To(Equal(`"public.example.com" required by requiredDNSNames, not among the DNS names`))
+		Expect(metricValue("ringmaster_certificatepolicy_violations", map[string]string{"policy": policy.Name, "rule": "requiredDNSNames"})).To(BeEquivalentTo(2))
+
+		By("Enforce leaving the names to whoever issues the certificate: no re-issuance, no CannotEnforce")
+		patchPolicy(ctx, policy.Name, func(p *v1alpha1.CertificatePolicy) {
+			p.Spec.Action = v1alpha1.ActionEnforce
+			p.Spec.Rules.MaxKeyAge = dur(30 * day)
+		})
+		Eventually(func() int64 {
+			p := getPolicy(ctx, policy.Name)
+			if c := condition(p, v1alpha1.ConditionReady); c != nil && c.Status == metav1.ConditionTrue {
+				return c.ObservedGeneration
+			}
+			return 0
+		}, timeout, poll).Should(Equal(getPolicy(ctx, policy.Name).Generation))
+		Expect(countsOf(ctx, policy.Name)).To(Equal(counts{Evaluated: 4, Compliant: 2, Violating: 2}))
+		Consistently(func() *cmapi.CertificateCondition { return issuing(ctx, ns, "web") }, time.Second, poll).Should(BeNil())
+		for _, e := range eventsAbout(ctx, "CertificatePolicy", policy.Name) {
+			Expect(e.Reason).NotTo(Equal(v1alpha1.ReasonCannotEnforce))
+		}
+
+		By("the Certificate re-issued with the public name: it complies")
+		issued(ctx, web, issue(certSpec{dns: []string{"www.example.com", publicName}}), 2)
+		waitCounts(ctx, policy.Name, counts{Evaluated: 4, Compliant: 3, Violating: 1})
 	})
 
 	It("keeps neither private key nor certificate in its cache, only the certificate's facts", func() {
@@ -345,6 +391,19 @@ var _ = Describe("CertificatePolicy in Audit mode", func() {
 			"allowedIPRanges must be CIDRs"),
 		Entry("a DNS pattern with a slash", func(s *v1alpha1.CertificatePolicySpec) { s.Rules.AllowedDNSNames = []string{"a/b.example.com"} },
 			"spec.rules.allowedDNSNames[0] in body should match"),
+		Entry("a required name with a wildcard", func(s *v1alpha1.CertificatePolicySpec) { s.Rules.RequiredDNSNames = []string{"*.example.com"} },
+			"spec.rules.requiredDNSNames[0] in body should match"),
+		Entry("a required name with a label over 63 characters", func(s *v1alpha1.CertificatePolicySpec) {
+			s.Rules.RequiredDNSNames = []string{"public.example.com", strings.Repeat("a", 64) + ".example.com"}
+		}, "spec.rules.requiredDNSNames[1] in body should match"),
+		Entry("a required name listed twice", func(s *v1alpha1.CertificatePolicySpec) {
+			s.Rules.RequiredDNSNames = []string{"public.example.com", "public.example.com"}
+		}, "Duplicate value"),
+		Entry("more than 16 required names", func(s *v1alpha1.CertificatePolicySpec) {
+			for i := range 17 {
+				s.Rules.RequiredDNSNames = append(s.Rules.RequiredDNSNames, fmt.Sprintf("n%d.example.com", i))
+			}
+		}, "must have at most 16 items"),
 		Entry("an unknown action", func(s *v1alpha1.CertificatePolicySpec) { s.Action = "Revoke" },
 			`Unsupported value: "Revoke"`),
 		Entry("an unknown kind", func(s *v1alpha1.CertificatePolicySpec) {
