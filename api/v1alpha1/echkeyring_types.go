@@ -94,11 +94,13 @@ type ECHConfigState string
 // ECHKeyRing is a ring of Encrypted Client Hello (RFC 9849) keys shared by
 // a fleet of servers in one namespace. Each config is staged (delivered to
 // every pod, able to decrypt, not advertised), published once every
-// selected pod confirms holding it (written to the HTTPS record of
-// spec.dns and seen in the authoritative answer), retired when the next one
-// is published (out of DNS, still decrypting for the record's TTL plus
-// spec.retirementMargin), then destroyed. Its Secrets live in its own
-// namespace, and nowhere else.
+// selected pod confirms holding it or its confirmation ceiling has passed
+// (written to the HTTPS record of spec.dns and seen in the authoritative
+// answer), retired when the next one is published (out of DNS, still
+// decrypting for the record's TTL plus spec.retirementMargin), then
+// destroyed. Every config expires at the latest a fixed life after it is
+// minted, by every pod's own clock. Its Secrets live in its own namespace,
+// and nowhere else.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -142,7 +144,7 @@ func (r *ECHKeyRing) ProjectionSecretName() string {
 // +kubebuilder:validation:XValidation:rule="self.retainedConfigs * duration(self.rotationInterval).getSeconds() >= self.dns.ttl + duration(self.retirementMargin).getSeconds()",message="retainedConfigs x rotationInterval must be at least dns.ttl + retirementMargin: a retired config must outlive every DNS cache that may still hand it out, and the ring keeps at most retainedConfigs retired configs"
 // +kubebuilder:validation:XValidation:rule="duration(self.deliveryDelay).getSeconds() + duration(self.rotationInterval).getSeconds() + 2 * (has(self.confirmation.maxDelay) ? duration(self.confirmation.maxDelay) : duration(self.confirmation.timeout)).getSeconds() + self.dns.ttl + duration(self.retirementMargin).getSeconds() <= 2592000",message="deliveryDelay + rotationInterval + 2 x confirmation.maxDelay (or confirmation.timeout when maxDelay is omitted) + dns.ttl + retirementMargin must not exceed 720h: it is the life of every ECH config (createdAt to expiresAt), and no ECH key may live longer than 30 days"
 // +kubebuilder:validation:XValidation:rule="!has(self.confirmation.voterNamespaceSelector)",message="spec.confirmation.voterNamespaceSelector is for ClusterTicketKeyRings: an ECHKeyRing's voters are in its own namespace"
-// +kubebuilder:validation:XValidation:rule="!has(self.confirmation.onTimeout) || self.confirmation.onTimeout == 'Wait'",message="spec.confirmation.onTimeout must be Wait: an ECH config is never published before every pod holds it"
+// +kubebuilder:validation:XValidation:rule="!has(self.confirmation.onTimeout) || self.confirmation.onTimeout == 'Wait'",message="spec.confirmation.onTimeout must be Wait: an ECH config is published before every pod holds it only at its ceiling, confirmation.maxDelay"
 type ECHKeyRingSpec struct {
 	// publicName is the ECHConfig's public_name: the name clients put in
 	// the outer, unencrypted ClientHello, and the name the servers'
