@@ -71,6 +71,13 @@ const (
 	// activated by the clock without every voter confirming it; the
 	// message names the voters that lacked it when last asked.
 	ReasonActivatedUnconfirmed = "ActivatedUnconfirmed"
+	// ReasonPublishedUnconfirmed: an ECHKeyRing's ConfirmationOverdue is
+	// False, and the Warning event of the same reason says so: a staged
+	// config was published to DNS at its ceiling without every pod
+	// reporting it; the message names the pods that lacked it when last
+	// asked. Those pods reject ECH under it with their retry configs, and
+	// clients succeed on retry.
+	ReasonPublishedUnconfirmed = "PublishedUnconfirmed"
 	// ReasonRevoked: the event of an emergency revoke.
 	ReasonRevoked = "Revoked"
 	// ReasonFormatKeepsFewerKeys: RetentionLimited is True; its message

@@ -94,11 +94,13 @@ type ECHConfigState string
 // ECHKeyRing is a ring of Encrypted Client Hello (RFC 9849) keys shared by
 // a fleet of servers in one namespace. Each config is staged (delivered to
 // every pod, able to decrypt, not advertised), published once every
-// selected pod confirms holding it (written to the HTTPS record of
-// spec.dns and seen in the authoritative answer), retired when the next one
-// is published (out of DNS, still decrypting for the record's TTL plus
-// spec.retirementMargin), then destroyed. Its Secrets live in its own
-// namespace, and nowhere else.
+// selected pod confirms holding it or its confirmation ceiling has passed
+// (written to the HTTPS record of spec.dns and seen in the authoritative
+// answer), retired when the next one is published (out of DNS, still
+// decrypting for the record's TTL plus spec.retirementMargin), then
+// destroyed. Every config expires at the latest a fixed life after it is
+// minted, by every pod's own clock. Its Secrets live in its own namespace,
+// and nowhere else.
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
@@ -140,9 +142,9 @@ func (r *ECHKeyRing) ProjectionSecretName() string {
 //
 // +kubebuilder:validation:XValidation:rule="duration(self.deliveryDelay) < duration(self.rotationInterval)",message="deliveryDelay must be less than rotationInterval"
 // +kubebuilder:validation:XValidation:rule="self.retainedConfigs * duration(self.rotationInterval).getSeconds() >= self.dns.ttl + duration(self.retirementMargin).getSeconds()",message="retainedConfigs x rotationInterval must be at least dns.ttl + retirementMargin: a retired config must outlive every DNS cache that may still hand it out, and the ring keeps at most retainedConfigs retired configs"
-// +kubebuilder:validation:XValidation:rule="2 * duration(self.rotationInterval).getSeconds() + self.dns.ttl + duration(self.retirementMargin).getSeconds() <= 2592000",message="2 x rotationInterval + dns.ttl + retirementMargin must not exceed 720h: no ECH key may live longer than 30 days (unless its fleet holds its successor back)"
+// +kubebuilder:validation:XValidation:rule="duration(self.deliveryDelay).getSeconds() + duration(self.rotationInterval).getSeconds() + 2 * (has(self.confirmation.maxDelay) ? duration(self.confirmation.maxDelay) : duration(self.confirmation.timeout)).getSeconds() + self.dns.ttl + duration(self.retirementMargin).getSeconds() <= 2592000",message="deliveryDelay + rotationInterval + 2 x confirmation.maxDelay (or confirmation.timeout when maxDelay is omitted) + dns.ttl + retirementMargin must not exceed 720h: it is the life of every ECH config (createdAt to expiresAt), and no ECH key may live longer than 30 days"
 // +kubebuilder:validation:XValidation:rule="!has(self.confirmation.voterNamespaceSelector)",message="spec.confirmation.voterNamespaceSelector is for ClusterTicketKeyRings: an ECHKeyRing's voters are in its own namespace"
-// +kubebuilder:validation:XValidation:rule="!has(self.confirmation.onTimeout) || self.confirmation.onTimeout == 'Wait'",message="spec.confirmation.onTimeout must be Wait: an ECH config is never published before every pod holds it"
+// +kubebuilder:validation:XValidation:rule="!has(self.confirmation.onTimeout) || self.confirmation.onTimeout == 'Wait'",message="spec.confirmation.onTimeout must be Wait: an ECH config is published before every pod holds it only at its ceiling, confirmation.maxDelay"
 type ECHKeyRingSpec struct {
 	// publicName is the ECHConfig's public_name: the name clients put in
 	// the outer, unencrypted ClientHello, and the name the servers'
@@ -226,10 +228,15 @@ type ECHKeyRingSpec struct {
 	// confirmation names the pods that must each hold a staged config
 	// (their agents report its config_id) before it is published. It is
 	// required: a config in DNS that some server cannot decrypt fails those
-	// clients' handshakes. A staged config is never published unconfirmed:
-	// past confirmation.maxDelay (or timeout) the ring reports it is held
-	// back (ConfirmationOverdue), and the published config keeps serving.
-	// onTimeout must be Wait.
+	// clients' handshakes. Past confirmation.timeout the ring reports a
+	// staged config held back (ConfirmationOverdue True); at the ceiling,
+	// confirmation.maxDelay (or timeout) past its due time, it is published
+	// unconfirmed once DNS answers it (ConfirmationOverdue False, reason
+	// PublishedUnconfirmed, and a Warning event naming the pods that lacked
+	// it): a pod without it rejects ECH with retry configs and the client
+	// succeeds on retry. Every config expires deliveryDelay + rotationInterval
+	// + 2 x the ceiling + dns.ttl + retirementMargin after it is minted, by
+	// every pod's own clock. onTimeout must be Wait.
 	// +required
 	Confirmation Confirmation `json:"confirmation"`
 
@@ -317,8 +324,11 @@ type ECHConfigStatus struct {
 	// retiredAt is when it was seen gone from DNS.
 	// +optional
 	RetiredAt *metav1.Time `json:"retiredAt,omitempty"`
-	// expiresAt is when it is destroyed: retiredAt + dns.ttl +
-	// retirementMargin.
+	// expiresAt is when it is destroyed, by the operator and by every
+	// pod's own clock: set when it is minted, createdAt + deliveryDelay +
+	// rotationInterval + 2 x the confirmation ceiling + dns.ttl +
+	// retirementMargin, and shortened at retirement to retiredAt + dns.ttl
+	// + retirementMargin when that is sooner; never extended.
 	// +optional
 	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
 }

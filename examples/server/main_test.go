@@ -311,7 +311,7 @@ func TestServerECH(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.State, c.CreatedAt, c.PublishedAt = echring.Published, now, now
+		c.State, c.CreatedAt, c.PublishedAt, c.ExpiresAt = echring.Published, now, now, now.Add(time.Hour)
 		return c
 	}
 	served, other := mint(7, "served"), mint(7, "other")

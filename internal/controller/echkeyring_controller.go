@@ -219,6 +219,9 @@ func (r *ECHKeyRingReconciler) reconcile(ctx context.Context, ekr *v1alpha1.ECHK
 			return halt(*p, errors.Join(err, mintError(mintErr)))
 		}
 		r.announce(ekr, snap, pass.plan, next)
+		if pass.plan.Published != nil && pass.plan.Unconfirmed {
+			r.Recorder.Eventf(ekr, snap, corev1.EventTypeWarning, v1alpha1.ReasonPublishedUnconfirmed, "Publish", "%s", unconfirmedMessage(*pass.plan.Published, pass.seen))
+		}
 		newest, pass.ring = snap, next
 	}
 	var errs []error
@@ -252,7 +255,16 @@ func firstOf(snaps []*corev1.Secret) *corev1.Secret {
 // echPolicy is the lifecycle's reading of the spec.
 func echPolicy(s v1alpha1.ECHKeyRingSpec) echring.Policy {
 	return echring.Policy{RotationInterval: s.RotationInterval.Duration, DeliveryDelay: s.DeliveryDelay.Duration,
-		TTL: time.Duration(s.DNS.TTL) * time.Second, RetirementMargin: s.RetirementMargin.Duration}
+		TTL: time.Duration(s.DNS.TTL) * time.Second, RetirementMargin: s.RetirementMargin.Duration, MaxDelay: echCeiling(s.Confirmation)}
+}
+
+// echCeiling is how long past its due time a staged config waits for its
+// fleet before it is published unconfirmed: maxDelay, or timeout without.
+func echCeiling(c v1alpha1.Confirmation) time.Duration {
+	if c.MaxDelay != nil {
+		return c.MaxDelay.Duration
+	}
+	return c.Timeout.Duration
 }
 
 // echParams is what each new ECHConfig of the ring says.
@@ -284,12 +296,7 @@ func (r *ECHKeyRingReconciler) confirm(ekr *v1alpha1.ECHKeyRing, owner distribut
 	} else if s := ekr.Status.Confirmation; s != nil && s.StagedKey == id {
 		pass.seen = s
 	}
-	c := ekr.Spec.Confirmation
-	ceiling := c.Timeout.Duration
-	if c.MaxDelay != nil {
-		ceiling = c.MaxDelay.Duration
-	}
-	pass.overdue = !confirmed && now.After(due.Add(ceiling))
+	pass.overdue = !confirmed && now.After(due.Add(min(ekr.Spec.Confirmation.Timeout.Duration, policy.MaxDelay)))
 	return confirmed
 }
 
@@ -586,10 +593,19 @@ func (r *ECHKeyRingReconciler) status(ekr *v1alpha1.ECHKeyRing, pass echPass) v1
 	meta.SetStatusCondition(&st.Conditions, ready)
 
 	overdue := metav1.Condition{Type: v1alpha1.ConditionConfirmationOverdue, ObservedGeneration: gen,
-		Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonOnSchedule, Message: "No staged config waits for its fleet past its ceiling"}
-	if pass.overdue && pass.problem == nil {
+		Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonOnSchedule, Message: "No staged config waits for its fleet past spec.confirmation.timeout"}
+	prev := meta.FindStatusCondition(ekr.Status.Conditions, overdue.Type)
+	switch {
+	case pass.plan.Published != nil && pass.plan.Unconfirmed:
+		overdue.Reason, overdue.Message = v1alpha1.ReasonPublishedUnconfirmed, unconfirmedMessage(*pass.plan.Published, pass.seen)
+	case pass.overdue && pass.problem == nil:
 		overdue.Status, overdue.Reason = metav1.ConditionTrue, v1alpha1.ReasonAwaitingPods
-		overdue.Message = "The staged config is held back, never published unconfirmed, past spec.confirmation's ceiling; the published config keeps serving." + missingPods(pass.seen)
+		overdue.Message = fmt.Sprintf("The staged config is held back past spec.confirmation.timeout; the published config keeps serving, and the staged one is published unconfirmed at its ceiling, %s, once DNS answers it.",
+			echring.CeilingAt(pass.policy, ring).UTC().Format(time.RFC3339)) + missingPods(pass.seen)
+	case prev != nil && prev.Reason == v1alpha1.ReasonPublishedUnconfirmed && !pass.overdue && pass.plan.Published == nil:
+		// Until the next config is published or overdue, the condition
+		// says how the published one got there.
+		overdue.Reason, overdue.Message = prev.Reason, prev.Message
 	}
 	if pass.problem == nil || meta.FindStatusCondition(st.Conditions, overdue.Type) == nil {
 		meta.SetStatusCondition(&st.Conditions, overdue)
@@ -609,6 +625,12 @@ func heldFor(h echring.Hold, staged bool) string {
 		return "staged and confirmed, and waits for DNS to answer it"
 	}
 	return "staged"
+}
+
+// unconfirmedMessage says that config id was published at its ceiling,
+// naming the pods that lacked it when last asked.
+func unconfirmedMessage(id uint8, s *v1alpha1.ConfirmationStatus) string {
+	return fmt.Sprintf("Config %d was published to DNS at its ceiling (spec.confirmation.maxDelay, or timeout) without every pod reporting it: a pod without it rejects ECH under it with its retry configs, and the client succeeds on retry.", id) + missingPods(s)
 }
 
 func missingPods(s *v1alpha1.ConfirmationStatus) string {

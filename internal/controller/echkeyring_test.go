@@ -184,12 +184,17 @@ var _ = Describe("ECHKeyRing", func() {
 		ns = newNamespace(ctx)
 	})
 
-	It("publishes each config to DNS only once every pod holds it, retires the one it replaces, and keeps everything while DNS is down", func() {
+	It("publishes each config to DNS once every pod holds it or at its ceiling, retires the one it replaces, and keeps everything while DNS is down", func() {
 		srv := knot.Run(GinkgoT(), "example.test.", knot.Key{})
 		_, params := echAnswer(ctx, srv)
 		zone := createZone(ctx, ns, srv)
 		a, b := newECHReplica(ctx, ns, "web-a"), newECHReplica(ctx, ns, "web-b")
-		ring := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web", Annotations: map[string]string{}}, Spec: echSpec(zone)}
+		spec := echSpec(zone)
+		spec.Confirmation.MaxDelay = &metav1.Duration{Duration: 20 * time.Minute}
+		// The life of every config: deliveryDelay + rotationInterval + 2 x
+		// maxDelay + ttl + retirementMargin.
+		life := 5*time.Minute + time.Hour + 40*time.Minute + 5*time.Minute + 10*time.Minute
+		ring := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web", Annotations: map[string]string{}}, Spec: spec}
 		Expect(k8s.Create(ctx, ring)).To(Succeed())
 		projection := func() *corev1.Secret { return getSecret(ctx, ns, "web-ech-keys") }
 		states := func() []string { return configStates(getECH(ctx, ring)) }
@@ -205,6 +210,8 @@ var _ = Describe("ECHKeyRing", func() {
 		e1 := decodeECH(projection())
 		Expect(e1.Ring).To(Equal(ns + "/web"))
 		c1 := e1.Configs[0]
+		Expect(c1.ExpiresAt).To(BeTemporally("==", c1.CreatedAt.Add(life)), "a staged config expires by the pods' clocks")
+		Expect(getECH(ctx, ring).Status.Configs[0].ExpiresAt).To(HaveField("Time", BeTemporally("==", c1.ExpiresAt)))
 		Expect(readyReason(getECH(ctx, ring).Status.Conditions)).To(Equal(v1alpha1.ReasonAwaitingDNS))
 		Expect(answer()).To(BeNil())
 
@@ -244,7 +251,7 @@ var _ = Describe("ECHKeyRing", func() {
 		Consistently(states, 2*time.Second, poll).Should(Equal([]string{"2:staged", "1:published"}))
 		Expect(answer()).To(Equal(echring.ConfigList([]echring.Config{c1})))
 
-		By("past the confirmation ceiling it is still held back, and the ring says so")
+		By("past the confirmation timeout it is still held back, and the ring says so")
 		fakeClock.Step(11 * time.Minute)
 		pokeECH(ctx, ring)
 		Eventually(func() bool {
@@ -253,15 +260,24 @@ var _ = Describe("ECHKeyRing", func() {
 		Expect(meta.FindStatusCondition(getECH(ctx, ring).Status.Conditions, v1alpha1.ConditionConfirmationOverdue).Message).To(ContainSubstring("web-b"))
 		Eventually(warnings(ctx, ns, v1alpha1.ReasonAwaitingPods), timeout, poll).ShouldNot(BeEmpty())
 		Expect(states()).To(Equal([]string{"2:staged", "1:published"}))
+		Expect(answer()).To(Equal(echring.ConfigList([]echring.Config{c1})))
 
-		By("the lagging pod catches up: config 2 is published alone, config 1 retires for the TTL plus the margin")
-		b.deliver(projection())
+		By("at the ceiling, maxDelay past its due time, config 2 is published unconfirmed and the ring names the pod that lacked it")
+		fakeClock.Step(10 * time.Minute)
+		pokeECH(ctx, ring)
 		Eventually(states, timeout, poll).Should(Equal([]string{"2:published", "1:retired"}))
 		Expect(answer()).To(Equal(echring.ConfigList([]echring.Config{c2})))
 		got = getECH(ctx, ring)
+		Expect(meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionConfirmationOverdue)).To(And(
+			HaveField("Status", metav1.ConditionFalse), HaveField("Reason", v1alpha1.ReasonPublishedUnconfirmed), HaveField("Message", ContainSubstring("web-b"))))
+		Eventually(warnings(ctx, ns, v1alpha1.ReasonPublishedUnconfirmed), timeout, poll).Should(ContainElement(HaveField("Note", ContainSubstring("web-b"))))
+
+		By("config 1 retires for the TTL plus the margin, within the life it was minted with")
 		retired := got.Status.Configs[1]
 		Expect(retired.ExpiresAt.Time).To(BeTemporally("==", retired.RetiredAt.Add(15*time.Minute)))
-		Expect(meta.IsStatusConditionFalse(got.Status.Conditions, v1alpha1.ConditionConfirmationOverdue)).To(BeTrue())
+		Expect(retired.ExpiresAt.Time).To(BeTemporally("<=", c1.ExpiresAt))
+		Expect(got.Status.Configs[0].ExpiresAt).To(HaveField("Time", BeTemporally("==", c2.CreatedAt.Add(life))))
+		b.deliver(projection())
 
 		By("DNS down: a retired config still expires on time, the published one stays, nothing new is published")
 		Expect(srv.Stop()).To(Succeed())
@@ -368,8 +384,14 @@ var _ = Describe("ECHKeyRing", func() {
 		}, "retainedConfigs x rotationInterval must be at least dns.ttl + retirementMargin"),
 		Entry("more live configs than a ring holds", func(s *v1alpha1.ECHKeyRingSpec) { s.RetainedConfigs = 3 },
 			"spec.retainedConfigs in body should be less than or equal to 2"),
-		Entry("a key living past 30 days", func(s *v1alpha1.ECHKeyRingSpec) { s.RotationInterval.Duration = 400 * time.Hour },
-			"2 x rotationInterval + dns.ttl + retirementMargin must not exceed 720h"),
+		Entry("a key living past 30 days", func(s *v1alpha1.ECHKeyRingSpec) { s.RotationInterval.Duration = 720 * time.Hour },
+			"deliveryDelay + rotationInterval + 2 x confirmation.maxDelay (or confirmation.timeout when maxDelay is omitted) + dns.ttl + retirementMargin must not exceed 720h"),
+		Entry("a confirmation ceiling stretching a key past 30 days", func(s *v1alpha1.ECHKeyRingSpec) {
+			s.RotationInterval.Duration, s.Confirmation.MaxDelay = 600*time.Hour, &metav1.Duration{Duration: 61 * time.Hour}
+		}, "2 x confirmation.maxDelay (or confirmation.timeout when maxDelay is omitted) + dns.ttl + retirementMargin must not exceed 720h"),
+		Entry("a confirmation timeout stretching a key past 30 days", func(s *v1alpha1.ECHKeyRingSpec) {
+			s.RotationInterval.Duration, s.Confirmation.Timeout.Duration = 600*time.Hour, 61*time.Hour
+		}, "2 x confirmation.maxDelay (or confirmation.timeout when maxDelay is omitted) + dns.ttl + retirementMargin must not exceed 720h"),
 		Entry("publishing unconfirmed", func(s *v1alpha1.ECHKeyRingSpec) { s.Confirmation.OnTimeout = v1alpha1.ConfirmationPromote },
 			"spec.confirmation.onTimeout must be Wait"),
 		Entry("voters of other namespaces", func(s *v1alpha1.ECHKeyRingSpec) { s.Confirmation.VoterNamespaceSelector = &metav1.LabelSelector{} },

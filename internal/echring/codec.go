@@ -285,7 +285,8 @@ func checkKey(ec echConfig, priv []byte) error {
 }
 
 // checkTimes checks that c's times are set as its state wants and in order:
-// createdAt <= publishedAt <= retiredAt <= expiresAt, for those set.
+// createdAt <= publishedAt <= retiredAt <= expiresAt, for those set;
+// expiresAt, after createdAt, is set in every state.
 func (c Config) checkTimes() error {
 	if c.CreatedAt.IsZero() {
 		return errors.New("createdAt is missing")
@@ -295,18 +296,24 @@ func (c Config) checkTimes() error {
 			return errors.New("times outside years 0-9999")
 		}
 	}
+	if c.ExpiresAt.IsZero() {
+		return errors.New("expiresAt is missing: every config expires by the reader's own clock")
+	}
+	if !c.ExpiresAt.After(c.CreatedAt) {
+		return errors.New("expiresAt is not after createdAt")
+	}
 	switch c.State {
 	case Staged:
-		if !c.PublishedAt.IsZero() || !c.RetiredAt.IsZero() || !c.ExpiresAt.IsZero() {
-			return errors.New("staged with publishedAt, retiredAt or expiresAt set")
+		if !c.PublishedAt.IsZero() || !c.RetiredAt.IsZero() {
+			return errors.New("staged with publishedAt or retiredAt set")
 		}
 	case Published:
-		if c.PublishedAt.IsZero() || !c.RetiredAt.IsZero() || !c.ExpiresAt.IsZero() {
-			return errors.New("published wants publishedAt set, retiredAt and expiresAt not")
+		if c.PublishedAt.IsZero() || !c.RetiredAt.IsZero() {
+			return errors.New("published wants publishedAt set, retiredAt not")
 		}
 	case Retired:
-		if c.RetiredAt.IsZero() || c.ExpiresAt.IsZero() {
-			return errors.New("retired wants retiredAt and expiresAt set")
+		if c.RetiredAt.IsZero() {
+			return errors.New("retired wants retiredAt set")
 		}
 	}
 	prev, prevName := c.CreatedAt, "createdAt"

@@ -27,6 +27,7 @@ func sampleRing(t *testing.T) echring.Ring {
 			t.Fatal(err)
 		}
 		c.CreatedAt = t0.Add(-time.Duration(i) * 24 * time.Hour)
+		c.ExpiresAt = c.CreatedAt.Add(10 * 24 * time.Hour)
 		switch i {
 		case 1:
 			c.State, c.PublishedAt = echring.Published, c.CreatedAt.Add(time.Hour)
@@ -169,8 +170,18 @@ func TestDecodeRefuses(t *testing.T) {
 		{"bad state", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[0]["state"] = "active" }), `config 0: state is not "staged", "published" or "retired"`},
 		{"staged with publishedAt", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[0]["publishedAt"] = cs[1]["publishedAt"] }), "staged with publishedAt"},
 		{"published without publishedAt", mutate(t, func(_ map[string]any, cs []map[string]any) { delete(cs[1], "publishedAt") }), "published wants publishedAt set"},
-		{"published with expiresAt", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[1]["expiresAt"] = cs[2]["expiresAt"] }), "published wants publishedAt set, retiredAt and expiresAt not"},
-		{"retired without expiresAt", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[2]["expiresAt"] = nil }), "retired wants retiredAt and expiresAt set"},
+		{"published with retiredAt", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[1]["retiredAt"] = cs[2]["retiredAt"] }), "published wants publishedAt set, retiredAt not"},
+		{"retired without retiredAt", mutate(t, func(_ map[string]any, cs []map[string]any) { delete(cs[2], "retiredAt") }), "retired wants retiredAt set"},
+		{"retired without expiresAt", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[2]["expiresAt"] = nil }), "config 2 (id 10): expiresAt is missing"},
+		{"staged without expiresAt", mutate(t, func(_ map[string]any, cs []map[string]any) { delete(cs[0], "expiresAt") }), "config 0 (id 12): expiresAt is missing"},
+		{"published without expiresAt", mutate(t, func(_ map[string]any, cs []map[string]any) { delete(cs[1], "expiresAt") }), "config 1 (id 11): expiresAt is missing"},
+		{"zero expiresAt", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[0]["expiresAt"] = "0001-01-01T00:00:00Z" }), "config 0 (id 12): expiresAt is missing"},
+		{"expiresAt at createdAt", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[0]["expiresAt"] = cs[0]["createdAt"] }), "config 0 (id 12): expiresAt is not after createdAt"},
+		{"expiresAt before createdAt", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[1]["expiresAt"] = cs[2]["createdAt"] }), "config 1 (id 11): expiresAt is not after createdAt"},
+		{"published expires before publishedAt", mutate(t, func(_ map[string]any, cs []map[string]any) {
+			cs[1]["expiresAt"] = t0.Add(-23*time.Hour + time.Minute).Format(time.RFC3339)
+			cs[1]["publishedAt"] = t0.Add(-23*time.Hour + 2*time.Minute).Format(time.RFC3339)
+		}), "expiresAt before publishedAt"},
 		{"expires before retired", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[2]["expiresAt"] = cs[2]["publishedAt"] }), "expiresAt before retiredAt"},
 		{"no createdAt", mutate(t, func(_ map[string]any, cs []map[string]any) { delete(cs[0], "createdAt") }), "config 0 (id 12): createdAt is missing"},
 		{"not newest first", mutate(t, func(_ map[string]any, cs []map[string]any) {
@@ -260,7 +271,9 @@ func TestExpired(t *testing.T) {
 	if c.Expired(c.ExpiresAt.Add(-time.Nanosecond)) || !c.Expired(c.ExpiresAt) {
 		t.Error("Expired does not turn at ExpiresAt")
 	}
-	if sampleRing(t).Configs[1].Expired(t0.Add(1000 * time.Hour)) {
-		t.Error("a published config expired")
+	for _, c := range sampleRing(t).Configs[:2] {
+		if c.Expired(c.ExpiresAt.Add(-time.Nanosecond)) || !c.Expired(c.ExpiresAt) {
+			t.Errorf("a %s config does not expire at its ExpiresAt", c.State)
+		}
 	}
 }

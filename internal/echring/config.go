@@ -184,8 +184,10 @@ type Config struct {
 	PublishedAt time.Time
 	// RetiredAt is when it left DNS; zero until retired.
 	RetiredAt time.Time
-	// ExpiresAt is when readers drop it: set at retirement, the record's
-	// TTL plus a margin after RetiredAt; zero while staged or published.
+	// ExpiresAt is when readers drop it, whatever its state: set when it
+	// is minted, CreatedAt plus the longest life its ring allows
+	// (Policy.Life), and only ever shortened, at retirement, to the
+	// record's TTL plus a margin after RetiredAt.
 	ExpiresAt time.Time
 }
 

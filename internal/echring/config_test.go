@@ -140,7 +140,7 @@ func TestHandshake(t *testing.T) {
 			// The codec reads back what NewConfig made.
 			r := echring.Ring{Ring: "shop/web", Epoch: 1, IssuedAt: time.Now(), Configs: []echring.Config{other, c}}
 			for i := range r.Configs {
-				r.Configs[i].CreatedAt = r.IssuedAt
+				r.Configs[i].CreatedAt, r.Configs[i].ExpiresAt = r.IssuedAt, r.IssuedAt.Add(time.Hour)
 			}
 			data, err := echring.Encode(r)
 			if err != nil {

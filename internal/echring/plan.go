@@ -20,6 +20,24 @@ type Policy struct {
 	// RetirementMargin is how long past the TTL a retired config keeps
 	// decrypting.
 	RetirementMargin time.Duration
+	// MaxDelay is the confirmation ceiling: how long past its due time a
+	// staged config waits for pods that do not report it before it is
+	// published anyway (spec.confirmation.maxDelay, or timeout).
+	MaxDelay time.Duration
+}
+
+// Life is the longest a config of the ring lives, from its createdAt to
+// its expiresAt: staged for DeliveryDelay before it falls due, held back
+// by its fleet up to MaxDelay, published for RotationInterval, until its
+// successor falls due and is held back up to MaxDelay in turn, then
+// retired for TTL + RetirementMargin:
+//
+//	deliveryDelay + maxDelay + rotationInterval + maxDelay + ttl + retirementMargin
+//
+// A config is minted with expiresAt = createdAt + Life, and nothing
+// extends it: pods left alone drop it by their own clocks.
+func (p Policy) Life() time.Duration {
+	return p.DeliveryDelay + p.MaxDelay + p.RotationInterval + p.MaxDelay + p.TTL + p.RetirementMargin
 }
 
 // Validate reports a policy the lifecycle cannot follow (the API's rules
@@ -34,6 +52,8 @@ func (p Policy) Validate() error {
 		return errors.New("the DNS TTL is not positive")
 	case p.RetirementMargin < 0:
 		return errors.New("retirementMargin is negative")
+	case p.MaxDelay < 0:
+		return errors.New("the confirmation ceiling is negative")
 	}
 	return nil
 }
@@ -96,8 +116,14 @@ type Plan struct {
 	Retired   []uint8
 	// Destroyed are the configs dropped past their expiresAt.
 	Destroyed []uint8
+	// Unconfirmed says the config published by this pass was published at
+	// its ceiling without every pod reporting it.
+	Unconfirmed bool
 	// Held says why the staged config is not published.
 	Held Hold
+	// Life is how long past its createdAt the config Mint asks for
+	// expires (Policy.Life).
+	Life time.Duration
 	// Next is when the lifecycle next has something to do by the clock.
 	Next time.Time
 }
@@ -120,6 +146,17 @@ func ReadyAt(p Policy, r Ring) time.Time {
 	return readyAt(p, r, s)
 }
 
+// CeilingAt is when r's staged config is published even unconfirmed
+// (once DNS answers it): MaxDelay past its ReadyAt; zero when none is
+// staged.
+func CeilingAt(p Policy, r Ring) time.Time {
+	at := ReadyAt(p, r)
+	if at.IsZero() {
+		return at
+	}
+	return at.Add(p.MaxDelay)
+}
+
 // MintAt is when r stages its next config, once none is staged: zero (at
 // once) for a ring with no published config.
 func MintAt(p Policy, r Ring) time.Time { return mintAt(p, r) }
@@ -139,36 +176,65 @@ func readyAt(p Policy, r Ring, s Config) time.Time {
 
 // Want is the configs DNS must hold at now: the staged config alone, once
 // it may be published (the one it replaces leaves DNS in the same update),
-// or else the published ones. The caller writes them to DNS when the
-// servers do not answer them, verifies, and passes the answer to Next.
+// or else the published ones; never a config past its expiresAt. The
+// caller writes them to DNS when the servers do not answer them, verifies,
+// and passes the answer to Next.
 func Want(now time.Time, p Policy, r Ring, confirmed bool) []Config {
-	if s, ok := r.Staged(); ok && confirmed && !now.Before(readyAt(p, r, s)) {
+	r = live(now, r)
+	if s, ok := r.Staged(); ok && publishable(now, p, r, s, confirmed) {
 		return []Config{s}
 	}
 	return r.Published()
 }
 
-// Next is one pass of the lifecycle. A staged config is published once
-// the clock allows (deliveryDelay since it was staged, rotationInterval
-// since its predecessor was published), every pod confirmed it, and DNS
-// answers it; then the config it replaces retires, expiring TTL +
-// retirementMargin later. A retired config past its expiresAt is dropped.
-// A new config is staged deliveryDelay before the published one falls due
-// (at once for a ring that has none), unless the ring already holds
-// MaxConfigs. Nothing is ever published unconfirmed or before DNS answers
-// it, and nothing is dropped before its expiresAt, whatever DNS does.
+// publishable says whether the staged config s may be published at now,
+// DNS permitting: it is due and confirmed, or past its ceiling.
+func publishable(now time.Time, p Policy, r Ring, s Config, confirmed bool) bool {
+	ready := readyAt(p, r, s)
+	return !now.Before(ready) && (confirmed || !now.Before(ready.Add(p.MaxDelay)))
+}
+
+// live is r without the configs past their expiresAt at now.
+func live(now time.Time, r Ring) Ring {
+	r.Configs = slices.DeleteFunc(slices.Clone(r.Configs), func(c Config) bool { return c.Expired(now) })
+	return r
+}
+
+// Next is one pass of the lifecycle. A config past its expiresAt is
+// dropped first, whatever its state. A staged config is published once the
+// clock allows (deliveryDelay since it was staged, rotationInterval since
+// its predecessor was published), every pod confirmed it or it is MaxDelay
+// past that due time (the ceiling), and DNS answers it; then the config it
+// replaces retires, its expiresAt shortened to TTL + retirementMargin later
+// if that is sooner. A new config is staged deliveryDelay before the
+// published one falls due (at once for a ring that has none), unless the
+// ring already holds MaxConfigs, and expires Policy.Life after. Nothing is
+// ever published before its ceiling unconfirmed, or before DNS answers it;
+// nothing is dropped before its expiresAt, whatever DNS does, and nothing
+// extends an expiresAt.
 func Next(in Input) Plan {
 	p, now := in.Policy, in.Now
 	next := in.Ring
 	next.Configs = slices.Clone(in.Ring.Configs)
-	out := Plan{}
+	out := Plan{Life: p.Life()}
+
+	kept := next.Configs[:0]
+	for _, c := range next.Configs {
+		if c.Expired(now) {
+			out.Destroyed = append(out.Destroyed, c.ID)
+			continue
+		}
+		kept = append(kept, c)
+	}
+	next.Configs = kept
+	out.Changed = len(out.Destroyed) > 0
 
 	if s, ok := next.Staged(); ok {
 		ready := readyAt(p, next, s)
 		switch {
 		case now.Before(ready):
 			out.Held = HoldDelivery
-		case !in.Confirmed:
+		case !publishable(now, p, next, s, in.Confirmed):
 			out.Held = HoldConfirmation
 		case !in.DNS.Checked || !in.DNS.Holds || in.DNS.Err != nil:
 			out.Held = HoldDNS
@@ -178,26 +244,18 @@ func Next(in Input) Plan {
 				switch {
 				case i == 0:
 					c.State, c.PublishedAt = Published, now
-					out.Published = &c.ID
+					out.Published, out.Unconfirmed = &c.ID, !in.Confirmed
 				case c.State == Published:
-					c.State, c.RetiredAt, c.ExpiresAt = Retired, now, now.Add(p.TTL+p.RetirementMargin)
+					c.State, c.RetiredAt = Retired, now
+					if end := now.Add(p.TTL + p.RetirementMargin); c.ExpiresAt.IsZero() || end.Before(c.ExpiresAt) {
+						c.ExpiresAt = end
+					}
 					out.Retired = append(out.Retired, c.ID)
 				}
 			}
 			out.Changed = true
 		}
 	}
-
-	kept := next.Configs[:0]
-	for _, c := range next.Configs {
-		if c.State == Retired && c.Expired(now) {
-			out.Destroyed = append(out.Destroyed, c.ID)
-			continue
-		}
-		kept = append(kept, c)
-	}
-	next.Configs = kept
-	out.Changed = out.Changed || len(out.Destroyed) > 0
 
 	if _, staged := next.Staged(); !staged {
 		due := mintAt(p, next)
@@ -213,6 +271,8 @@ func Next(in Input) Plan {
 		}
 	} else if s, _ := next.Staged(); out.Held == HoldDelivery {
 		out.Next = readyAt(p, next, s)
+	} else if out.Held == HoldConfirmation {
+		out.Next = readyAt(p, next, s).Add(p.MaxDelay)
 	}
 	for _, c := range next.Configs {
 		if !c.ExpiresAt.IsZero() && (out.Next.IsZero() || c.ExpiresAt.Before(out.Next)) {
@@ -249,7 +309,8 @@ func freeID(r Ring) uint8 {
 }
 
 // Stage completes a plan that mints: c, made by NewConfig with the id
-// Mint named, joins the ring as its staged config, created at now. The
+// Mint named, joins the ring as its staged config, created at now and
+// expiring the plan's Life after. The
 // ring takes the next epoch when the plan changed it.
 func (pl Plan) Stage(now time.Time, c Config) (Ring, error) {
 	r := pl.Ring
@@ -259,7 +320,10 @@ func (pl Plan) Stage(now time.Time, c Config) (Ring, error) {
 			return Ring{}, fmt.Errorf("minted config %d, the plan asked for %d", c.ID, *pl.Mint)
 		}
 		c.State, c.CreatedAt = Staged, now
-		c.PublishedAt, c.RetiredAt, c.ExpiresAt = time.Time{}, time.Time{}, time.Time{}
+		if pl.Life <= 0 {
+			return Ring{}, fmt.Errorf("minted config %d has no life: the plan sets none", c.ID)
+		}
+		c.PublishedAt, c.RetiredAt, c.ExpiresAt = time.Time{}, time.Time{}, now.Add(pl.Life)
 		r.Configs = append([]Config{c}, r.Configs...)
 	}
 	if pl.Changed {

@@ -22,7 +22,7 @@ func TestECHKeysCostNoAllocation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.State, c.CreatedAt = st, now.Add(-time.Duration(i)*time.Hour)
+		c.State, c.CreatedAt, c.ExpiresAt = st, now.Add(-time.Duration(i)*time.Hour), now.Add(time.Hour)
 		if st == echring.Published {
 			c.PublishedAt = c.CreatedAt
 		}

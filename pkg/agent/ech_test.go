@@ -25,7 +25,8 @@ import (
 
 const echPublicName = "public.example.test"
 
-// echConfig mints config id from a seed derived from name, in state.
+// echConfig mints config id from a seed derived from name, in state; it
+// expires 6 hours after createdAt, or 4 hours after its retirement.
 func echConfig(t testing.TB, id uint8, name string, state echring.State, createdAt time.Time) echring.Config {
 	t.Helper()
 	seed := sha256.Sum256([]byte(name))
@@ -33,7 +34,7 @@ func echConfig(t testing.TB, id uint8, name string, state echring.State, created
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.State, c.CreatedAt = state, createdAt
+	c.State, c.CreatedAt, c.ExpiresAt = state, createdAt, createdAt.Add(6*time.Hour)
 	switch state {
 	case echring.Published:
 		c.PublishedAt = createdAt.Add(time.Minute)
@@ -196,8 +197,8 @@ func TestECHServed(t *testing.T) {
 	st := a.Status()
 	// In the order keys are tried: published, staged, retired.
 	want := []agent.ECHConfigStatus{
-		{ID: 2, State: "published", Retry: true},
-		{ID: 3, State: "staged"},
+		{ID: 2, State: "published", Retry: true, ExpiresAt: e.published.ExpiresAt},
+		{ID: 3, State: "staged", ExpiresAt: e.staged.ExpiresAt},
 		{ID: 1, State: "retired", ExpiresAt: e.retired.ExpiresAt},
 	}
 	if st.ECH == nil || st.ECH.Ring != "shop/web" || st.ECH.Epoch != 5 || len(st.ECH.Configs) != len(want) {
@@ -267,6 +268,36 @@ func TestECHConfigExpires(t *testing.T) {
 		t.Errorf("configs after re-listing the destroyed one: %+v", st.ECH.Configs)
 	}
 	mustReject(t, addr, e.client(e.retired), "destroyed config listed again")
+}
+
+// TestECHPublishedConfigExpires: a published config expires by the agent's
+// own clock too, with no new file (the operator stopped): at its expiresAt
+// the agent drops it, a client holding it is rejected, and it is no longer
+// sent as a retry config.
+func TestECHPublishedConfigExpires(t *testing.T) {
+	e := newECHSetup(t)
+	if !e.published.ExpiresAt.After(e.retired.ExpiresAt) || !e.staged.ExpiresAt.After(e.published.ExpiresAt) {
+		t.Fatal("the setup's configs do not expire retired, published, staged in turn")
+	}
+	clock := newFakeClock(e.t0)
+	var logs logBuffer
+	a := e.agent(t, clock, &logs)
+	addr := serve(t, a.TLSConfig(nil))
+	pub := e.client(e.published)
+	mustAccept(t, addr, pub, "published config before its expiry")
+
+	clock.Set(e.published.ExpiresAt)
+	eventually(t, "configs 1 and 2 dropped", func() bool { st := a.Status(); return st.ECH != nil && len(st.ECH.Configs) == 1 })
+	if st := a.Status(); st.ECH.Configs[0].ID != 3 || st.ECH.Epoch != 5 {
+		t.Fatalf("configs served after the published one expired: epoch %d %+v, want epoch 5 with config 3 alone", st.ECH.Epoch, st.ECH.Configs)
+	}
+	if retry := mustReject(t, addr, pub, "expired published config"); len(retry) != 0 {
+		t.Errorf("retry configs sent after the published config expired: %d bytes, want none", len(retry))
+	}
+	mustAccept(t, addr, e.client(e.staged), "the staged config, still live")
+	if got := len(logs.records(t, map[string]string{"msg": "Destroyed expired ECH config"})); got != 2 {
+		t.Errorf("%d log lines for destroyed configs, want 2:\n%s", got, logs.String())
+	}
 }
 
 // TestECHBadFileKeepsLastGood: a corrupt, rolled-back or foreign

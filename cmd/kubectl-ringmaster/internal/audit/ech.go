@@ -25,15 +25,17 @@ func ECHRow(r *v1alpha1.ECHKeyRing, now time.Time) Row {
 	var states []string
 	for _, c := range st.Configs {
 		states = append(states, fmt.Sprintf("%d %s", c.ID, c.State))
-		switch {
-		case c.State == "published" && c.PublishedAt != nil && row.KeyID == "":
+		if c.State == "published" && c.PublishedAt != nil && row.KeyID == "" {
 			age := now.Sub(c.PublishedAt.Time)
 			row.KeyID, row.KeySince, row.KeyAge = fmt.Sprintf("config %d", c.ID), timePtr(c.PublishedAt.Time), durationPtr(age)
 			if interval := r.Spec.RotationInterval.Duration; age > interval+r.Spec.DeliveryDelay.Duration+Grace {
 				row.Problems = append(row.Problems, problem(fmt.Sprintf("published config %d is %s old, over its rotationInterval %s",
 					c.ID, duration.HumanDuration(age), duration.HumanDuration(interval)), KeyAge))
 			}
-		case c.ExpiresAt != nil:
+		}
+		// Every config expires, whatever its state (an ECH config carries
+		// expiresAt from the moment it is minted).
+		if c.ExpiresAt != nil {
 			if row.Expires == nil || c.ExpiresAt.Before(row.Expires) {
 				row.Expires = timePtr(c.ExpiresAt.Time)
 			}

@@ -1,6 +1,7 @@
 package audit_test
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"testing"
@@ -42,9 +43,15 @@ func TestECHRows(t *testing.T) {
 		later  time.Duration
 		want   []audit.Category
 		says   string
+		// expires is the soonest expiresAt the row shows; 0: 10m.
+		expires time.Duration
 	}{
 		{name: "healthy", mutate: func(*v1alpha1.ECHKeyRing) {}},
 		{name: "a retired config past its expiry", later: 12 * minute, want: []audit.Category{audit.Overdue}, says: "config 1 expired"},
+		{name: "a published config past its expiry", mutate: func(r *v1alpha1.ECHKeyRing) {
+			x := at(-2 * minute)
+			r.Status.Configs[1].ExpiresAt = &x
+		}, want: []audit.Category{audit.Overdue}, says: "config 2 expired", expires: -2 * minute},
 		{name: "the published config past its interval", later: 50 * minute, want: []audit.Category{audit.KeyAge, audit.Overdue}, says: "published config 2 is"},
 		{name: "publication held back by the fleet", mutate: func(r *v1alpha1.ECHKeyRing) {
 			r.Status.Conditions[1] = cond(v1alpha1.ConditionConfirmationOverdue, metav1.ConditionTrue, v1alpha1.ReasonAwaitingPods, "web-7 lacks it", 1)
@@ -74,7 +81,8 @@ func TestECHRows(t *testing.T) {
 			if tc.says != "" && !strings.Contains(strings.Join(msgs, "; "), tc.says) {
 				t.Errorf("problems %q do not say %q", msgs, tc.says)
 			}
-			if row.KeyID != "config 2" || !row.Expires.Equal(&metav1.Time{Time: now.Add(10 * minute)}) {
+			expires := cmp.Or(tc.expires, 10*minute)
+			if row.KeyID != "config 2" || !row.Expires.Equal(&metav1.Time{Time: now.Add(expires)}) {
 				t.Errorf("row shows key %q, expires %v", row.KeyID, row.Expires)
 			}
 		})
