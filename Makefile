@@ -83,12 +83,20 @@ test-integration: envtest vault cert-manager servers ## Run the unit tests and t
 test-cluster: manifests generate servers helm images cluster-build ## Run only the cluster suite (make test runs it too, last): install the chart into a real single-node cluster and drive a fleet through it. Needs root.
 	@$(MAKE) --no-print-directory run-test-cluster
 
+.PHONY: test-faults
+test-faults: manifests generate servers helm images cluster-build ## Run the cluster suite's fault specs make test leaves out for time (containerd restarted, helm upgrade, node restart, each during a rotation under load, invariants checked). Needs root.
+	@$(MAKE) --no-print-directory run-test-cluster CLUSTER_LABELS=faults-long
+
+# The cluster suite's specs that make test and make test-cluster run: all
+# but the long fault specs, which make test-faults runs.
+CLUSTER_LABELS ?= !faults-long
+
 # The cluster suite runs alone, after the others: its cluster and fleet want
 # the machine's 2 cores, and would slow the timing-sensitive suites beside
 # it. Its cluster is stopped afterwards even if the test binary was killed.
 .PHONY: run-test-cluster
 run-test-cluster:
-	status=0; RINGMASTER_HELM=$(HELM) RINGMASTER_IMAGES=$(BIN)/images RINGMASTER_IMAGE_TAG=$(IMAGE_TAG) go test -tags cluster ./test/cluster/ -count=1 -timeout 30m -v -ginkgo.v $(TESTFLAGS) || status=$$?; \
+	status=0; RINGMASTER_HELM=$(HELM) RINGMASTER_IMAGES=$(BIN)/images RINGMASTER_IMAGE_TAG=$(IMAGE_TAG) go test -tags cluster ./test/cluster/ -count=1 -timeout 30m -v -ginkgo.v -ginkgo.label-filter='$(CLUSTER_LABELS)' $(TESTFLAGS) || status=$$?; \
 		RINGMASTER_CLUSTER=ringmaster-e2e hack/cluster/down.sh; exit $$status
 
 .PHONY: test-e2e

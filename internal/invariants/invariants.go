@@ -39,6 +39,12 @@ type Config struct {
 	// A caller that learns of a publication only through pods (no
 	// ObserveStaged) adds the least delivery lag it expects.
 	Slack time.Duration
+	// PublishLag is how much less than activationDelay a key may be seen
+	// staged, for the time between the operator's plan (the instant it
+	// counts activationDelay from) and its publication reaching the
+	// observer: the writes of a snapshot and a projection, a new leader's
+	// first reconcile. Report.ShortestStaged says how much was used.
+	PublishLag time.Duration
 }
 
 // Checker accumulates observations. The zero value is not usable: use New.
@@ -50,8 +56,9 @@ type Checker struct {
 	rings      map[string]*ringState
 	pods       map[string]*podState
 	violations []string
-	seen       map[string]bool   // violations already reported, by identity
-	failures   map[[3]string]int // (pod, "failed"|"full", error) -> count, none a restart explains
+	seen       map[string]bool             // violations already reported, by identity
+	failures   map[[3]string]int           // (pod, "failed"|"full", error) -> count, none a restart explains
+	secrets    map[string]map[int64]string // ring -> epoch -> snapshot Secret
 	report     Report
 }
 
@@ -82,7 +89,7 @@ type podState struct {
 func New(cfg Config) *Checker {
 	return &Checker{
 		cfg: cfg, delay: map[string]time.Duration{}, rings: map[string]*ringState{}, pods: map[string]*podState{},
-		seen: map[string]bool{}, failures: map[[3]string]int{},
+		seen: map[string]bool{}, failures: map[[3]string]int{}, secrets: map[string]map[int64]string{},
 	}
 }
 
@@ -131,6 +138,25 @@ func (c *Checker) ObserveSnapshot(ring string, epoch int64, contentHash string, 
 		return
 	}
 	r.maxEpoch = epoch
+}
+
+// ObserveSnapshotSecret records that the immutable snapshot Secret
+// identified by uid holds ring's epoch: each epoch has one. Snapshot
+// Secrets may be observed in any order (a list after a watch breaks).
+func (c *Checker) ObserveSnapshotSecret(ring string, epoch int64, uid string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.secrets[ring]
+	if !ok {
+		m = map[int64]string{}
+		c.secrets[ring] = m
+	}
+	if prev, ok := m[epoch]; ok && prev != uid {
+		c.violate(fmt.Sprintf("secret %s %d %s", ring, epoch, uid),
+			"ring %s: epoch %d published as two snapshot Secrets (%s, %s)", ring, epoch, prev, uid)
+		return
+	}
+	m[epoch] = uid
 }
 
 // ObserveStaged records that ring's projection published key id staged at
@@ -227,12 +253,17 @@ func (c *Checker) ObservePod(pod string, st agentstatus.Status, at time.Time) {
 			case k.stagedAt.IsZero():
 				c.violate("unstaged "+st.Ring+" "+ks.ID,
 					"ring %s: key %s encrypts from %s at pod %s, never seen staged", st.Ring, ks.ID, stamp(ks.ActiveFrom), pod)
-			case ks.ActiveFrom.Sub(k.stagedAt) < delay-c.cfg.Slack:
+			case ks.ActiveFrom.Sub(k.stagedAt) < delay-c.cfg.Slack-c.cfg.PublishLag:
 				c.violate("short "+st.Ring+" "+ks.ID,
 					"ring %s: key %s staged at %s encrypts from %s, %s later: less than activationDelay %s", st.Ring, ks.ID, stamp(k.stagedAt), stamp(ks.ActiveFrom), ks.ActiveFrom.Sub(k.stagedAt).Round(time.Millisecond), delay)
 			}
 			if !k.baseline {
 				c.report.Rotations++
+			}
+			if !k.baseline && !k.unknown && !k.stagedAt.IsZero() {
+				if d := ks.ActiveFrom.Sub(k.stagedAt); c.report.ShortestStaged == 0 || d < c.report.ShortestStaged {
+					c.report.ShortestStaged = d
+				}
 			}
 		}
 		if !heldBefore && !fresh && !k.baseline && firstHere.Sub(k.activeAt) > c.cfg.Slack {
@@ -290,6 +321,10 @@ type Report struct {
 	// Rotations counts the keys seen to begin encrypting, over all rings,
 	// after the checker's first observation of each.
 	Rotations int
+	// ShortestStaged is the least time between a key's first publication
+	// seen and its activeFrom, over the rotations counted; zero without
+	// one.
+	ShortestStaged time.Duration
 	// Restarts counts ObserveRestart.
 	Restarts int
 	// Reconnects counts the successful reconnects: Resumed ones, Full
@@ -310,8 +345,8 @@ func (r Report) ResumptionRate() float64 {
 
 // String is the report on one line.
 func (r Report) String() string {
-	return fmt.Sprintf("%d rotations, %d reconnects, %.2f%% resumed, %d full handshakes (+%d across restarts), %d failed (+%d across restarts), %d restarts",
-		r.Rotations, r.Reconnects, 100*r.ResumptionRate(), r.Full, r.RestartFull, r.Failures, r.RestartFailures, r.Restarts)
+	return fmt.Sprintf("%d rotations (shortest staged %s), %d reconnects, %.2f%% resumed, %d full handshakes (+%d across restarts), %d failed (+%d across restarts), %d restarts",
+		r.Rotations, r.ShortestStaged.Round(100*time.Millisecond), r.Reconnects, 100*r.ResumptionRate(), r.Full, r.RestartFull, r.Failures, r.RestartFailures, r.Restarts)
 }
 
 // Report returns the counts so far.

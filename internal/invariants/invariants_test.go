@@ -71,7 +71,7 @@ func TestChecker(t *testing.T) {
 			conn("a", true, nil, false), conn("b", true, nil, false),
 		},
 		check: func(t *testing.T, r Report) {
-			if r.Rotations != 1 || r.Reconnects != 2 || r.ResumptionRate() != 1 {
+			if r.Rotations != 1 || r.Reconnects != 2 || r.ResumptionRate() != 1 || r.ShortestStaged != 59*time.Second {
 				t.Errorf("report %s", r)
 			}
 		},
@@ -79,6 +79,15 @@ func TestChecker(t *testing.T) {
 		name:  "an epoch published twice with different contents",
 		steps: []step{snap(1, "h1", 0), snap(2, "h2", 10), snap(2, "h2b", 11)},
 		want:  []string{"ring shop/web: epoch 2 published with two contents (h2, then h2b"},
+	}, {
+		name: "an epoch published as two snapshot Secrets",
+		steps: []step{
+			func(c *Checker) { c.ObserveSnapshotSecret("shop/web", 2, "uid-2") },
+			func(c *Checker) { c.ObserveSnapshotSecret("shop/web", 1, "uid-1") }, // out of order: fine
+			func(c *Checker) { c.ObserveSnapshotSecret("shop/web", 2, "uid-2") },
+			func(c *Checker) { c.ObserveSnapshotSecret("shop/web", 2, "uid-2b") },
+		},
+		want: []string{"ring shop/web: epoch 2 published as two snapshot Secrets (uid-2, uid-2b)"},
 	}, {
 		name:  "the projection going back an epoch",
 		steps: []step{snap(1, "h1", 0), snap(3, "h3", 10), snap(2, "h2", 11)},
@@ -175,6 +184,26 @@ func TestChecker(t *testing.T) {
 				tc.check(t, c.Report())
 			}
 		})
+	}
+}
+
+func TestPublishLag(t *testing.T) {
+	// Staged 41.5 s of 45 s: within a publication lag of 3 s and the slack.
+	steps := []step{pod("a", 1, status(1, "k1", key("k1", "active", 0, 300))), staged("k2", 18.5), pod("a", 61, after)}
+	for _, lag := range []struct {
+		lag  time.Duration
+		want int
+	}{{0, 1}, {3 * time.Second, 0}} {
+		c := New(Config{ActivationDelay: delay, Slack: time.Second, PublishLag: lag.lag})
+		for _, s := range steps {
+			s(c)
+		}
+		if v := c.Violations(); len(v) != lag.want {
+			t.Errorf("publication lag %s: violations %q, want %d", lag.lag, v, lag.want)
+		}
+		if r := c.Report(); r.ShortestStaged != 41500*time.Millisecond {
+			t.Errorf("shortest staged %s, want 41.5s", r.ShortestStaged)
+		}
 	}
 }
 
