@@ -84,8 +84,8 @@ test-cluster: manifests generate servers helm images cluster-build ## Run only t
 	@$(MAKE) --no-print-directory run-test-cluster
 
 .PHONY: test-faults
-test-faults: manifests generate servers helm images cluster-build ## Run the cluster suite's fault specs make test leaves out for time (containerd restarted, helm upgrade, node restart, each during a rotation under load, invariants checked). Needs root.
-	@$(MAKE) --no-print-directory run-test-cluster CLUSTER_LABELS=faults-long
+test-faults: manifests generate servers helm images cluster-build vault ## Run the cluster suite's fault specs make test leaves out for time (containerd restarted, Vault unreachable, helm upgrade, node restart, each during a rotation under load, invariants checked). Needs root.
+	@RINGMASTER_VAULT="$$(hack/vault.sh)" $(MAKE) --no-print-directory run-test-cluster CLUSTER_LABELS=faults-long
 
 # The cluster suite's specs that make test and make test-cluster run: all
 # but the long fault specs, which make test-faults runs.

@@ -36,6 +36,14 @@ do_start() {
 	local -a cmd
 	eval "cmd=($(cat "$RUN/cmds/$name"))"
 	spawn "$name" "${cmd[@]}"
+	if [[ "$name" == containerd ]]; then
+		# Its clients (the kubelet, ctr) find it answering.
+		local i
+		for ((i = 0; i < 60; i++)); do
+			"$(cat "$RUN/bins")/ctr" --address "$RUN/containerd.sock" version >/dev/null 2>&1 && break
+			sleep 0.5
+		done
+	fi
 	log "Started $name"
 }
 

@@ -30,17 +30,23 @@ kill_pids() {
 	for pid in "$@"; do kill "-$sig" "$pid" 2>/dev/null || true; done
 }
 
-# Processes in the cluster's cgroups (containers) and the cluster's
-# containerd shims: a shim's command line names the cluster's containerd
-# socket, which no other process on the machine uses.
+# Processes in the cluster's cgroups (containers), the cluster's containerd
+# shims (a shim's command line names the cluster's containerd socket, which
+# no other process on the machine uses), and any process given a file under
+# $RUN as a flag's value.
 cluster_pids() {
 	local h
 	for h in /sys/fs/cgroup/*/; do
 		[[ -d "$h${CGROUP#/}" ]] && find "$h${CGROUP#/}" -name cgroup.procs -exec cat {} + 2>/dev/null
 	done
-	local p
+	local p cmd
 	for p in /proc/[0-9]*; do
-		{ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF -- "-address $RUN/containerd.sock " && echo "${p#/proc/}"
+		cmd=$({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue
+		# A shim, or what a test ran under the cluster's run directory (the
+		# fault specs' Vault).
+		if [[ "$cmd" == *"-address $RUN/containerd.sock "* || ("$cmd" == *"=$RUN/"* && "$cmd" != *down.sh*) ]]; then
+			echo "${p#/proc/}"
+		fi
 	done
 	true
 }

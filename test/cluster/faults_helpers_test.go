@@ -43,6 +43,11 @@ const (
 	// read takes, it is the checker's slack.
 	pollEvery   = 250 * time.Millisecond
 	faultsSlack = time.Second
+	// publishLag is what the checker allows between the operator's plan
+	// and its publication reaching the suite: a new leader's first
+	// publication was seen 3.6 s after the instant its plan counted
+	// activationDelay from (each fault's shortest staged time is printed).
+	publishLag = 5 * time.Second
 )
 
 // faultFleet is the fault specs' fleet, made by the first of them and kept
@@ -166,7 +171,7 @@ func startFaultRun(ctx context.Context, f *faultFleet) *faultRun {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r := &faultRun{
 		f: f, cancel: cancel,
-		checker: invariants.New(invariants.Config{ActivationDelay: activationDelay, Slack: faultsSlack}),
+		checker: invariants.New(invariants.Config{ActivationDelay: activationDelay, Slack: faultsSlack, PublishLag: publishLag}),
 		podOf:   map[string]string{}, restarts: map[string]int32{}, observed: map[string]int32{}, swaps: map[string]uint64{}, epochAt: map[int64]time.Time{},
 		served: map[string]time.Time{},
 	}
@@ -198,7 +203,7 @@ func (r *faultRun) watchSecrets(ctx context.Context) {
 		case v1alpha1.ComponentSnapshot:
 			e, err := strconv.ParseInt(s.Labels[v1alpha1.EpochLabel], 10, 64)
 			if err == nil {
-				r.checker.ObserveSnapshot(faultsRing+" snapshot Secrets", e, string(s.UID), at)
+				r.checker.ObserveSnapshotSecret(faultsRing, e, string(s.UID))
 			}
 		case v1alpha1.ComponentProjection:
 			ring, err := keyring.Decode(s.Data[keyring.FileName])
@@ -392,9 +397,15 @@ func (r *faultRun) latestEpoch() int64 {
 // new key active at every pod, served by every pod.
 func (r *faultRun) settle(ctx context.Context, rotations int) {
 	for range rotations {
-		from := r.ring(ctx)
+		// A ring whose key source was away has no staged key until it is
+		// back: wait for one.
+		var from *v1alpha1.TicketKeyRing
+		Eventually(func(g Gomega) {
+			from = r.ring(ctx)
+			g.Expect(from.Status.NextRotation).NotTo(BeNil(), "the ring's next rotation")
+			g.Expect(fleet.Ready(from)).To(BeTrue(), "the ring Ready")
+		}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		due := from.Status.NextRotation
-		Expect(due).NotTo(BeNil())
 		Eventually(func(g Gomega) {
 			ring, err := cl.GetRing(ctx, faultsNS, ringName)
 			g.Expect(err).NotTo(HaveOccurred())

@@ -3,7 +3,15 @@
 package cluster_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -12,8 +20,14 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/testing/vaulttest"
 )
 
 // The fault specs: each breaks one piece of the cluster while the fault
@@ -102,12 +116,12 @@ func leaderKilledBeforePublish(ctx SpecContext) {
 	killed := time.Now()
 	epoch, seen := r.waitEpochAfter(ctx, before, 2*time.Minute)
 	next := waitNewLeader(ctx, id)
-	when := "after the leader's successor took over"
+	when := "after the kill: published by the successor"
 	if seen.Before(killed) {
 		when = "before the kill: the leader published first"
 	}
 	r.note("leader %s SIGKILLed right after a rotate request; epoch %d first seen %s %s (%s leads)",
-		leader, epoch, seen.Sub(killed).Round(10*time.Millisecond), when, strings.SplitN(next, "_", 2)[0])
+		leader, epoch, seen.Sub(killed).Abs().Round(10*time.Millisecond), when, strings.SplitN(next, "_", 2)[0])
 	Eventually(func() string { return r.ring(ctx).Status.LastRotateRequestedAt }).
 		WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Equal(requested), "the request handled")
 	r.settle(ctx, 1)
@@ -242,4 +256,142 @@ func nodeRestarted(ctx SpecContext) {
 		due.Sub(from).Round(time.Second), down.Round(time.Second), time.Since(from).Round(time.Second))
 	r.settle(ctx, 2)
 	r.finish("node restarted on the same etcd data", 2)
+}
+
+// vaultAddr is where the Vault of the key source fault listens: on the
+// node's address, inside the cluster's network namespace, which the pods
+// reach through their bridge.
+const vaultAddr = "10.240.0.2:8200"
+
+// startVault runs a Vault dev server with TLS inside the cluster's network
+// namespace, and a ClusterKeySource minting from it with its root token;
+// it returns the source's name. Vault is stopped, and its source deleted,
+// at the spec's end.
+func startVault(ctx context.Context) string {
+	bin, err := vaulttest.Binary()
+	Expect(err).NotTo(HaveOccurred(), "make test-faults builds Vault (hack/vault.sh)")
+	// Under the cluster's run directory: the suite's check for processes
+	// left behind would name it, and down.sh removes the directory.
+	dir := filepath.Join("/run", clusterName, "vault")
+	Expect(os.MkdirAll(dir, 0o700)).To(Succeed())
+	logf, err := os.Create(filepath.Join(dir, "vault.log"))
+	Expect(err).NotTo(HaveOccurred())
+	defer logf.Close()
+	cmd := exec.Command("nsenter", "--net=/run/netns/"+clusterName, "--", bin, "server", "-dev", "-dev-tls",
+		"-dev-tls-cert-dir="+dir, "-dev-tls-san=10.240.0.2", "-dev-root-token-id="+vaulttest.RootToken,
+		"-dev-listen-address="+vaultAddr, "-dev-no-store-token")
+	cmd.Env = append(os.Environ(), "HOME="+dir, "VAULT_ADDR=", "VAULT_TOKEN=")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	Expect(cmd.Start()).To(Succeed())
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	DeferCleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	var ca []byte
+	Eventually(func() error {
+		ca, err = os.ReadFile(filepath.Join(dir, "vault-ca.pem"))
+		if err == nil && !bytes.Contains(ca, []byte("-----END CERTIFICATE-----")) {
+			err = errors.New("vault-ca.pem not written yet")
+		}
+		return err
+	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+	pool := x509.NewCertPool()
+	Expect(pool.AppendCertsFromPEM(ca)).To(BeTrue())
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		DialContext: dialer.DialContext, TLSClientConfig: &tls.Config{RootCAs: pool},
+	}}
+	Eventually(func() error {
+		resp, err := hc.Get("https://" + vaultAddr + "/v1/sys/health")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("vault health: %s", resp.Status)
+		}
+		return nil
+	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
+
+	const name = "faults-vault"
+	Expect(cl.Client.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: releaseNS, Name: name},
+		Data:       map[string][]byte{"token": []byte(vaulttest.RootToken), "ca.crt": ca},
+	})).To(Succeed())
+	src := &v1alpha1.ClusterKeySource{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.ClusterKeySourceSpec{
+			Vault: &v1alpha1.VaultSource{
+				Address:  "https://" + vaultAddr,
+				CABundle: &v1alpha1.CABundleSource{SecretKeyRef: &v1alpha1.KeyRef{Name: name, Key: "ca.crt"}},
+				Auth:     v1alpha1.VaultAuth{TokenSecretRef: &v1alpha1.KeyRef{Name: name, Key: "token"}},
+			},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": faultsNS}},
+		},
+	}
+	Expect(cl.Client.Create(ctx, src)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) {
+		_ = cl.Client.Delete(ctx, src)
+		_ = cl.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: releaseNS, Name: name}})
+	})
+	return name
+}
+
+// vaultBlocked drops (or, with on false, lets through again) every packet
+// to Vault's port inside the cluster's network: Vault unreachable, as
+// behind a failed network path, neither refused nor answered.
+func vaultBlocked(ctx context.Context, on bool) error {
+	op := "-I"
+	if !on {
+		op = "-D"
+	}
+	_, err := run(ctx, "nsenter", "--net=/run/netns/"+clusterName, "--", "iptables", op, "INPUT", "-p", "tcp", "--dport", "8200", "-j", "DROP")
+	return err
+}
+
+func vaultUnreachable(ctx SpecContext) {
+	f := getFaultFleet(ctx)
+	source := startVault(ctx)
+	patch := fmt.Sprintf(`{"spec":{"sourceRef":{"name":%q}}}`, source)
+	ring := &v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: faultsNS, Name: ringName}}
+	Expect(cl.Client.Patch(ctx, ring, client.RawPatch(types.MergePatchType, []byte(patch)))).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) {
+		ring := &v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: faultsNS, Name: ringName}}
+		_ = cl.Client.Patch(ctx, ring, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"sourceRef":null}}`)))
+	})
+	r := startFaultRun(ctx, f)
+	defer r.stop()
+	// A rotation minted from Vault first, then Vault cut off just after the
+	// next staged key is published, across the next due rotation (when the
+	// operator mints the key to stage next).
+	r.settle(ctx, 1)
+	due := r.nextDue(ctx, 50*time.Second)
+	from := time.Now()
+	Expect(vaultBlocked(ctx, true)).To(Succeed())
+	blocked := true
+	DeferCleanup(func(ctx SpecContext) {
+		if blocked {
+			_ = vaultBlocked(ctx, false)
+		}
+	})
+	sleepUntil(ctx, due.Add(20*time.Second))
+	overdue := r.ring(ctx)
+	Expect(vaultBlocked(ctx, false)).To(Succeed())
+	blocked = false
+	var cond string
+	for _, c := range overdue.Status.Conditions {
+		if c.Status == metav1.ConditionTrue && c.Type != "Ready" || c.Type == "Ready" {
+			cond += fmt.Sprintf(" %s=%s(%s)", c.Type, c.Status, c.Reason)
+		}
+	}
+	r.note("Vault unreachable %s, from %s before a due rotation to 20 s after; ring then:%s",
+		time.Since(from).Round(time.Second), due.Sub(from).Round(time.Second), cond)
+	r.settle(ctx, 2)
+	r.finish("key source (Vault) unreachable across a due rotation", 2)
 }

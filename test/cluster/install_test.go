@@ -215,6 +215,7 @@ var _ = Describe("ringmaster installed with its Helm chart", Ordered, func() {
 	It("keeps a rotation's invariants when kube-apiserver stops for 30 s across a rotation", Label(faultsLabel), apiServerStopped, NodeTimeout(6*time.Minute))
 	It("keeps a rotation's invariants when the kubelet restarts while a rotation is delivered", Label(faultsLabel), kubeletRestarted, NodeTimeout(5*time.Minute))
 	It("keeps a rotation's invariants when containerd restarts and the fleet's containers with it", Label(faultsLabel, faultsLong), containerdRestarted, NodeTimeout(6*time.Minute))
+	It("keeps a rotation's invariants when the key source (Vault) is unreachable across a due rotation", Label(faultsLabel, faultsLong), vaultUnreachable, NodeTimeout(7*time.Minute))
 	It("keeps a rotation's invariants through helm upgrade to a new image tag while a key is staged", Label(faultsLabel, faultsLong), helmUpgradeWhileStaged, NodeTimeout(6*time.Minute))
 	It("keeps a rotation's invariants through a node restart on the same etcd data", Label(faultsLabel, faultsLong), nodeRestarted, NodeTimeout(8*time.Minute))
 
