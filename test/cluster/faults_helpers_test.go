@@ -143,6 +143,30 @@ func fleetAddrs(ctx context.Context) []string {
 	return addrs
 }
 
+// waitFleetServing waits until the fault fleet's pods are Ready and each
+// answers at the address the API gives it (after a restart of the node,
+// the API shows the old addresses for a while), and returns the
+// addresses.
+func waitFleetServing(ctx context.Context, health *http.Client) []string {
+	var addrs []string
+	Eventually(func(g Gomega) {
+		pods := &corev1.PodList{}
+		g.Expect(cl.Client.List(ctx, pods, inNamespace(faultsNS), matchingLabels(map[string]string{"app": "server"}))).To(Succeed())
+		pods.Items = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+		g.Expect(pods.Items).To(HaveLen(servers))
+		addrs = nil
+		for _, p := range pods.Items {
+			g.Expect(podReady(p)).To(BeTrue(), "pod %s", p.Name)
+			a := net.JoinHostPort(p.Status.PodIP, "8443")
+			_, err := fleet.ReadHealth(ctx, health, statusAddr(a))
+			g.Expect(err).NotTo(HaveOccurred(), "pod %s", p.Name)
+			addrs = append(addrs, a)
+		}
+	}).WithContext(ctx).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	slices.Sort(addrs)
+	return addrs
+}
+
 // faultRun is one fault spec's observation of the fleet: the ring's
 // Secrets and the pods' status fed to an invariants checker, and a load
 // through the Service, from before the fault until after it.
@@ -168,10 +192,16 @@ type faultRun struct {
 
 // startFaultRun starts watching and loading the fleet.
 func startFaultRun(ctx context.Context, f *faultFleet) *faultRun {
+	return startFaultRunLag(ctx, f, publishLag)
+}
+
+// startFaultRunLag is startFaultRun with the checker allowing lag between
+// the operator's plan and its publication.
+func startFaultRunLag(ctx context.Context, f *faultFleet, lag time.Duration) *faultRun {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	r := &faultRun{
 		f: f, cancel: cancel,
-		checker: invariants.New(invariants.Config{ActivationDelay: activationDelay, Slack: faultsSlack, PublishLag: publishLag}),
+		checker: invariants.New(invariants.Config{ActivationDelay: activationDelay, Slack: faultsSlack, PublishLag: lag}),
 		podOf:   map[string]string{}, restarts: map[string]int32{}, observed: map[string]int32{}, swaps: map[string]uint64{}, epochAt: map[int64]time.Time{},
 		served: map[string]time.Time{},
 	}
