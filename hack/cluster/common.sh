@@ -58,3 +58,42 @@ need_root() {
 		exit 1
 	fi
 }
+
+# spawn NAME CMD...: runs CMD in the background, in a session of its own,
+# logging to $INFO/logs/NAME.log (appended: a component started again by
+# component.sh, or a node restarted by up.sh --reuse-state, adds to it),
+# and records its pid with the pid's start time for down.sh, and CMD for
+# component.sh start. up.sh's start and start_host call it.
+spawn() {
+	local name=$1
+	shift
+	mkdir -p "$RUN/cmds"
+	printf '%q ' "$@" >"$RUN/cmds/$name"
+	"$@" </dev/null >>"$INFO/logs/$name.log" 2>&1 8>&- 9>&- &
+	local pid=$! st=""
+	for _ in $(seq 50); do
+		st=$(awk '{sub(/.*\) /, ""); print $20}' "/proc/$pid/stat" 2>/dev/null) && break
+		sleep 0.01
+	done
+	echo "$pid $st" >"$RUN/pids/$name"
+}
+
+# stop NAME [GRACE]: SIGTERM to the recorded pid, SIGKILL after GRACE seconds.
+stop() {
+	local f="$RUN/pids/$1" grace=${2:-15} pid i
+	[[ -f "$f" ]] || return 0
+	if pid_alive "$f"; then
+		read -r pid _ <"$f"
+		kill -TERM "$pid" 2>/dev/null || true
+		for ((i = 0; i < grace * 10; i++)); do
+			pid_alive "$f" || break
+			sleep 0.1
+		done
+		if pid_alive "$f"; then
+			echo "$1 (pid $pid) ignored SIGTERM for ${grace}s; killing it" >&2
+			kill -KILL "$pid" 2>/dev/null || true
+			sleep 0.2
+		fi
+	fi
+	rm -f "$f"
+}

@@ -6,33 +6,22 @@
 # files under /run and /var/lib; and the kernel settings the kubelet changed
 # are put back. It is safe to run at any time, also on a half-started or
 # already stopped cluster. Logs stay in bin/$RINGMASTER_CLUSTER/logs.
+#
+# With --keep-state it stops the node as a power cut would, and keeps what a
+# node keeps across a reboot, for up.sh --reuse-state: every process is
+# ended (the pods are not deleted first), every mount, the network
+# namespace, the cgroups and /run/$RINGMASTER_CLUSTER go, and
+# /var/lib/$RINGMASTER_CLUSTER (etcd's data, the PKI, the kubelet's and
+# containerd's state) stays. A down.sh without it removes that too.
 
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 need_root
 lock_cluster
 
+KEEP=0
+[[ "${1:-}" == --keep-state ]] && KEEP=1
 started=$(date +%s.%N)
 BINS="$(cat "$RUN/bins" 2>/dev/null || echo "$BIN/cluster-bin")"
-
-# stop NAME [GRACE]: SIGTERM to the recorded pid, SIGKILL after GRACE seconds.
-stop() {
-	local f="$RUN/pids/$1" grace=${2:-15} pid i
-	[[ -f "$f" ]] || return 0
-	if pid_alive "$f"; then
-		read -r pid _ <"$f"
-		kill -TERM "$pid" 2>/dev/null || true
-		for ((i = 0; i < grace * 10; i++)); do
-			pid_alive "$f" || break
-			sleep 0.1
-		done
-		if pid_alive "$f"; then
-			echo "$1 (pid $pid) ignored SIGTERM for ${grace}s; killing it" >&2
-			kill -KILL "$pid" 2>/dev/null || true
-			sleep 0.2
-		fi
-	fi
-	rm -f "$f"
-}
 
 # kill_pids SIGNAL PID...: each by its own pid.
 kill_pids() {
@@ -41,22 +30,28 @@ kill_pids() {
 	for pid in "$@"; do kill "-$sig" "$pid" 2>/dev/null || true; done
 }
 
-# Processes in the cluster's cgroups (containers) and the cluster's
-# containerd shims: a shim's command line names the cluster's containerd
-# socket, which no other process on the machine uses.
+# Processes in the cluster's cgroups (containers), the cluster's containerd
+# shims (a shim's command line names the cluster's containerd socket, which
+# no other process on the machine uses), and any process given a file under
+# $RUN as a flag's value.
 cluster_pids() {
 	local h
 	for h in /sys/fs/cgroup/*/; do
 		[[ -d "$h${CGROUP#/}" ]] && find "$h${CGROUP#/}" -name cgroup.procs -exec cat {} + 2>/dev/null
 	done
-	local p
+	local p cmd
 	for p in /proc/[0-9]*; do
-		{ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | grep -qF -- "-address $RUN/containerd.sock " && echo "${p#/proc/}"
+		cmd=$({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue
+		# A shim, or what a test ran under the cluster's run directory (the
+		# fault specs' Vault).
+		if [[ "$cmd" == *"-address $RUN/containerd.sock "* || ("$cmd" == *"=$RUN/"* && "$cmd" != *down.sh*) ]]; then
+			echo "${p#/proc/}"
+		fi
 	done
 	true
 }
 
-if [[ -f "$RUN/pids/kubelet" ]] && pid_alive "$RUN/pids/kubelet" && [[ -f "$RUN/pids/kube-apiserver" ]] && pid_alive "$RUN/pids/kube-apiserver"; then
+if ((KEEP == 0)) && [[ -f "$RUN/pids/kubelet" ]] && pid_alive "$RUN/pids/kubelet" && [[ -f "$RUN/pids/kube-apiserver" ]] && pid_alive "$RUN/pids/kube-apiserver"; then
 	# Pods go through the kubelet, so that their CNI teardown runs: first
 	# nothing may re-create them.
 	stop kube-controller-manager
@@ -118,6 +113,14 @@ if [[ -f "$RUN/sysctls" ]]; then
 	done <"$RUN/sysctls"
 fi
 
+if ((KEEP == 1)); then
+	# What the final down.sh needs: the directories up.sh created.
+	[[ -f "$RUN/created-dirs" ]] && mv "$RUN/created-dirs" "$STATE/created-dirs"
+	rm -rf "$RUN"
+	log "Node $NAME is down in $(awk -v s="$started" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}') s; its state stays in $STATE for up.sh --reuse-state"
+	exit 0
+fi
+
 # What CNI and the kubelet keep in fixed places: cached CNI results of this
 # network, and the kubelet's symlinks to container logs.
 rm -f /var/lib/cni/results/"$NAME"-* 2>/dev/null || true
@@ -125,6 +128,7 @@ for l in /var/log/containers/*.log; do
 	[[ -L "$l" && "$(readlink "$l")" == "$STATE"/* ]] && rm -f "$l"
 done
 
+[[ -f "$RUN/created-dirs" ]] || { [[ -f "$STATE/created-dirs" ]] && mkdir -p "$RUN" && mv "$STATE/created-dirs" "$RUN/created-dirs"; }
 if [[ -f "$RUN/created-dirs" ]]; then
 	others=0
 	for f in /run/*/pids/kubelet; do

@@ -21,6 +21,11 @@
 # Stop it with hack/cluster/down.sh (make cluster-down), which removes every
 # process, mount, namespace, cgroup and file this script created. If this
 # script fails midway, it runs down.sh itself.
+#
+# With --reuse-state it starts the node again on the state down.sh
+# --keep-state left (a node restart): the same etcd data, PKI, encryption
+# key, kubelet and containerd state, and the API forwarder on the same
+# loopback port, so that clients of bin/$NAME/kubeconfig carry on.
 
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 SYNC_FREQUENCY="${SYNC_FREQUENCY:-10s}"
@@ -31,8 +36,15 @@ lock_cluster
 BINS="$("$ROOT/hack/cluster/build.sh")"
 started=$(date +%s.%N)
 
-# A previous cluster of the same name is stopped first.
-"$ROOT/hack/cluster/down.sh" >/dev/null
+REUSE=0
+[[ "${1:-}" == --reuse-state ]] && REUSE=1
+if ((REUSE == 1)); then
+	[[ -d "$STATE/etcd" ]] || { echo "up.sh --reuse-state: no state in $STATE (down.sh --keep-state leaves it)" >&2; exit 1; }
+	"$ROOT/hack/cluster/down.sh" --keep-state >/dev/null
+else
+	# A previous cluster of the same name is stopped first.
+	"$ROOT/hack/cluster/down.sh" >/dev/null
+fi
 
 fail() {
 	local status=$?
@@ -48,12 +60,17 @@ trap fail EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
 
-for d in "${GLOBAL_DIRS[@]}"; do
-	[[ -e "$d" ]] || echo "$d"
-done >"$STATE.created-dirs"
-mkdir -p "$RUN/pids" "$STATE" "$INFO/logs"
-mv "$STATE.created-dirs" "$RUN/created-dirs"
-rm -f "$INFO"/logs/*.log "$INFO/kubeconfig"
+if ((REUSE == 1)); then
+	mkdir -p "$RUN/pids" "$INFO/logs"
+	mv "$STATE/created-dirs" "$RUN/created-dirs"
+else
+	for d in "${GLOBAL_DIRS[@]}"; do
+		[[ -e "$d" ]] || echo "$d"
+	done >"$STATE.created-dirs"
+	mkdir -p "$RUN/pids" "$STATE" "$INFO/logs"
+	mv "$STATE.created-dirs" "$RUN/created-dirs"
+	rm -f "$INFO"/logs/*.log "$INFO/kubeconfig"
+fi
 
 # Helpers of this repository: PKI and the API forwarder.
 (cd "$ROOT" && go build -o "$RUN/bin/" ./hack/cluster/pki ./hack/cluster/forward)
@@ -72,17 +89,6 @@ start_host() {
 	local name=$1
 	shift
 	spawn "$name" setsid "$@"
-}
-spawn() {
-	local name=$1
-	shift
-	"$@" </dev/null >"$INFO/logs/$name.log" 2>&1 8>&- 9>&- &
-	local pid=$! st=""
-	for _ in $(seq 50); do
-		st=$(awk '{sub(/.*\) /, ""); print $20}' "/proc/$pid/stat" 2>/dev/null) && break
-		sleep 0.01
-	done
-	echo "$pid $st" >"$RUN/pids/$name"
 }
 
 # wait_for WHAT SECONDS CMD...: polls CMD every half second.
@@ -111,7 +117,7 @@ ip -n "$NETNS" route add default dev node0
 in_netns sysctl -qw net.ipv4.ip_forward=1
 
 log "Writing PKI and configuration under $STATE"
-"$RUN/bin/pki" -dir "$STATE/pki" -node "$NAME" -node-ip "$NODE_IP" -service-ip "$SERVICE_IP"
+((REUSE == 1)) || "$RUN/bin/pki" -dir "$STATE/pki" -node "$NAME" -node-ip "$NODE_IP" -service-ip "$SERVICE_IP"
 P="$STATE/pki"
 kubeconfig() { # kubeconfig USER SERVER
 	cat <<EOF
@@ -251,7 +257,7 @@ kc() { in_netns "$BINS/kubectl" --kubeconfig "$ADMIN" "$@"; }
 # provider follows, so a plaintext Secret could not even be read. The README
 # ("Keys at rest") says why not KMS v2 here, and how to check it.
 ENCRYPTION="$STATE/encryption.yaml"
-(
+((REUSE == 1)) || (
 	umask 077
 	cat >"$ENCRYPTION" <<EOF
 apiVersion: apiserver.config.k8s.io/v1
@@ -305,14 +311,18 @@ start kubelet "$BINS/kubelet" --config "$STATE/kubelet.yaml" --kubeconfig "$STAT
 start kube-proxy "$BINS/kube-proxy" --config "$STATE/kube-proxy.yaml"
 
 log "Starting the API forwarder on loopback"
-start_host forward "$RUN/bin/forward" -netns "$NSPATH" -to "$NODE_IP:6443" -listen 127.0.0.1:0
+listen=127.0.0.1:0
+before=$(grep -c '^forwarding' "$INFO/logs/forward.log" 2>/dev/null || true)
+((REUSE == 1)) && [[ -f "$STATE/forward-addr" ]] && listen=$(cat "$STATE/forward-addr")
+start_host forward "$RUN/bin/forward" -netns "$NSPATH" -to "$NODE_IP:6443" -listen "$listen"
 addr=""
 for _ in $(seq 100); do
-	addr=$(awk '/^forwarding/ {print $2; exit}' "$INFO/logs/forward.log")
+	addr=$(awk -v n="${before:-0}" '/^forwarding/ && ++i > n {print $2; exit}' "$INFO/logs/forward.log")
 	[[ -n "$addr" ]] && break
 	sleep 0.1
 done
 [[ -n "$addr" ]] || { echo "the forwarder did not start" >&2; exit 1; }
+echo "$addr" >"$STATE/forward-addr"
 kubeconfig admin "https://$addr" >"$INFO/kubeconfig"
 
 wait_for "node $NAME Ready" 120 kc wait --for=condition=Ready "node/$NAME" --timeout=1s

@@ -207,6 +207,18 @@ var _ = Describe("ringmaster installed with its Helm chart", Ordered, func() {
 	It("runs config/samples as shipped: nginx and HAProxy with the sidecar, behind their Services, resume sessions under the sample certificate",
 		samplesAsShipped, NodeTimeout(4*time.Minute))
 
+	// Faults during rotation (faults_test.go), each under load on a fleet
+	// of its own; make test runs those that fit its time, make test-faults
+	// the others.
+	It("keeps a rotation's invariants when the leader is SIGKILLed between staging and activation", Label(faultsLabel), leaderKilledWhileStaged, NodeTimeout(5*time.Minute))
+	It("keeps a rotation's invariants when the leader is SIGKILLed between minting and publishing", Label(faultsLabel), leaderKilledBeforePublish, NodeTimeout(5*time.Minute))
+	It("keeps a rotation's invariants when kube-apiserver stops for 30 s across a rotation", Label(faultsLabel), apiServerStopped, NodeTimeout(6*time.Minute))
+	It("keeps a rotation's invariants when the kubelet restarts while a rotation is delivered", Label(faultsLabel), kubeletRestarted, NodeTimeout(5*time.Minute))
+	It("keeps a rotation's invariants when containerd restarts and the fleet's containers with it", Label(faultsLabel, faultsLong), containerdRestarted, NodeTimeout(6*time.Minute))
+	It("keeps a rotation's invariants when the key source (Vault) is unreachable across a due rotation", Label(faultsLabel, faultsLong), vaultUnreachable, NodeTimeout(7*time.Minute))
+	It("keeps a rotation's invariants through helm upgrade to a new image tag while a key is staged", Label(faultsLabel, faultsLong), helmUpgradeWhileStaged, NodeTimeout(6*time.Minute))
+	It("keeps a rotation's invariants through a node restart on the same etcd data", Label(faultsLabel, faultsLong), nodeRestarted, NodeTimeout(8*time.Minute))
+
 	It("upgrades to a changed value, and the new pods take over", func(ctx SpecContext) {
 		_, err := helm(ctx, "upgrade", release, root+"/charts/ringmaster", "--namespace", releaseNS, "--reuse-values",
 			"--set", "logLevel=debug", "--wait", "--timeout", "3m")
