@@ -7,9 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ringmaster-io/ringmaster/internal/strictjson"
 	"io"
-	"reflect"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -130,7 +129,7 @@ func Decode(data []byte) (Ring, error) {
 	dec.DisallowUnknownFields()
 	var f fileRing
 	if err := dec.Decode(&f); err != nil {
-		return Ring{}, invalid("parse %s: %s", FileName, jsonProblem(err))
+		return Ring{}, invalid("parse %s: %s", FileName, strictjson.Problem(err, "the ring", "not a ring"))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return Ring{}, invalid("parse %s: trailing data after the ring", FileName)
@@ -340,49 +339,4 @@ func writable(t time.Time) bool {
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidRing, fmt.Sprintf(format, args...))
-}
-
-// jsonProblem describes an error of encoding/json's decoder without what
-// its message may quote of the input.
-func jsonProblem(err error) string {
-	var typ *json.UnmarshalTypeError
-	var syn *json.SyntaxError
-	switch {
-	case errors.As(err, &typ):
-		got, _, _ := strings.Cut(typ.Value, " ")
-		where := typ.Field
-		if where == "" {
-			where = "the ring"
-		}
-		if got == "number" && typ.Type != nil && typ.Type.Kind() >= reflect.Int && typ.Type.Kind() <= reflect.Int64 {
-			return fmt.Sprintf("%s: not an integer in range", where)
-		}
-		return fmt.Sprintf("%s: a JSON %s where %s belongs", where, got, jsonKind(typ.Type))
-	case errors.As(err, &syn):
-		return fmt.Sprintf("not valid JSON at byte %d", syn.Offset)
-	case errors.Is(err, io.EOF):
-		return "empty"
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return "unexpected end of input"
-	default:
-		return "not a ring"
-	}
-}
-
-func jsonKind(t reflect.Type) string {
-	if t == nil {
-		return "another type"
-	}
-	switch t.Kind() {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return "an integer"
-	case reflect.String:
-		return "a string"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Struct, reflect.Map:
-		return "an object"
-	default:
-		return "another type"
-	}
 }

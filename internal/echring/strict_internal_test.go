@@ -21,14 +21,14 @@ func TestStrictShapeMatchesTags(t *testing.T) {
 		slices.Sort(names)
 		return names
 	}
-	if got, want := slices.Sorted(maps.Keys(ringShape.fields)), tags(reflect.TypeFor[fileRing]()); !slices.Equal(got, want) {
+	if got, want := slices.Sorted(maps.Keys(ringShape.Fields)), tags(reflect.TypeFor[fileRing]()); !slices.Equal(got, want) {
 		t.Errorf("ring fields %v, json tags of fileRing %v", got, want)
 	}
-	cs := ringShape.fields["configs"]
-	if cs == nil || cs.elem == nil {
+	cs := ringShape.Fields["configs"]
+	if cs == nil || cs.Elem == nil {
 		t.Fatal(`ringShape has no array of objects for "configs"`)
 	}
-	if got, want := slices.Sorted(maps.Keys(cs.elem.fields)), tags(reflect.TypeFor[fileConfig]()); !slices.Equal(got, want) {
+	if got, want := slices.Sorted(maps.Keys(cs.Elem.Fields)), tags(reflect.TypeFor[fileConfig]()); !slices.Equal(got, want) {
 		t.Errorf("config fields %v, json tags of fileConfig %v", got, want)
 	}
 }

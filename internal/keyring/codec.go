@@ -6,9 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ringmaster-io/ringmaster/internal/strictjson"
 	"io"
-	"reflect"
-	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -129,7 +128,7 @@ func Decode(data []byte) (Ring, error) {
 	dec.DisallowUnknownFields()
 	var f fileRing
 	if err := dec.Decode(&f); err != nil {
-		return Ring{}, invalid("parse %s: %s", FileName, jsonProblem(err))
+		return Ring{}, invalid("parse %s: %s", FileName, strictjson.Problem(err, "the ring", "not a ring"))
 	}
 	// Token, not More: More reports a trailing "}" or "]" as no more data.
 	if _, err := dec.Token(); err != io.EOF {
@@ -188,54 +187,6 @@ func Decode(data []byte) (Ring, error) {
 		return Ring{}, err
 	}
 	return r, nil
-}
-
-// jsonProblem describes an error of encoding/json's decoder without what
-// its message may quote of the input: a number, a character, a field name.
-// checkStrict has refused malformed JSON and unknown fields before, so
-// type errors are what is left.
-func jsonProblem(err error) string {
-	var typ *json.UnmarshalTypeError
-	var syn *json.SyntaxError
-	switch {
-	case errors.As(err, &typ):
-		got, _, _ := strings.Cut(typ.Value, " ") // "number 1e99" quotes the number
-		where := typ.Field
-		if where == "" {
-			where = "the ring"
-		}
-		if got == "number" && typ.Type != nil && typ.Type.Kind() >= reflect.Int && typ.Type.Kind() <= reflect.Int64 {
-			return fmt.Sprintf("%s: not an integer in range", where)
-		}
-		return fmt.Sprintf("%s: a JSON %s where %s belongs", where, got, jsonKind(typ.Type))
-	case errors.As(err, &syn):
-		return fmt.Sprintf("not valid JSON at byte %d", syn.Offset)
-	case errors.Is(err, io.EOF):
-		return "empty"
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return "unexpected end of input"
-	default:
-		return "not a ring"
-	}
-}
-
-// jsonKind names the JSON type that decodes into t.
-func jsonKind(t reflect.Type) string {
-	if t == nil {
-		return "another type"
-	}
-	switch t.Kind() {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return "an integer"
-	case reflect.String:
-		return "a string"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Struct, reflect.Map:
-		return "an object"
-	default:
-		return "another type"
-	}
 }
 
 // Validate checks the invariants every published ring keeps. A ring without

@@ -22,14 +22,14 @@ func TestStrictShapeMatchesTags(t *testing.T) {
 		slices.Sort(names)
 		return names
 	}
-	if got, want := slices.Sorted(maps.Keys(ringShape.fields)), tags(reflect.TypeFor[fileRing]()); !slices.Equal(got, want) {
+	if got, want := slices.Sorted(maps.Keys(ringShape.Fields)), tags(reflect.TypeFor[fileRing]()); !slices.Equal(got, want) {
 		t.Errorf("ring fields %v, json tags of fileRing %v", got, want)
 	}
-	keys := ringShape.fields["keys"]
-	if keys == nil || keys.elem == nil {
+	keys := ringShape.Fields["keys"]
+	if keys == nil || keys.Elem == nil {
 		t.Fatal(`ringShape has no array of objects for "keys"`)
 	}
-	if got, want := slices.Sorted(maps.Keys(keys.elem.fields)), tags(reflect.TypeFor[fileKey]()); !slices.Equal(got, want) {
+	if got, want := slices.Sorted(maps.Keys(keys.Elem.Fields)), tags(reflect.TypeFor[fileKey]()); !slices.Equal(got, want) {
 		t.Errorf("key fields %v, json tags of fileKey %v", got, want)
 	}
 }

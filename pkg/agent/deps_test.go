@@ -27,6 +27,7 @@ func TestDependencies(t *testing.T) {
 		"github.com/ringmaster-io/ringmaster/internal/keyring",
 		"github.com/ringmaster-io/ringmaster/internal/echring",
 		"github.com/ringmaster-io/ringmaster/internal/agentstatus",
+		"github.com/ringmaster-io/ringmaster/internal/strictjson",
 		// fsnotify and its system calls.
 		"github.com/fsnotify/fsnotify",
 		"golang.org/x/sys/",
