@@ -20,9 +20,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,7 +52,7 @@ type config struct {
 func main() {
 	cfg := config{}
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Minute, "how long to soak, from the moment every ring is ready and the fleets serve")
-	flag.DurationVar(&cfg.sampleEvery, "sample-every", 0, "how often to sample memory, goroutines and API requests (default: duration/12, at least 20s)")
+	flag.DurationVar(&cfg.sampleEvery, "sample-every", 0, "how often to sample memory, goroutines and API requests (default: duration/60, at least 5s); the report's table shows about 12 of the samples, its verdicts use all")
 	flag.IntVar(&cfg.rings, "rings", 300, "TicketKeyRings, spread over -namespaces namespaces")
 	flag.IntVar(&cfg.namespaces, "namespaces", 10, "namespaces the rings are spread over")
 	flag.IntVar(&cfg.fleets, "fleets", 1, "fleets of examples/server replicas, each on a ring of its own (at most -rings)")
@@ -66,7 +68,7 @@ func main() {
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs of every process, replica volumes, kubeconfig)")
 	flag.Parse()
 	if cfg.sampleEvery == 0 {
-		cfg.sampleEvery = max(20*time.Second, cfg.duration/12)
+		cfg.sampleEvery = max(5*time.Second, cfg.duration/60)
 	}
 	if cfg.rings < 1 || cfg.namespaces < 1 || cfg.fleets < 0 || cfg.fleets > cfg.rings || cfg.replicas < 2 || cfg.clients < 1 ||
 		cfg.interval <= 0 || cfg.activation <= cfg.maxDelay || cfg.activation >= cfg.rotation {
@@ -119,6 +121,7 @@ type sample struct {
 	at        time.Duration
 	rotations float64 // the operator's ringmaster_ticketkeyring_rotations_total
 	requests  float64 // its rest_client_requests_total
+	byMethod  map[string]float64
 	epochs    int
 	procs     []procSample // the operator first, then each replica
 }
@@ -353,6 +356,7 @@ func (s *soak) sampleNow(ctx context.Context, out io.Writer) {
 	if exp, err := fleet.Scrape(ctx, s.http, s.metrics); err == nil {
 		smp.rotations, _ = fleet.SumMetric(exp, "ringmaster_ticketkeyring_rotations_total")
 		smp.requests, _ = fleet.SumMetric(exp, "rest_client_requests_total")
+		smp.byMethod = fleet.SumMetricBy(exp, "rest_client_requests_total", "method")
 	}
 	smp.procs = append(smp.procs, op)
 	var sum procSample
@@ -411,6 +415,13 @@ func (s *soak) report(out io.Writer) (failed bool) {
 	if rotations > 0 {
 		fmt.Fprintf(out, "API requests/rotation: %.1f (%.0f requests of the operator's rest_client_requests_total over %.0f rotations, Lease renewals included: leader election %t)\n",
 			requests/rotations, requests, rotations, s.cfg.leaderElect)
+		var parts []string
+		for _, m := range slices.Sorted(maps.Keys(last.byMethod)) {
+			if d := last.byMethod[m] - first.byMethod[m]; d > 0 {
+				parts = append(parts, fmt.Sprintf("%s %.2f", m, d/rotations))
+			}
+		}
+		fmt.Fprintf(out, "  per rotation by method: %s\n", strings.Join(parts, ", "))
 	}
 	c := s.conns
 	fmt.Fprintf(out, "Resumption:            %s of %d reconnects resumed, %d full handshakes; %d connections in all, %d failed, %d first connections (no session yet)\n",
@@ -425,11 +436,16 @@ func (s *soak) report(out io.Writer) (failed bool) {
 	fmt.Fprintf(out, "\nMemory and goroutines, per process (RSS from /proc, heap = go_memstats_heap_inuse_bytes, go_goroutines), at each sample; slopes per hour over the first and last third\n")
 	grows := false
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+	// About 12 columns: every step-th sample, and the last.
+	step := max(1, (len(s.samples)+10)/11)
+	shown := func(i int) bool { return i%step == 0 || i == len(s.samples)-1 }
 	header := "process\tseries\t"
-	for _, smp := range s.samples {
-		header += fmt.Sprintf("t+%s\t", smp.at)
+	for i, smp := range s.samples {
+		if shown(i) {
+			header += fmt.Sprintf("t+%s\t", smp.at)
+		}
 	}
-	fmt.Fprintln(tw, header+"first/h\tlast/h\tlevels off\t")
+	fmt.Fprintln(tw, header+"first/h\tlast/h\t±\tlevels off\t")
 	for i := range first.procs {
 		for _, series := range []struct {
 			name string
@@ -442,17 +458,19 @@ func (s *soak) report(out io.Writer) (failed bool) {
 		} {
 			var rs []fleet.Reading
 			row := first.procs[i].name + "\t" + series.name + "\t"
-			for _, smp := range s.samples {
+			for j, smp := range s.samples {
 				v := series.get(smp.procs[i])
 				rs = append(rs, fleet.Reading{At: smp.at, Value: v})
-				row += series.unit(v) + "\t"
+				if shown(j) {
+					row += series.unit(v) + "\t"
+				}
 			}
 			g := fleet.GrowthOf(rs, last.at)
 			verdict := "yes"
 			if !g.LevelsOff {
 				verdict, grows = "NO", true
 			}
-			row += fmt.Sprintf("%s\t%s\t%s\t", signed(series.unit, g.First), signed(series.unit, g.Last), verdict)
+			row += fmt.Sprintf("%s\t%s\t%s\t%s\t", signed(series.unit, g.First), signed(series.unit, g.Last), series.unit(g.LastErr), verdict)
 			fmt.Fprintln(tw, row)
 		}
 	}
@@ -468,7 +486,8 @@ func (s *soak) report(out io.Writer) (failed bool) {
 	if len(readErrs) > 0 {
 		fmt.Fprintf(out, "Readings that failed (shown as 0): %s\n", strings.Join(readErrs, "; "))
 	}
-	fmt.Fprintf(out, "\nSeries level off when their last third grows less than half as fast as their first, or by less than %.0f%% of their median per hour.\n", 100*fleet.FlatShare)
+	fmt.Fprintf(out, "\n%d samples, every %s. A series levels off when its slope over the last third (± its standard error) is not above zero by more than two standard errors, or is at most half its slope over the first third, or is less than %.0f%% of its median per hour.\n",
+		len(s.samples), s.cfg.sampleEvery, 100*fleet.FlatShare)
 	if grows {
 		fmt.Fprintln(out, "Growth that does not level off: NO in the table above.")
 	}

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -16,26 +17,31 @@ type Reading struct {
 // first and the last third of the run, by least squares.
 type Growth struct {
 	First, Last float64
+	// LastErr is the standard error of Last: how far noise alone (a
+	// garbage-collected heap's sawtooth) moves such a slope.
+	LastErr float64
 	// Median is the series' median value, the scale Last is judged against.
 	Median float64
-	// LevelsOff says the series stopped growing: over the last third it
-	// grows less than half as fast as over the first, or by less than
-	// FlatShare of its median per hour (a series that never grew).
+	// LevelsOff says the series stopped growing. It does when its slope
+	// over the last third is any of: not above zero by more than two
+	// standard errors (no trend beyond the noise), at most half its slope
+	// over the first third (slowing down), or less than FlatShare of its
+	// median per hour (too small to matter over the run).
 	LevelsOff bool
 }
 
 // FlatShare is the growth per hour, as a share of a series' median, below
-// which a series counts as flat whatever its first third did: the noise of
-// a garbage-collected heap and of RSS is of that order.
+// which a series counts as flat whatever its first third did.
 const FlatShare = 0.05
 
 // GrowthOf judges a series sampled over a run of total length. It needs at
-// least two readings in each third; with fewer it reports the series as
-// levelling off, having nothing to judge by (Last and First are then 0).
+// least three readings in each third; with fewer it reports the series as
+// levelling off, having nothing to judge by (the slopes are then 0).
 func GrowthOf(rs []Reading, total time.Duration) Growth {
-	var first, last, all []Reading
+	var first, last []Reading
+	vs := make([]float64, 0, len(rs))
 	for _, r := range rs {
-		all = append(all, r)
+		vs = append(vs, r.Value)
 		switch {
 		case r.At <= total/3:
 			first = append(first, r)
@@ -44,37 +50,46 @@ func GrowthOf(rs []Reading, total time.Duration) Growth {
 		}
 	}
 	g := Growth{LevelsOff: true}
-	if len(all) > 0 {
-		vs := make([]float64, len(all))
-		for i, r := range all {
-			vs[i] = r.Value
-		}
+	if len(vs) > 0 {
 		slices.Sort(vs)
 		g.Median = vs[len(vs)/2]
 	}
-	if len(first) < 2 || len(last) < 2 {
+	if len(first) < 3 || len(last) < 3 {
 		return g
 	}
-	g.First, g.Last = slopePerHour(first), slopePerHour(last)
-	g.LevelsOff = g.Last <= g.First/2 || g.Last <= FlatShare*g.Median
+	g.First, _ = slopePerHour(first)
+	g.Last, g.LastErr = slopePerHour(last)
+	g.LevelsOff = g.Last <= 2*g.LastErr || g.Last <= g.First/2 || g.Last <= FlatShare*g.Median
 	return g
 }
 
 // slopePerHour fits a line through rs by least squares and returns its
-// slope per hour.
-func slopePerHour(rs []Reading) float64 {
+// slope per hour and the slope's standard error.
+func slopePerHour(rs []Reading) (slope, stderr float64) {
 	n := float64(len(rs))
-	var sx, sy, sxx, sxy float64
+	var mx, my float64
 	for _, r := range rs {
-		x := r.At.Hours()
-		sx += x
-		sy += r.Value
-		sxx += x * x
-		sxy += x * r.Value
+		mx += r.At.Hours()
+		my += r.Value
 	}
-	d := n*sxx - sx*sx
-	if d == 0 {
-		return 0
+	mx, my = mx/n, my/n
+	var sxx, sxy float64
+	for _, r := range rs {
+		dx := r.At.Hours() - mx
+		sxx += dx * dx
+		sxy += dx * (r.Value - my)
 	}
-	return (n*sxy - sx*sy) / d
+	if sxx == 0 {
+		return 0, 0
+	}
+	slope = sxy / sxx
+	var sse float64
+	for _, r := range rs {
+		e := r.Value - (my + slope*(r.At.Hours()-mx))
+		sse += e * e
+	}
+	if n > 2 {
+		stderr = math.Sqrt(sse / (n - 2) / sxx)
+	}
+	return slope, stderr
 }

@@ -228,3 +228,37 @@ func SumMetric(exposition, name string) (float64, error) {
 	}
 	return sum, nil
 }
+
+// SumMetricBy adds up the series of the metric name in a Prometheus text
+// exposition by the value of one label: rest_client_requests_total by
+// method. Series without the label count under "".
+func SumMetricBy(exposition, name, label string) map[string]float64 {
+	out := map[string]float64{}
+	for line := range strings.Lines(exposition) {
+		line = strings.TrimSpace(line)
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok {
+			continue
+		}
+		end := strings.LastIndexByte(rest, '}')
+		if end < 0 {
+			continue
+		}
+		f := strings.Fields(rest[end+1:])
+		if len(f) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(f[0], 64)
+		if err != nil {
+			continue
+		}
+		key := ""
+		for pair := range strings.SplitSeq(rest[:end], ",") {
+			if k, val, ok := strings.Cut(pair, "="); ok && k == label {
+				key = strings.Trim(val, `"`)
+			}
+		}
+		out[key] += v
+	}
+	return out
+}
