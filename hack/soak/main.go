@@ -37,6 +37,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/agentstatus"
 	"github.com/ringmaster-io/ringmaster/internal/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/invariants"
 )
 
 type config struct {
@@ -97,7 +98,7 @@ func main() {
 type soak struct {
 	cfg     config
 	env     *fleet.Env
-	check   checker
+	check   *invariants.Checker
 	metrics string // the operator's metrics URL
 	http    *http.Client
 	fleets  []*fleet.Fleet
@@ -108,7 +109,9 @@ type soak struct {
 	conns    connCounts
 	epochs   int // new epochs the snapshot watch saw after each ring's first
 	firstSee map[string]bool
-	samples  []sample
+	// statusErrs counts the replicas' status reads that failed, by error.
+	statusErrs map[string]int
+	samples    []sample
 }
 
 type connCounts struct {
@@ -133,8 +136,10 @@ type procSample struct {
 }
 
 func run(ctx context.Context, cfg config, out io.Writer) (failed bool, err error) {
-	s := &soak{cfg: cfg, http: &http.Client{Timeout: 10 * time.Second}, firstSee: map[string]bool{}, conns: connCounts{errs: map[string]int{}}}
-	s.check = newChecker(cfg.activation, cfg.pollPod)
+	s := &soak{cfg: cfg, http: &http.Client{Timeout: 10 * time.Second}, firstSee: map[string]bool{}, statusErrs: map[string]int{}, conns: connCounts{errs: map[string]int{}}}
+	// Slack: a replica's status is read every -poll, and the watch reports
+	// a snapshot a moment after it is written.
+	s.check = invariants.New(invariants.Config{ActivationDelay: cfg.activation, Slack: cfg.pollPod})
 	fmt.Fprintf(out, "Soak: %d rings in %d namespaces, rotationInterval %s, activationDelay %s, retainedKeys %d; %d fleet(s) of %d replicas (delivery 0-%s), %d clients each every %s; for %s\n",
 		cfg.rings, cfg.namespaces, cfg.rotation, cfg.activation, cfg.retained, cfg.fleets, cfg.replicas, cfg.maxDelay, cfg.clients, cfg.interval, cfg.duration)
 
@@ -299,7 +304,7 @@ func (s *soak) conn(f *fleet.Fleet, seen []bool, x fleet.Sample) {
 	if x.Err != "" {
 		s.conns.failures++
 		s.conns.errs[x.Err]++
-		s.check.ObserveConn(f.Name+"/?", false, errors.New(x.Err), false)
+		s.check.ObserveConn("", false, errors.New(x.Err), false)
 		return
 	}
 	if !seen[x.Client] {
@@ -319,6 +324,9 @@ func (s *soak) conn(f *fleet.Fleet, seen []bool, x fleet.Sample) {
 // snapshot hands a snapshot the watch saw to the checker.
 func (s *soak) snapshot(x fleet.SnapshotSeen) {
 	s.check.ObserveSnapshot(x.Ring, x.Epoch, x.Digest, x.At)
+	for _, id := range x.Staged {
+		s.check.ObserveStaged(x.Ring, id, x.At)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.firstSee[x.Ring] {
@@ -339,7 +347,9 @@ func (s *soak) pollPods(ctx context.Context, f *fleet.Fleet) {
 			st, err := fleet.ReadHealth(ctx, s.http, r.StatusAddr)
 			if err != nil {
 				if ctx.Err() == nil {
-					s.check.ObserveConn(fmt.Sprintf("%s/replica-%d", f.Name, r.Index), false, fmt.Errorf("status: %w", err), false)
+					s.mu.Lock()
+					s.statusErrs[fmt.Sprintf("%s/replica-%d: %v", f.Name, r.Index, err)]++
+					s.mu.Unlock()
 				}
 				continue
 			}
@@ -429,9 +439,10 @@ func (s *soak) report(out io.Writer) (failed bool) {
 	for e, n := range c.errs {
 		fmt.Fprintf(out, "  failed %d x: %s\n", n, e)
 	}
-	if extra := s.check.Summary(); extra != "" {
-		fmt.Fprintf(out, "Checker:               %s\n", extra)
+	for e, n := range s.statusErrs {
+		fmt.Fprintf(out, "  status read failed %d x: %s\n", n, e)
 	}
+	fmt.Fprintf(out, "Checker's count:       %s (rotations: keys seen beginning to encrypt at the fleets' pods)\n", s.check.Report())
 
 	fmt.Fprintf(out, "\nMemory and goroutines, per process (RSS from /proc, heap = go_memstats_heap_inuse_bytes, go_goroutines), at each sample; slopes per hour over the first and last third\n")
 	grows := false
@@ -491,11 +502,11 @@ func (s *soak) report(out io.Writer) (failed bool) {
 	if grows {
 		fmt.Fprintln(out, "Growth that does not level off: NO in the table above.")
 	}
-	failed = len(violations) > 0 || c.failures > 0 || rotations == 0
+	failed = len(violations) > 0 || c.failures > 0 || len(s.statusErrs) > 0 || rotations == 0
 	if failed {
 		fmt.Fprintln(out, "RESULT: FAILED")
 	} else {
-		fmt.Fprintln(out, "RESULT: passed (0 violations, 0 failed connections)")
+		fmt.Fprintln(out, "RESULT: passed (0 violations, 0 failed connections, 0 failed status reads)")
 	}
 	return failed
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
 )
 
 // This file holds what make soak adds to the harness: a watch of every
@@ -35,11 +36,13 @@ import (
 // growth), and readings of a process's memory and of a metrics endpoint.
 
 // SnapshotSeen is one snapshot Secret as a watch reported it: which ring
-// (namespace/name), which epoch, and a digest of its data (never the data).
+// (namespace/name), which epoch, a digest of its data (never the data), and
+// the ids of the keys it stages (those not yet encrypting when it was seen).
 type SnapshotSeen struct {
 	Ring   string
 	Epoch  int64
 	Digest string
+	Staged []string
 	At     time.Time
 }
 
@@ -65,7 +68,17 @@ func WatchSnapshots(ctx context.Context, cs kubernetes.Interface, seen func(Snap
 			return
 		}
 		lastRV[key] = s.ResourceVersion
-		seen(SnapshotSeen{Ring: s.Namespace + "/" + s.Labels[v1alpha1.RingLabel], Epoch: distribute.SnapshotEpoch(s), Digest: DataDigest(s.Data), At: time.Now()})
+		x := SnapshotSeen{Ring: s.Namespace + "/" + s.Labels[v1alpha1.RingLabel], Epoch: distribute.SnapshotEpoch(s), Digest: DataDigest(s.Data), At: time.Now()}
+		// A ring that does not decode leaves Staged empty; the digest still
+		// counts its content.
+		if r, err := keyring.Decode(s.Data[keyring.FileName]); err == nil {
+			for _, k := range r.Keys {
+				if k.ActiveFrom.After(x.At) {
+					x.Staged = append(x.Staged, k.ID)
+				}
+			}
+		}
+		seen(x)
 	}
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    onChange,
