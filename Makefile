@@ -123,6 +123,15 @@ bench: ## Run the agent benchmarks and print the ratios against the baselines of
 bench-fleet: envtest servers ## Compare a fleet's resumption and server CPU: ringmaster's staged ring (TLS 1.3 also with X25519 resumption), per-replica keys, shared keys without staging, and nginx with the sidecar or its own keys; TLS 1.3 and 1.2.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/fleet bench $(FLEETFLAGS)
 
+# How long make soak runs once its rings are ready, e.g. make soak SOAK_DURATION=1h;
+# SOAKFLAGS reach hack/soak (go run ./hack/soak -h lists them), e.g. SOAKFLAGS='-rings 100'.
+SOAK_DURATION ?= 5m
+SOAKFLAGS ?=
+
+.PHONY: soak
+soak: envtest ## Soak the operator: a few hundred rings rotating every minute, a fleet under load, the invariants checked throughout; reports rotations, violations (fails on any), memory and goroutines over time, API requests per rotation, resumption.
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/soak -duration $(SOAK_DURATION) $(SOAKFLAGS)
+
 .PHONY: helm-lint
 helm-lint: helm ## Lint the chart, with its default values and with every option on.
 	$(HELM) lint charts/ringmaster --strict --kube-version $(KUBE_VERSION)
