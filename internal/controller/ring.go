@@ -76,7 +76,8 @@ type ring struct {
 }
 
 // reconcile does one pass over a ring: read, decide (ringplan.Decide),
-// mint, finish (ringplan.Finish), write the shared entry, publish, deliver
+// mint (planning again from when the mint returned, ringplan.Replan),
+// finish (ringplan.Finish), write the shared entry, publish, deliver
 // to each target, destroy what expired, and return the status to write.
 // Problems the user must fix set Ready False and return no error; problems
 // a retry fixes return the error so that backoff applies. Expired keys are
@@ -105,6 +106,8 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 
 	dec := ringplan.Decide(rd)
 	minted := r.mint(ctx, in, src, sh, dec)
+	rd, dec, minted = ringplan.Replan(rd, dec, minted, r.Clock.Now())
+	now, out.Now = rd.Now, rd.Now
 	res := r.syncShared(ctx, in, rd, sh, ringplan.Finish(rd, dec, minted))
 	if res.RotationFailed {
 		rotationsTotal.WithLabelValues("failure").Inc()

@@ -363,3 +363,36 @@ func Report(st v1alpha1.SharedRingStatus, entry *sharedring.Record, usable bool,
 	}
 	return st
 }
+
+// Replan plans the ring again from later, the time its mint returned, when
+// that is a second or more after in.Now, and fills the new plan with the
+// secrets just minted. Whatever a reconcile spends before it publishes (a
+// Vault call up to the key source's timeout, a new leader's first reads)
+// would otherwise come off the time a new key is staged: a key due
+// ActivationDelay from in.Now would reach pods for less. Planned from
+// later, it is staged ActivationDelay from about when it is published.
+//
+// The plan stays as it was when re-planning would change what is minted
+// (a key expiring in between), when the mint failed or minted nothing, and
+// for a shared ring, whose entry in Vault records the plan's times.
+func Replan(in Read, d Decision, m Minted, later time.Time) (Read, Decision, Minted) {
+	if in.Shared != nil || m.Err != nil || d.FailClosed || d.Plan.Mint == 0 ||
+		len(m.Ring.Keys) < d.Plan.Mint || later.Sub(in.Now) < time.Second {
+		return in, d, m
+	}
+	again := in
+	again.Now = later
+	d2 := Decide(again)
+	if d2.FailClosed || d2.Plan.Mint != d.Plan.Mint || d2.RotateNow != d.RotateNow || d2.Revoke != d.Revoke {
+		return in, d, m
+	}
+	secrets := make([]keyring.Secret, d.Plan.Mint)
+	for i := range secrets {
+		secrets[i] = m.Ring.Keys[i].Secret
+	}
+	next, err := d2.Plan.Fill(secrets)
+	if err != nil {
+		return in, d, m
+	}
+	return again, d2, Minted{Ring: next}
+}

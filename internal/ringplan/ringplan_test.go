@@ -290,3 +290,53 @@ func TestSharedStatus(t *testing.T) {
 		})
 	}
 }
+
+func TestReplan(t *testing.T) {
+	// Back a minute before the active key's successor falls due, having
+	// been down when it should have minted it, the operator mints it due
+	// ActivationDelay from now.
+	now := t0.Add(119 * time.Minute)
+	base := read(t, now)
+	d := ringplan.Decide(base)
+	if d.Plan.Mint != 1 || !d.Plan.Ring.Keys[0].ActiveFrom.Equal(now.Add(policy.ActivationDelay)) {
+		t.Fatalf("plan at now mints %d key(s), the first due %s; want 1 due %s", d.Plan.Mint, d.Plan.Ring.Keys[0].ActiveFrom, now.Add(policy.ActivationDelay))
+	}
+	m := ringplan.Minted{Ring: minted(d.Plan, "late")}
+	slow := now.Add(40 * time.Second)
+	tests := []struct {
+		name      string
+		later     time.Time
+		edit      func(*ringplan.Read, *ringplan.Minted)
+		replanned bool
+	}{
+		{name: "a mint that took 40 s: the staged key counts its delay from then", later: slow, replanned: true},
+		{name: "a mint within the second keeps the plan", later: now.Add(900 * time.Millisecond)},
+		{name: "a shared ring keeps the plan its entry records", later: slow,
+			edit: func(r *ringplan.Read, _ *ringplan.Minted) { r.Shared = &ringplan.Shared{} }},
+		{name: "a failed mint keeps the plan", later: slow,
+			edit: func(_ *ringplan.Read, m *ringplan.Minted) { m.Err = errors.New("vault down") }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in, mm := base, m
+			if tc.edit != nil {
+				tc.edit(&in, &mm)
+			}
+			gotIn, gotD, gotM := ringplan.Replan(in, d, mm, tc.later)
+			staged := gotM.Ring.Keys[0]
+			if staged.ID != m.Ring.Keys[0].ID || staged.Secret != m.Ring.Keys[0].Secret {
+				t.Fatalf("staged key %s, want the minted %s", staged.ID, m.Ring.Keys[0].ID)
+			}
+			wantNow, wantFrom := now, now.Add(policy.ActivationDelay)
+			if tc.replanned {
+				wantNow, wantFrom = tc.later, tc.later.Add(policy.ActivationDelay)
+			}
+			if !gotIn.Now.Equal(wantNow) || !staged.ActiveFrom.Equal(wantFrom) || !gotD.Plan.Ring.Keys[0].ActiveFrom.Equal(wantFrom) {
+				t.Errorf("planned at %s, staged key due %s; want %s and %s", gotIn.Now, staged.ActiveFrom, wantNow, wantFrom)
+			}
+			if active := gotM.Ring.Keys[1]; !active.RetireAt.Equal(wantFrom) {
+				t.Errorf("active key retires at %s, want the staged key's activeFrom %s", active.RetireAt, wantFrom)
+			}
+		})
+	}
+}

@@ -44,9 +44,10 @@ const (
 	pollEvery   = 250 * time.Millisecond
 	faultsSlack = time.Second
 	// publishLag is what the checker allows between the operator's plan
-	// and its publication reaching the suite: a new leader's first
-	// publication was seen 3.6 s after the instant its plan counted
-	// activationDelay from (each fault's shortest staged time is printed).
+	// and its publication reaching the suite: before ringplan.Replan, a
+	// new leader's first publication was seen 3.6 s after the instant its
+	// plan counted activationDelay from (each fault's shortest staged time
+	// is printed).
 	publishLag = 5 * time.Second
 )
 

@@ -353,12 +353,12 @@ func vaultUnreachable(ctx SpecContext) {
 		ring := &v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: faultsNS, Name: ringName}}
 		_ = cl.Client.Patch(ctx, ring, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"sourceRef":null}}`)))
 	})
-	// The operator counts activationDelay from the instant it plans, before
-	// it asks the key source: a mint that waits for Vault (up to
-	// mint.DefaultTimeout) publishes the next key staged for that much
-	// less (measured: 34.3 s of 45 s). The checker allows it here, and the
-	// spec prints the shortest staged time; every pod must still hold
-	// each key before it encrypts.
+	// Before ringplan.Replan, the operator counted activationDelay from the
+	// instant it planned, before it asked the key source: a mint that
+	// waited for Vault (up to mint.DefaultTimeout) published the next key
+	// staged for that much less (measured: 34.3 s of 45 s). The checker
+	// still allows it here, and the spec prints the shortest staged time;
+	// every pod must still hold each key before it encrypts.
 	r := startFaultRunLag(ctx, f, publishLag+mint.DefaultTimeout)
 	defer r.stop()
 	// A rotation minted from Vault first, then Vault cut off just after the
