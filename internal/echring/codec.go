@@ -7,12 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ringmaster-io/ringmaster/internal/strictjson"
 	"io"
 	"time"
 	"unicode/utf8"
 
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/strictjson"
 )
 
 // Version is the only echkeys.json version this package reads and writes.
@@ -26,58 +26,23 @@ var ErrInvalidRing = errors.New("invalid ECH key ring")
 // as raw JSON and parsed by Decode, so that an error names the field rather
 // than quoting the text.
 type fileRing struct {
-	Version  int          `json:"version"`
-	Ring     string       `json:"ring"`
-	Epoch    int64        `json:"epoch"`
-	IssuedAt stamp        `json:"issuedAt"`
-	Configs  []fileConfig `json:"configs"`
+	Version  int             `json:"version"`
+	Ring     string          `json:"ring"`
+	Epoch    int64           `json:"epoch"`
+	IssuedAt strictjson.Time `json:"issuedAt"`
+	Configs  []fileConfig    `json:"configs"`
 }
 
 type fileConfig struct {
-	ID          int        `json:"id"`
-	State       string     `json:"state"`
-	Config      string     `json:"config"`
-	PrivateKey  wireSecret `json:"privateKey"`
-	CreatedAt   stamp      `json:"createdAt"`
-	PublishedAt stamp      `json:"publishedAt,omitzero"`
-	RetiredAt   stamp      `json:"retiredAt,omitzero"`
-	ExpiresAt   stamp      `json:"expiresAt,omitzero"`
+	ID          int               `json:"id"`
+	State       string            `json:"state"`
+	Config      string            `json:"config"`
+	PrivateKey  strictjson.Secret `json:"privateKey"`
+	CreatedAt   strictjson.Time   `json:"createdAt"`
+	PublishedAt strictjson.Time   `json:"publishedAt,omitzero"`
+	RetiredAt   strictjson.Time   `json:"retiredAt,omitzero"`
+	ExpiresAt   strictjson.Time   `json:"expiresAt,omitzero"`
 }
-
-// stamp is a time of echkeys.json: written as time.Time writes itself, read
-// as the raw JSON value, which parse then reads as time.Time would.
-type stamp struct {
-	t   time.Time
-	raw []byte
-}
-
-func (s stamp) IsZero() bool                 { return s.t.IsZero() && s.raw == nil }
-func (s stamp) MarshalJSON() ([]byte, error) { return s.t.MarshalJSON() }
-
-// UnmarshalJSON keeps any value: parse judges it, and checkStrict has
-// refused containers already.
-func (s *stamp) UnmarshalJSON(b []byte) error {
-	s.raw = bytes.Clone(b)
-	return nil
-}
-
-// parse reads the time as time.Time's UnmarshalJSON does: RFC 3339 in a
-// JSON string, null and absence meaning the zero time.
-func (s stamp) parse() (time.Time, bool) {
-	var t time.Time
-	if s.raw == nil {
-		return t, true
-	}
-	return t, t.UnmarshalJSON(s.raw) == nil
-}
-
-// wireSecret is a private key in base64, as echkeys.json carries it. Only
-// encoding/json sees its text: in every fmt verb it is [redacted].
-type wireSecret string
-
-func (wireSecret) String() string                { return redacted }
-func (wireSecret) GoString() string              { return redacted }
-func (wireSecret) Format(f fmt.State, verb rune) { formatAs(f, verb, redacted) }
 
 // Encode writes r as echkeys.json version 1. It validates r first, so a ring
 // that Decode would refuse is never written.
@@ -85,14 +50,14 @@ func Encode(r Ring) ([]byte, error) {
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	f := fileRing{Version: Version, Ring: r.Ring, Epoch: r.Epoch, IssuedAt: stamp{t: r.IssuedAt.UTC()}, Configs: make([]fileConfig, len(r.Configs))}
+	f := fileRing{Version: Version, Ring: r.Ring, Epoch: r.Epoch, IssuedAt: strictjson.TimeOf(r.IssuedAt), Configs: make([]fileConfig, len(r.Configs))}
 	for i, c := range r.Configs {
 		f.Configs[i] = fileConfig{
 			ID:          int(c.ID),
 			State:       string(c.State),
 			Config:      base64.StdEncoding.EncodeToString(c.Config),
-			PrivateKey:  wireSecret(base64.StdEncoding.EncodeToString(c.PrivateKey)),
-			CreatedAt:   stamp{t: c.CreatedAt.UTC()},
+			PrivateKey:  strictjson.Secret(base64.StdEncoding.EncodeToString(c.PrivateKey)),
+			CreatedAt:   strictjson.TimeOf(c.CreatedAt),
 			PublishedAt: utcStamp(c.PublishedAt),
 			RetiredAt:   utcStamp(c.RetiredAt),
 			ExpiresAt:   utcStamp(c.ExpiresAt),
@@ -101,11 +66,11 @@ func Encode(r Ring) ([]byte, error) {
 	return json.MarshalIndent(f, "", "  ")
 }
 
-func utcStamp(t time.Time) stamp {
+func utcStamp(t time.Time) strictjson.Time {
 	if t.IsZero() {
-		return stamp{}
+		return strictjson.Time{}
 	}
-	return stamp{t: t.UTC()}
+	return strictjson.TimeOf(t)
 }
 
 // Decode reads echkeys.json. It is strict, as keyring.Decode is: invalid
@@ -137,7 +102,7 @@ func Decode(data []byte) (Ring, error) {
 	if f.Version != Version {
 		return Ring{}, invalid("unsupported version: this reader knows version %d only", Version)
 	}
-	issuedAt, ok := f.IssuedAt.parse()
+	issuedAt, ok := f.IssuedAt.Parse()
 	if !ok {
 		return Ring{}, invalid("issuedAt is not an RFC 3339 time")
 	}
@@ -166,10 +131,10 @@ func Decode(data []byte) (Ring, error) {
 		}
 		for _, t := range []struct {
 			name string
-			from stamp
+			from strictjson.Time
 			to   *time.Time
 		}{{"createdAt", fc.CreatedAt, &c.CreatedAt}, {"publishedAt", fc.PublishedAt, &c.PublishedAt}, {"retiredAt", fc.RetiredAt, &c.RetiredAt}, {"expiresAt", fc.ExpiresAt, &c.ExpiresAt}} {
-			if *t.to, ok = t.from.parse(); !ok {
+			if *t.to, ok = t.from.Parse(); !ok {
 				return fail(invalid("config %d: %s is not an RFC 3339 time", i, t.name))
 			}
 		}

@@ -3,13 +3,11 @@ package echring
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/redact"
 )
 
 // Config and Ring show no private key in any text: every fmt verb (String,
@@ -17,31 +15,6 @@ import (
 // encoding/json (MarshalJSON) give a config as its id and state and a
 // private key as [redacted]. Only Encode writes key bytes, through a wire
 // type of its own. (The ECHConfig is public, but is shown by its id too.)
-
-const redacted = "[redacted]"
-
-// formatAs writes s for any verb: quoted for %q, as it is otherwise.
-func formatAs(f fmt.State, verb rune, s string) {
-	if verb == 'q' {
-		s = strconv.Quote(s)
-	}
-	_, _ = io.WriteString(f, s)
-}
-
-// format writes short for %v, %s and every other verb, verbose for %+v,
-// and gostring for %#v.
-func format(f fmt.State, verb rune, short string, verbose, gostring func() string) {
-	switch {
-	case verb == 'v' && f.Flag('#'):
-		_, _ = io.WriteString(f, gostring())
-	case verb == 'v' && f.Flag('+'):
-		_, _ = io.WriteString(f, verbose())
-	default:
-		formatAs(f, verb, short)
-	}
-}
-
-func stamp3339(t time.Time) string { return t.Format(time.RFC3339Nano) }
 
 // state is the config's state for text: "[invalid state]" when a Config
 // built by hand holds something else.
@@ -57,7 +30,7 @@ func (c Config) String() string { return fmt.Sprintf("%d/%s", c.ID, c.state()) }
 
 func (c Config) verbose() string {
 	return fmt.Sprintf("{ID:%d State:%s Config:%d bytes PrivateKey:%s CreatedAt:%s PublishedAt:%s RetiredAt:%s ExpiresAt:%s}",
-		c.ID, c.state(), len(c.Config), redacted, stamp3339(c.CreatedAt), stamp3339(c.PublishedAt), stamp3339(c.RetiredAt), stamp3339(c.ExpiresAt))
+		c.ID, c.state(), len(c.Config), redact.Redacted, redact.Stamp(c.CreatedAt), redact.Stamp(c.PublishedAt), redact.Stamp(c.RetiredAt), redact.Stamp(c.ExpiresAt))
 }
 
 // GoString shows the config's id, state and times, its key as [redacted].
@@ -65,7 +38,9 @@ func (c Config) GoString() string { return "echring.Config" + c.verbose() }
 
 // Format writes String; %+v and %#v add the times. The private key shows
 // as [redacted].
-func (c Config) Format(f fmt.State, verb rune) { format(f, verb, c.String(), c.verbose, c.GoString) }
+func (c Config) Format(f fmt.State, verb rune) {
+	redact.Format(f, verb, c.String(), c.verbose, c.GoString)
+}
 
 // LogValue implements slog.LogValuer: the config's id and state.
 func (c Config) LogValue() slog.Value { return slog.StringValue(c.String()) }
@@ -105,7 +80,7 @@ func (r Ring) verbose() string {
 	for i, c := range r.Configs {
 		cs[i] = c.verbose()
 	}
-	return fmt.Sprintf("{Ring:%s Epoch:%d IssuedAt:%s Configs:[%s]}", r.name(), r.Epoch, stamp3339(r.IssuedAt), strings.Join(cs, " "))
+	return fmt.Sprintf("{Ring:%s Epoch:%d IssuedAt:%s Configs:[%s]}", r.name(), r.Epoch, redact.Stamp(r.IssuedAt), strings.Join(cs, " "))
 }
 
 // GoString shows the ring's name, epoch, times and configs, their keys as
@@ -113,7 +88,9 @@ func (r Ring) verbose() string {
 func (r Ring) GoString() string { return "echring.Ring" + r.verbose() }
 
 // Format writes String; %+v and %#v add the times.
-func (r Ring) Format(f fmt.State, verb rune) { format(f, verb, r.String(), r.verbose, r.GoString) }
+func (r Ring) Format(f fmt.State, verb rune) {
+	redact.Format(f, verb, r.String(), r.verbose, r.GoString)
+}
 
 // LogValue implements slog.LogValuer: the ring's name, epoch and configs.
 func (r Ring) LogValue() slog.Value {

@@ -6,10 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ringmaster-io/ringmaster/internal/strictjson"
 	"io"
 	"time"
 	"unicode/utf8"
+
+	"github.com/ringmaster-io/ringmaster/internal/strictjson"
 )
 
 // FileName is the name of the file that carries a ring to pods.
@@ -26,54 +27,20 @@ var ErrInvalidRing = errors.New("invalid ticket key ring")
 // as raw JSON and parsed by Decode, so that an error names the field
 // rather than quoting the text (time.Parse's errors quote it whole).
 type fileRing struct {
-	Version  int       `json:"version"`
-	Ring     string    `json:"ring"`
-	Epoch    int64     `json:"epoch"`
-	IssuedAt stamp     `json:"issuedAt"`
-	Keys     []fileKey `json:"keys"`
+	Version  int             `json:"version"`
+	Ring     string          `json:"ring"`
+	Epoch    int64           `json:"epoch"`
+	IssuedAt strictjson.Time `json:"issuedAt"`
+	Keys     []fileKey       `json:"keys"`
 }
 
 type fileKey struct {
-	ID         string     `json:"id"`
-	ActiveFrom stamp      `json:"activeFrom"`
-	RetireAt   stamp      `json:"retireAt"`
-	ExpiresAt  stamp      `json:"expiresAt"`
-	Secret     wireSecret `json:"secret"`
+	ID         string            `json:"id"`
+	ActiveFrom strictjson.Time   `json:"activeFrom"`
+	RetireAt   strictjson.Time   `json:"retireAt"`
+	ExpiresAt  strictjson.Time   `json:"expiresAt"`
+	Secret     strictjson.Secret `json:"secret"`
 }
-
-// stamp is a time of ticketkeys.json: written as time.Time writes itself,
-// read as the raw JSON value, which parse then reads as time.Time would.
-type stamp struct {
-	t   time.Time
-	raw []byte
-}
-
-func (s stamp) MarshalJSON() ([]byte, error) { return s.t.MarshalJSON() }
-
-// UnmarshalJSON keeps any value, null and containers included: parse
-// judges it, and checkStrict has refused containers already.
-func (s *stamp) UnmarshalJSON(b []byte) error {
-	s.raw = bytes.Clone(b)
-	return nil
-}
-
-// parse reads the time as time.Time's UnmarshalJSON does: RFC 3339 in a
-// JSON string, null and absence meaning the zero time.
-func (s stamp) parse() (time.Time, bool) {
-	var t time.Time
-	if s.raw == nil {
-		return t, true
-	}
-	return t, t.UnmarshalJSON(s.raw) == nil
-}
-
-// wireSecret is a secret in base64, as ticketkeys.json carries it. Only
-// encoding/json sees its text: in every fmt verb it is [redacted].
-type wireSecret string
-
-func (wireSecret) String() string                { return redacted }
-func (wireSecret) GoString() string              { return redacted }
-func (wireSecret) Format(f fmt.State, verb rune) { formatAs(f, verb, redacted) }
 
 // Encode writes r as ticketkeys.json version 1. It validates r first, so a
 // ring that Decode would refuse is never written.
@@ -86,14 +53,14 @@ func Encode(r Ring) ([]byte, error) {
 	if len(r.Keys) > MaxKeys {
 		return nil, invalid("ring has %d keys, more than the %d any ring holds", len(r.Keys), MaxKeys)
 	}
-	f := fileRing{Version: Version, Ring: r.Name, Epoch: r.Epoch, IssuedAt: stamp{t: r.IssuedAt.UTC()}, Keys: make([]fileKey, len(r.Keys))}
+	f := fileRing{Version: Version, Ring: r.Name, Epoch: r.Epoch, IssuedAt: strictjson.TimeOf(r.IssuedAt), Keys: make([]fileKey, len(r.Keys))}
 	for i, k := range r.Keys {
 		f.Keys[i] = fileKey{
 			ID:         k.ID,
-			ActiveFrom: stamp{t: k.ActiveFrom.UTC()},
-			RetireAt:   stamp{t: k.RetireAt.UTC()},
-			ExpiresAt:  stamp{t: k.ExpiresAt.UTC()},
-			Secret:     wireSecret(base64.StdEncoding.EncodeToString(k.Secret[:])),
+			ActiveFrom: strictjson.TimeOf(k.ActiveFrom),
+			RetireAt:   strictjson.TimeOf(k.RetireAt),
+			ExpiresAt:  strictjson.TimeOf(k.ExpiresAt),
+			Secret:     strictjson.Secret(base64.StdEncoding.EncodeToString(k.Secret[:])),
 		}
 	}
 	return json.MarshalIndent(f, "", "  ")
@@ -137,7 +104,7 @@ func Decode(data []byte) (Ring, error) {
 	if f.Version != Version {
 		return Ring{}, invalid("unsupported version: this reader knows version %d only", Version)
 	}
-	issuedAt, ok := f.IssuedAt.parse()
+	issuedAt, ok := f.IssuedAt.Parse()
 	if !ok {
 		return Ring{}, invalid("issuedAt is not an RFC 3339 time")
 	}
@@ -152,10 +119,10 @@ func Decode(data []byte) (Ring, error) {
 		var k Key
 		for _, t := range []struct {
 			name string
-			from stamp
+			from strictjson.Time
 			to   *time.Time
 		}{{"activeFrom", fk.ActiveFrom, &k.ActiveFrom}, {"retireAt", fk.RetireAt, &k.RetireAt}, {"expiresAt", fk.ExpiresAt, &k.ExpiresAt}} {
-			if *t.to, ok = t.from.parse(); !ok {
+			if *t.to, ok = t.from.Parse(); !ok {
 				return Ring{}, invalid("key %d: %s is not an RFC 3339 time", i, t.name)
 			}
 		}

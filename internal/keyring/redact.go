@@ -3,11 +3,10 @@ package keyring
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"strconv"
 	"strings"
-	"time"
+
+	"github.com/ringmaster-io/ringmaster/internal/redact"
 )
 
 // The types that hold secrets (Secret, Key, Ring, Plan, Record, History)
@@ -16,49 +15,23 @@ import (
 // give a secret as [redacted] and a key as its id. Only Encode writes key
 // bytes, through a wire type of its own.
 
-// redacted stands for a secret in text.
-const redacted = "[redacted]"
-
-// formatAs writes s for any verb: quoted for %q, as it is otherwise.
-func formatAs(f fmt.State, verb rune, s string) {
-	if verb == 'q' {
-		s = strconv.Quote(s)
-	}
-	_, _ = io.WriteString(f, s)
-}
-
-// format writes short for %v, %s and every other verb, verbose for %+v,
-// and gostring for %#v.
-func format(f fmt.State, verb rune, short string, verbose, gostring func() string) {
-	switch {
-	case verb == 'v' && f.Flag('#'):
-		_, _ = io.WriteString(f, gostring())
-	case verb == 'v' && f.Flag('+'):
-		_, _ = io.WriteString(f, verbose())
-	default:
-		formatAs(f, verb, short)
-	}
-}
-
-func stamp3339(t time.Time) string { return t.Format(time.RFC3339Nano) }
-
 // String returns "[redacted]".
-func (Secret) String() string { return redacted }
+func (Secret) String() string { return redact.Redacted }
 
 // GoString returns "[redacted]".
-func (Secret) GoString() string { return redacted }
+func (Secret) GoString() string { return redact.Redacted }
 
 // Format writes "[redacted]" for every verb.
-func (Secret) Format(f fmt.State, verb rune) { formatAs(f, verb, redacted) }
+func (Secret) Format(f fmt.State, verb rune) { redact.As(f, verb, redact.Redacted) }
 
 // LogValue implements slog.LogValuer: "[redacted]".
-func (Secret) LogValue() slog.Value { return slog.StringValue(redacted) }
+func (Secret) LogValue() slog.Value { return slog.StringValue(redact.Redacted) }
 
 // MarshalLog implements logr.Marshaler: "[redacted]".
-func (Secret) MarshalLog() any { return redacted }
+func (Secret) MarshalLog() any { return redact.Redacted }
 
 // MarshalJSON writes "[redacted]": ticketkeys.json is written by Encode.
-func (Secret) MarshalJSON() ([]byte, error) { return json.Marshal(redacted) }
+func (Secret) MarshalJSON() ([]byte, error) { return json.Marshal(redact.Redacted) }
 
 // id is the key's id for text: "[invalid id]" when it is not an id, for
 // a Key built by hand might hold anything there.
@@ -78,7 +51,7 @@ func (k Key) String() string { return k.id() }
 
 func (k Key) verbose() string {
 	return fmt.Sprintf("{ID:%s ActiveFrom:%s RetireAt:%s ExpiresAt:%s Secret:%s}",
-		k.id(), stamp3339(k.ActiveFrom), stamp3339(k.RetireAt), stamp3339(k.ExpiresAt), redacted)
+		k.id(), redact.Stamp(k.ActiveFrom), redact.Stamp(k.RetireAt), redact.Stamp(k.ExpiresAt), redact.Redacted)
 }
 
 // GoString shows the key's id and times, and its secret as [redacted].
@@ -86,7 +59,7 @@ func (k Key) GoString() string { return "keyring.Key" + k.verbose() }
 
 // Format writes the key's id; %+v and %#v add its times. The secret shows
 // as [redacted].
-func (k Key) Format(f fmt.State, verb rune) { format(f, verb, k.id(), k.verbose, k.GoString) }
+func (k Key) Format(f fmt.State, verb rune) { redact.Format(f, verb, k.id(), k.verbose, k.GoString) }
 
 // LogValue implements slog.LogValuer: the key's id.
 func (k Key) LogValue() slog.Value { return slog.StringValue(k.id()) }
@@ -127,7 +100,7 @@ func (r Ring) verbose() string {
 		keys[i] = k.verbose()
 	}
 	return fmt.Sprintf("{Name:%s Epoch:%d IssuedAt:%s Keys:[%s] Due:%s}",
-		r.name(), r.Epoch, stamp3339(r.IssuedAt), strings.Join(keys, " "), stamp3339(r.Due))
+		r.name(), r.Epoch, redact.Stamp(r.IssuedAt), strings.Join(keys, " "), redact.Stamp(r.Due))
 }
 
 // GoString shows the ring's name, epoch, times and keys, their secrets as
@@ -135,7 +108,9 @@ func (r Ring) verbose() string {
 func (r Ring) GoString() string { return "keyring.Ring" + r.verbose() }
 
 // Format writes String; %+v and %#v add the times.
-func (r Ring) Format(f fmt.State, verb rune) { format(f, verb, r.String(), r.verbose, r.GoString) }
+func (r Ring) Format(f fmt.State, verb rune) {
+	redact.Format(f, verb, r.String(), r.verbose, r.GoString)
+}
 
 // LogValue implements slog.LogValuer: the ring's name, epoch and key ids.
 func (r Ring) LogValue() slog.Value {
@@ -153,14 +128,16 @@ func (r Ring) MarshalJSON() ([]byte, error) { return json.Marshal(r.MarshalLog()
 // String shows the plan, its ring as Ring.String does.
 func (p Plan) String() string {
 	return fmt.Sprintf("{Ring:%s Mint:%d Changed:%t Expired:%v RequeueAt:%s RotateAt:%s Revoked:%v Promoted:%t Awaiting:%t}",
-		p.Ring, p.Mint, p.Changed, p.Expired, stamp3339(p.RequeueAt), stamp3339(p.RotateAt), p.Revoked, p.Promoted, p.Awaiting)
+		p.Ring, p.Mint, p.Changed, p.Expired, redact.Stamp(p.RequeueAt), redact.Stamp(p.RotateAt), p.Revoked, p.Promoted, p.Awaiting)
 }
 
 // GoString is String.
 func (p Plan) GoString() string { return "keyring.Plan" + p.String() }
 
 // Format writes String for every verb.
-func (p Plan) Format(f fmt.State, verb rune) { format(f, verb, p.String(), p.String, p.GoString) }
+func (p Plan) Format(f fmt.State, verb rune) {
+	redact.Format(f, verb, p.String(), p.String, p.GoString)
+}
 
 // LogValue implements slog.LogValuer: String.
 func (p Plan) LogValue() slog.Value { return slog.StringValue(p.String()) }
@@ -180,7 +157,9 @@ func (r Record) String() string {
 func (r Record) GoString() string { return "keyring.Record" + r.String() }
 
 // Format writes String for every verb.
-func (r Record) Format(f fmt.State, verb rune) { format(f, verb, r.String(), r.String, r.GoString) }
+func (r Record) Format(f fmt.State, verb rune) {
+	redact.Format(f, verb, r.String(), r.String, r.GoString)
+}
 
 // LogValue implements slog.LogValuer: String.
 func (r Record) LogValue() slog.Value { return slog.StringValue(r.String()) }
@@ -200,7 +179,9 @@ func (h History) String() string {
 func (h History) GoString() string { return "keyring.History{" + h.String() + "}" }
 
 // Format writes String for every verb.
-func (h History) Format(f fmt.State, verb rune) { format(f, verb, h.String(), h.String, h.GoString) }
+func (h History) Format(f fmt.State, verb rune) {
+	redact.Format(f, verb, h.String(), h.String, h.GoString)
+}
 
 // LogValue implements slog.LogValuer: String.
 func (h History) LogValue() slog.Value { return slog.StringValue(h.String()) }

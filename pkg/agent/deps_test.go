@@ -28,6 +28,7 @@ func TestDependencies(t *testing.T) {
 		"github.com/ringmaster-io/ringmaster/internal/echring",
 		"github.com/ringmaster-io/ringmaster/internal/agentstatus",
 		"github.com/ringmaster-io/ringmaster/internal/strictjson",
+		"github.com/ringmaster-io/ringmaster/internal/redact",
 		// fsnotify and its system calls.
 		"github.com/fsnotify/fsnotify",
 		"golang.org/x/sys/",
