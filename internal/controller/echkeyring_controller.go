@@ -397,20 +397,7 @@ func forTenant(ekr *v1alpha1.ECHKeyRing, err error) string {
 // snapshots lists the ring's snapshot Secrets, newest epoch first, around
 // the cache.
 func (r *ECHKeyRingReconciler) snapshots(ctx context.Context, owner distribute.Owner) ([]*corev1.Secret, error) {
-	list := &corev1.SecretList{}
-	if err := r.APIReader.List(ctx, list, client.InNamespace(owner.Home), client.MatchingLabels(owner.SnapshotLabels())); err != nil {
-		return nil, fmt.Errorf("list snapshots: %w", err)
-	}
-	var out []*corev1.Secret
-	for i := range list.Items {
-		if s := &list.Items[i]; owner.Owns(s) && s.DeletionTimestamp.IsZero() {
-			out = append(out, s)
-		}
-	}
-	slices.SortFunc(out, func(a, b *corev1.Secret) int {
-		return cmp.Compare(distribute.SnapshotEpoch(b), distribute.SnapshotEpoch(a))
-	})
-	return out, nil
+	return listSnapshots(ctx, r.APIReader, owner)
 }
 
 // writeSnapshot creates the epoch's immutable snapshot Secret.

@@ -487,8 +487,14 @@ func (r *rings) destroy(ctx context.Context, epochs []int64, snaps []*corev1.Sec
 // around the cache: the record must be current, or a reconcile that follows
 // a publish too closely would plan from the epoch before it.
 func (r *rings) snapshots(ctx context.Context, owner distribute.Owner) ([]*corev1.Secret, error) {
+	return listSnapshots(ctx, r.APIReader, owner)
+}
+
+// listSnapshots lists owner's snapshot Secrets through reader, newest epoch
+// first, leaving out those being deleted and those owner does not control.
+func listSnapshots(ctx context.Context, reader client.Reader, owner distribute.Owner) ([]*corev1.Secret, error) {
 	list := &corev1.SecretList{}
-	if err := r.APIReader.List(ctx, list, client.InNamespace(owner.Home), client.MatchingLabels(owner.SnapshotLabels())); err != nil {
+	if err := reader.List(ctx, list, client.InNamespace(owner.Home), client.MatchingLabels(owner.SnapshotLabels())); err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
 	var out []*corev1.Secret
