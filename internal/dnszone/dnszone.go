@@ -114,7 +114,7 @@ func TSIG(data map[string][]byte) (*dnspub.TSIG, error) {
 		known = known || a == alg
 	}
 	if !known {
-		return nil, fmt.Errorf("the TSIG Secret's algorithm %q is not one of %s", alg, strings.Join(Algorithms, ", "))
+		return nil, fmt.Errorf("the TSIG Secret's %q key names no algorithm of %s (its value is not shown: it is read from a Secret)", SecretKeyAlgorithm, strings.Join(Algorithms, ", "))
 	}
 	text := strings.TrimSpace(string(data[SecretKeySecret]))
 	if text == "" {

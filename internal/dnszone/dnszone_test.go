@@ -87,7 +87,7 @@ func TestTSIG(t *testing.T) {
 		{"no secret", map[string]string{"name": "k"}, "", `no "secret" key`},
 		{"not base64", map[string]string{"name": "k", "secret": "not base64!"}, "", "not base64"},
 		{"too short", map[string]string{"name": "k", "secret": "c2hvcnQ="}, "", "5 bytes, want at least 16"},
-		{"hmac-md5", map[string]string{"name": "k", "secret": b64, "algorithm": "hmac-md5"}, "", `algorithm "hmac-md5" is not one of`},
+		{"hmac-md5", map[string]string{"name": "k", "secret": b64, "algorithm": "hmac-md5"}, "", `"algorithm" key names no algorithm of`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			data := map[string][]byte{}
