@@ -215,33 +215,80 @@ func query(ctx context.Context, op string, t Target, server string, tcp bool) ([
 // update message is one atomic change: a failure leaves the zone as it
 // was.
 func Publish(ctx context.Context, t Target, echConfigList []byte) error {
+	_, err := rewrite(ctx, "publish", t, func(old []dns.RR) ([]dns.RR, error) {
+		return merge(old, t.Name, t.TTL, echConfigList)
+	})
+	return err
+}
+
+// Remove takes the ech param off t.Name's HTTPS records at t.Primary, by
+// the same kind of update as Publish, only when every ServiceMode record
+// carries exactly echConfigList: a ring removes the value it wrote and
+// nothing else. Another value, a record without an ech param, and no
+// record at all are left as they are. The records' TTL and every other
+// param are kept. It reports whether it changed the zone.
+func Remove(ctx context.Context, t Target, echConfigList []byte) (bool, error) {
+	if len(echConfigList) == 0 {
+		return false, errors.New("remove: no ech value given: a ring removes only the value it wrote")
+	}
+	return rewrite(ctx, "remove", t, func(old []dns.RR) ([]dns.RR, error) {
+		if !carries(old, echConfigList) {
+			return old, nil
+		}
+		return merge(old, t.Name, 0, nil)
+	})
+}
+
+// carries reports whether every ServiceMode record of rrs carries exactly
+// list as its ech param, and there is at least one.
+func carries(rrs []dns.RR, list []byte) bool {
+	service := 0
+	for _, rr := range rrs {
+		h, ok := rr.(*dns.HTTPS)
+		if !ok || h.Priority == 0 {
+			continue
+		}
+		service++
+		i := slices.IndexFunc(h.Value, func(kv dns.SVCBKeyValue) bool { return kv.Key() == dns.SVCB_ECHCONFIG })
+		if i < 0 || !bytes.Equal(h.Value[i].(*dns.SVCBECHConfig).ECH, list) {
+			return false
+		}
+	}
+	return service > 0
+}
+
+// rewrite reads t.Name's HTTPS RRset at the primary, asks edit for the
+// RRset to hold instead, and sends the update when it differs, holding
+// the RRset read as a prerequisite; when the prerequisite fails it reads
+// and tries once more. It reports whether it changed the zone.
+func rewrite(ctx context.Context, op string, t Target, edit func(old []dns.RR) ([]dns.RR, error)) (bool, error) {
 	if err := t.check(); err != nil {
-		return fmt.Errorf("publish: %w", err)
+		return false, fmt.Errorf("%s: %w", op, err)
 	}
 	if t.Primary == "" {
-		return fmt.Errorf("publish HTTPS %s (zone %s): no primary server to update (verify-only)", t.Name, t.Zone)
+		return false, fmt.Errorf("%s HTTPS %s (zone %s): no primary server to update (verify-only)", op, t.Name, t.Zone)
 	}
 	var prereqErr error
 	for range 2 {
 		old, err := query(ctx, "read", t, t.Primary, true)
 		if err != nil {
-			return err
+			return false, err
 		}
-		updated, err := merge(old, t.Name, t.TTL, echConfigList)
+		updated, err := edit(old)
 		if err != nil {
-			return fmt.Errorf("publish HTTPS %s (zone %s) at %s: %w", t.Name, t.Zone, t.Primary, err)
+			return false, fmt.Errorf("%s HTTPS %s (zone %s) at %s: %w", op, t.Name, t.Zone, t.Primary, err)
 		}
 		if sameRRset(old, updated) {
-			return nil
+			return false, nil
 		}
 		prereqErr = update(ctx, t, old, updated)
 		var e *Error
 		if errors.As(prereqErr, &e) && (e.Rcode == dns.RcodeNXRrset || e.Rcode == dns.RcodeYXRrset) {
 			continue
 		}
-		return prereqErr
+		return prereqErr == nil, prereqErr
 	}
-	return fmt.Errorf("%w: the record changed between read and update twice; another writer is changing it", prereqErr)
+	return false, fmt.Errorf("%w: the record changed between read and update twice; another writer is changing it", prereqErr)
 }
 
 // update sends the update replacing old by updated.

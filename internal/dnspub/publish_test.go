@@ -305,3 +305,35 @@ func TestZoneNotServed(t *testing.T) {
 		t.Fatalf("Verify of a zone the server does not serve = %v, want REFUSED", err)
 	}
 }
+
+// Remove takes off only the value it is given: another value, or a record
+// without one, is left as it is; the TTL and other params are kept.
+func TestRemoveOnlyItsOwnValue(t *testing.T) {
+	s := knot.Run(t, "example.test.", knot.Key{})
+	tg := target(s)
+	if err := dnspub.Publish(ctx(t), tg, list(1)); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := dnspub.Remove(ctx(t), tg, list(2))
+	if err != nil || removed {
+		t.Fatalf("Remove of another value = %v, %v; want nothing removed", removed, err)
+	}
+	if got := ech(https(t, s, tg.Name)); string(got) != string(list(1)) {
+		t.Fatalf("ech after removing another value = %x, want %x", got, list(1))
+	}
+	removed, err = dnspub.Remove(ctx(t), tg, list(1))
+	if err != nil || !removed {
+		t.Fatalf("Remove of the record's own value = %v, %v; want it removed", removed, err)
+	}
+	h := https(t, s, tg.Name)
+	if ech(h) != nil || params(h) != otherParams || h.Hdr.Ttl != 120 || h.Priority != 1 {
+		t.Fatalf("record after Remove = %v; want no ech, %s, TTL 120", h, otherParams)
+	}
+	if removed, err := dnspub.Remove(ctx(t), tg, list(1)); err != nil || removed {
+		t.Fatalf("Remove again = %v, %v; want nothing to remove", removed, err)
+	}
+	tg.Name = "absent.example.test."
+	if removed, err := dnspub.Remove(ctx(t), tg, list(1)); err != nil || removed {
+		t.Fatalf("Remove on a name without a record = %v, %v; want nothing", removed, err)
+	}
+}
