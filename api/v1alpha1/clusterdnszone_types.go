@@ -78,8 +78,10 @@ type ClusterDNSZoneSpec struct {
 	AllowedNames []string `json:"allowedNames"`
 
 	// maxTTL is the longest TTL, in seconds, a ring may give its record
-	// (its spec.dns.ttl); a ring asking more is refused. When omitted the
-	// rings' own bound (86400) applies.
+	// (its spec.dns.ttl); a ring asking more is refused. When omitted, 3600:
+	// every ECH config must outlive the TTL in DNS caches, so the TTL adds
+	// to the life of each private key, and an hour keeps that within the
+	// usual retirementMargin; raise it deliberately.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=86400
 	// +optional
@@ -110,6 +112,82 @@ type ClusterDNSZoneStatus struct {
 	// observedGeneration is the spec generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// names are the DNS names of the zone that ECHKeyRings claim, each with
+	// its one owner: the only ring whose configs the operator writes into
+	// that name's HTTPS record, and the only one it ever removes them for.
+	// The first admitted ring to claim a name owns it; another claiming it
+	// publishes nothing (Ready False, DNSNameClaimed). A name passes on only
+	// once its owner is deleted, renamed or no longer admitted, and has
+	// released it: the ech value it wrote removed from DNS, then the
+	// record's TTL plus the ring's retirementMargin waited out.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=1024
+	// +optional
+	Names []DNSNameOwner `json:"names,omitempty"`
+}
+
+// DNSNameState is where a DNS name stands with its owner.
+// +kubebuilder:validation:Enum=Owned;Releasing
+type DNSNameState string
+
+// The states of a DNS name of a ClusterDNSZone.
+const (
+	// DNSNameOwned: the ring writes the name's record.
+	DNSNameOwned DNSNameState = "Owned"
+	// DNSNameReleasing: the ring was deleted, renamed or is no longer
+	// admitted; the ech value it wrote is being removed, and the name
+	// passes on at releaseAt.
+	DNSNameReleasing DNSNameState = "Releasing"
+)
+
+// DNSNameOwner is a DNS name of a zone and the ECHKeyRing that owns it.
+type DNSNameOwner struct {
+	// name is the owner name of the HTTPS record, lower case, without the
+	// final dot.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+	// ring is the ECHKeyRing that owns it.
+	// +required
+	Ring ECHKeyRingReference `json:"ring"`
+	// state is Owned, or Releasing once the ring lets the name go.
+	// +required
+	State DNSNameState `json:"state"`
+	// since is when the ring took the name.
+	// +required
+	Since metav1.Time `json:"since"`
+	// releaseAt, while Releasing, is when the name passes on: the record's
+	// TTL plus the ring's retirementMargin after DNS was seen holding no
+	// ech value of the ring's. Unset while that removal waits for DNS.
+	// +optional
+	ReleaseAt *metav1.Time `json:"releaseAt,omitempty"`
+	// waiting counts the other ECHKeyRings that claim the name.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	Waiting int32 `json:"waiting,omitempty"`
+}
+
+// ECHKeyRingReference names an ECHKeyRing, and which one by its UID.
+type ECHKeyRingReference struct {
+	// namespace of the ECHKeyRing.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +required
+	Namespace string `json:"namespace"`
+	// name of the ECHKeyRing.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +required
+	Name string `json:"name"`
+	// uid of the ECHKeyRing: a ring deleted and created again under the
+	// name is another ring.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=36
+	// +required
+	UID string `json:"uid"`
 }
 
 // ClusterDNSZone is a DNS zone ECHKeyRings publish their configs to, named

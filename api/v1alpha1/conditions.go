@@ -23,6 +23,11 @@ const (
 	// decrypt-only keys than spec.retainedKeys (HAProxy keeps 1): tickets
 	// under the keys it drops do not resume on that server.
 	ConditionRetentionLimited = "RetentionLimited"
+	// ConditionRequestRefused (ticket rings) is True while a rotate or
+	// revoke request annotation holds something other than an RFC 3339
+	// time of at most 64 characters: it is not carried out, and its value
+	// is not shown. Absent otherwise.
+	ConditionRequestRefused = "RequestRefused"
 	// ConditionCompliant (policies) is True when every certificate the
 	// policy selects obeys every rule.
 	ConditionCompliant = "Compliant"
@@ -86,6 +91,9 @@ const (
 	// ReasonFormatsKeepRetainedKeys: RetentionLimited is False; every
 	// format listed keeps every retained key.
 	ReasonFormatsKeepRetainedKeys = "FormatsKeepRetainedKeys"
+	// ReasonInvalidRequest: RequestRefused is True; its message names the
+	// annotations refused.
+	ReasonInvalidRequest = "InvalidRequest"
 )
 
 // Reasons of a key source's failures, on the key source's Ready condition
@@ -138,6 +146,12 @@ const (
 	// secret is not base64, or its algorithm is not one the operator
 	// signs with.
 	ReasonTSIGSecretInvalid = "TSIGSecretInvalid"
+	// ReasonDNSNameAssigned: the event of a name of the zone taking an
+	// owner (status.names).
+	ReasonDNSNameAssigned = "DNSNameAssigned"
+	// ReasonDNSNameReleased: the event of a name of the zone released by
+	// its owner.
+	ReasonDNSNameReleased = "DNSNameReleased"
 )
 
 // Reasons of a CertificatePolicy's conditions. It also uses ReasonInvalidSpec.
@@ -190,4 +204,14 @@ const (
 	// ReasonECHConfigInvalid: the ECHConfig the spec describes cannot be
 	// built (the KEM, a cipher suite or the public name).
 	ReasonECHConfigInvalid = "ECHConfigInvalid"
+	// ReasonDNSNameClaimed: another ECHKeyRing owns spec.dns.name in its
+	// zone; this ring stages and publishes nothing, and changes nothing in
+	// DNS, until the owner releases it.
+	ReasonDNSNameClaimed = "DNSNameClaimed"
+	// ReasonDNSNameReleasing: the ring lets its DNS name go (it is being
+	// deleted, was renamed or is no longer admitted): the ech value it
+	// wrote is removed from DNS, and its configs keep decrypting for the
+	// record's TTL plus its retirementMargin before the name passes on and
+	// a deleted ring goes.
+	ReasonDNSNameReleasing = "DNSNameReleasing"
 )

@@ -259,19 +259,24 @@ type ECHDNS struct {
 	ZoneRef DNSZoneReference `json:"zoneRef"`
 
 	// name is the owner of the HTTPS record, a DNS name inside the zone
-	// the zone allows for this namespace (with or without a trailing dot).
-	// The record's other parameters (priority, target, alpn, port, hints)
-	// are left as they are; an absent record is created as "1 . ech=...".
+	// the zone allows for this namespace (with or without a trailing dot),
+	// never a wildcard: one ring owns one name. The name belongs to one
+	// ECHKeyRing at a time, the first to claim it (the zone's status lists
+	// each name's owner); another ring claiming it publishes nothing until
+	// the owner is deleted, renamed or no longer admitted, and has released
+	// it. The record's other parameters (priority, target, alpn, port,
+	// hints) are left as they are; an absent record is created as
+	// "1 . ech=...".
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=254
-	// +kubebuilder:validation:Pattern=`^(\*\.)?([a-z0-9_]([-a-z0-9_]*[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]*[a-z0-9])?\.?$`
+	// +kubebuilder:validation:Pattern=`^([a-z0-9_]([-a-z0-9_]*[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]*[a-z0-9])?\.?$`
 	// +required
 	Name string `json:"name"`
 
 	// ttl is the record's TTL in seconds: how long resolvers may hand out
 	// a config after it left DNS, which a retired config must outlive.
-	// Between 1 and 86400; 300 by default. The zone's maxTTL may bound it
-	// lower.
+	// Between 1 and 86400; 300 by default. The zone bounds it: its maxTTL,
+	// or 3600 when the zone sets none.
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=86400
 	// +kubebuilder:default=300
@@ -383,6 +388,31 @@ type ECHKeyRingStatus struct {
 	// confirmation is what the selected pods report of the staged config.
 	// +optional
 	Confirmation *ConfirmationStatus `json:"confirmation,omitempty"`
+
+	// dnsRecord is the ech value the ring had written into its HTTPS
+	// record and last saw DNS answer: the value it removes, and the only
+	// one, when it has nothing to publish or lets the name go.
+	// +optional
+	DNSRecord *ECHDNSRecord `json:"dnsRecord,omitempty"`
+}
+
+// ECHDNSRecord is an ech value a ring wrote into a record.
+type ECHDNSRecord struct {
+	// zone is the ClusterDNSZone the record is in.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Zone string `json:"zone"`
+	// name is the record's owner name, lower case, without the final dot.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Name string `json:"name"`
+	// echConfigList is the value written (an ECHConfigList, base64; public).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	// +required
+	ECHConfigList string `json:"echConfigList"`
 }
 
 // +kubebuilder:object:root=true

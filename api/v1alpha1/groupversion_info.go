@@ -41,4 +41,5 @@ const (
 	KindClusterTicketKeyRing = "ClusterTicketKeyRing"
 	KindClusterKeySource     = "ClusterKeySource"
 	KindCertificatePolicy    = "CertificatePolicy"
+	KindClusterDNSZone       = "ClusterDNSZone"
 )

@@ -19,6 +19,11 @@ const (
 	// due, while the ring holds it for its fleet to confirm (RFC 3339).
 	DueAnnotation = "ringmaster.io/due"
 
+	// PublishedUnconfirmedAnnotation on an ECH ring's snapshot Secret is the
+	// config_id of its published config when that config was published at
+	// its ceiling without every pod reporting it.
+	PublishedUnconfirmedAnnotation = "ringmaster.io/published-unconfirmed"
+
 	// SharedVersionAnnotation on a snapshot Secret is the version of the
 	// ring's shared entry in Vault that the epoch serves, for a ring whose
 	// key source shares rings across clusters.
@@ -37,6 +42,13 @@ const (
 	// status.lastRevokeRequestedAt and recorded in status.revocations.
 	RevokeRequestedAtAnnotation = "ringmaster.io/revoke-requested-at"
 )
+
+// ECHDNSFinalizer is on an ECHKeyRing while it owns a DNS name it may
+// have written: its deletion waits until the name is released (the ech
+// value it wrote removed from DNS, and the record's TTL plus its
+// retirementMargin passed), since DNS is outside the cluster and nothing
+// else would clean it up.
+const ECHDNSFinalizer = "ringmaster.io/dns-record"
 
 // Values of ComponentLabel.
 const (

@@ -31,9 +31,12 @@ const DefaultAlgorithm = "hmac-sha256"
 // Algorithms are the TSIG algorithms the operator signs with.
 var Algorithms = []string{"hmac-sha224", "hmac-sha256", "hmac-sha384", "hmac-sha512"}
 
-// MaxTTL is the longest TTL a zone without maxTTL allows, the bound of an
-// ECHKeyRing's spec.dns.ttl.
-const MaxTTL int32 = 86400
+// DefaultMaxTTL is the longest TTL a zone without maxTTL allows. Every
+// ECH config must outlive the TTL in DNS caches, so the TTL adds to the
+// life of each private key; an hour keeps that within the usual
+// retirementMargin. An administrator raises it with the zone's maxTTL, up
+// to the API's bound of a ring's spec.dns.ttl, 86400.
+const DefaultMaxTTL int32 = 3600
 
 // Canonical is name in the form zones and patterns are written in: lower
 // case, without the final dot.
@@ -81,18 +84,23 @@ func Admit(z *v1alpha1.ClusterDNSZone, namespaceLabels map[string]string, name s
 	if !sel.Matches(labels.Set(namespaceLabels)) {
 		return fmt.Errorf("ClusterDNSZone %s does not select the ring's namespace", z.Name)
 	}
+	if strings.Contains(name, "*") {
+		return fmt.Errorf("%s is a wildcard: a ring publishes one name, and a wildcard record would answer for names other rings may own", Canonical(name))
+	}
 	if !InZone(s.Zone, name) {
 		return fmt.Errorf("%s is not inside zone %s of ClusterDNSZone %s", Canonical(name), s.Zone, z.Name)
 	}
 	if !NameAllowed(s.AllowedNames, name) {
-		return fmt.Errorf("ClusterDNSZone %s does not allow the name %s (allowedNames: %s)", z.Name, Canonical(name), strings.Join(s.AllowedNames, ", "))
+		// The zone's other names are the administrator's to show, not a
+		// tenant's to learn.
+		return fmt.Errorf("ClusterDNSZone %s does not allow the name %s to this namespace", z.Name, Canonical(name))
 	}
-	limit := MaxTTL
+	limit := DefaultMaxTTL
 	if s.MaxTTL != nil {
 		limit = *s.MaxTTL
 	}
 	if ttl < 1 || ttl > limit {
-		return fmt.Errorf("ttl %ds is outside ClusterDNSZone %s's bounds: 1s to %ds (maxTTL)", ttl, z.Name, limit)
+		return fmt.Errorf("ttl %ds is outside ClusterDNSZone %s's bounds: 1s to %ds (its maxTTL, or %d without one)", ttl, z.Name, limit, DefaultMaxTTL)
 	}
 	return nil
 }

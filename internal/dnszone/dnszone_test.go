@@ -56,8 +56,11 @@ func TestAdmit(t *testing.T) {
 		{"ttl at maxTTL", zone(func(s *v1alpha1.ClusterDNSZoneSpec) { s.MaxTTL = ptr.To[int32](600) }), shop, "shop.example.com", 600, ""},
 		{"ttl over maxTTL", zone(func(s *v1alpha1.ClusterDNSZoneSpec) { s.MaxTTL = ptr.To[int32](600) }), shop, "shop.example.com", 601,
 			"ttl 601s is outside ClusterDNSZone shop's bounds: 1s to 600s"},
-		{"no maxTTL: a day", zone(nil), shop, "shop.example.com", 86400, ""},
-		{"no maxTTL: over a day", zone(nil), shop, "shop.example.com", 86401, "1s to 86400s"},
+		{"no maxTTL: an hour", zone(nil), shop, "shop.example.com", 3600, ""},
+		{"no maxTTL: over an hour", zone(nil), shop, "shop.example.com", 3601, "1s to 3600s"},
+		{"maxTTL raised to a day", zone(func(s *v1alpha1.ClusterDNSZoneSpec) { s.MaxTTL = ptr.To[int32](86400) }), shop, "shop.example.com", 86400, ""},
+		{"a literal wildcard below a pattern", zone(nil), shop, "*.shop.example.com", 300, "is a wildcard"},
+		{"a name not allowed does not list the zone's names", zone(nil), shop, "ads.example.com", 300, "does not allow the name ads.example.com to this namespace"},
 		{"ttl 0", zone(nil), shop, "shop.example.com", 0, "ttl 0s"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
