@@ -64,7 +64,8 @@ func (r *ClusterTicketKeyRingReconciler) Reconcile(ctx context.Context, req reco
 		in.voters = confirm.VoterNamespaces(in.targets, namespaces.Items, c.VoterNamespaceSelector)
 	}
 	status, res, err := r.reconcile(ctx, in)
-	return result(res, errors.Join(err, applyStatus(ctx, r.Client, ctkr, ctkr.Status, status)))
+	return result(res, errors.Join(err, applyRingStatus(ctx, r.Client, r.secrets.APIReader, ctkr, ctkr.Status, status,
+		func(x *v1alpha1.ClusterTicketKeyRing) v1alpha1.TicketKeyRingStatus { return x.Status })))
 }
 
 // allRings maps a namespace change to every ClusterTicketKeyRing: any of

@@ -113,7 +113,7 @@ var _ = Describe("Probing under a namespace's silent pods", func() {
 			Expect(getRing(ctx, victim).Status.Epoch).To(BeNumerically(">", epoch))
 			return took
 		}
-		calm := rotateNow("calm")
+		calm := rotateNow(time.Now().UTC().Format(time.RFC3339Nano))
 
 		By("the attack's staged keys fall due: their pods are asked, and never answer")
 		epoch := getRing(ctx, victim).Status.Epoch
@@ -125,7 +125,7 @@ var _ = Describe("Probing under a namespace's silent pods", func() {
 		}
 		Eventually(hole.Accepted, victimBudget, poll).Should(BeNumerically(">=", 32), "the silent pods are being asked")
 
-		underAttack := rotateNow("under-attack")
+		underAttack := rotateNow(time.Now().UTC().Add(time.Second).Format(time.RFC3339Nano))
 
 		By("a revoke under the attack")
 		epoch = getRing(ctx, victim).Status.Epoch

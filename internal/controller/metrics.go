@@ -25,6 +25,22 @@ var unconfirmedActivationsTotal = prometheus.NewCounterVec(prometheus.CounterOpt
 	Help: "Held staged keys that activated by the clock without every voter confirming them (at the confirmation ceiling, or the timeout under Promote).",
 }, []string{"namespace", "name"})
 
+// unconfirmedPublicationsTotal counts, per ECHKeyRing, the staged configs
+// published to DNS at their ceiling without every pod reporting them.
+// Labels: namespace, name.
+var unconfirmedPublicationsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "ringmaster_echkeyring_unconfirmed_publications_total",
+	Help: "Staged ECH configs published to DNS at their confirmation ceiling without every selected pod reporting them.",
+}, []string{"namespace", "name"})
+
+// dnsUpdatesTotal counts the signed DNS updates the DNS worker sends, per
+// zone. Labels: zone (a ClusterDNSZone), result ("written", "failed", or
+// "rate_limited" when the zone's budget per minute was spent).
+var dnsUpdatesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "ringmaster_dns_updates_total",
+	Help: "Signed DNS updates of ECH records, by ClusterDNSZone and result (written, failed, or rate_limited by the zone's budget).",
+}, []string{"zone", "result"})
+
 // sharedWritesTotal counts writes of shared rings' entries in Vault.
 // Labels: result ("won", or "lost" to another operator's check-and-set).
 var sharedWritesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{

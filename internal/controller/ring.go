@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -42,18 +40,15 @@ import (
 // rings reconciles TicketKeyRings and ClusterTicketKeyRings.
 type rings struct {
 	client.Client
-	// APIReader reads around the cache: the snapshots, which must be
-	// current, and a foreign Secret in the way.
-	APIReader client.Reader
-	Recorder  events.EventRecorder
-	Clock     clock.PassiveClock
-	Sources   *mint.Sources
+	secrets  *ringSecrets
+	Recorder events.EventRecorder
+	Clock    clock.PassiveClock
+	Sources  *mint.Sources
 	// Prober asks pods what they hold (spec.confirmation).
 	Prober *confirm.Prober
 	gauges *ringGauges
-	sweeps sweeper
-	// adoptions: see sharing.adoptions.
-	adoptions sync.Map
+	// memory is what this operator remembers of shared entries.
+	memory ringplan.Memory
 	// keepInBackups: see Options.KeepSecretsInBackups.
 	keepInBackups bool
 }
@@ -77,88 +72,85 @@ type ring struct {
 
 // reconcile does one pass over a ring: read, decide (ringplan.Decide),
 // mint (planning again from when the mint returned, ringplan.Replan),
-// finish (ringplan.Finish), write the shared entry, publish, deliver
-// to each target, destroy what expired, and return the status to write.
-// Problems the user must fix set Ready False and return no error; problems
-// a retry fixes return the error so that backoff applies. Expired keys are
-// destroyed whatever else failed.
+// finish (ringplan.Finish), write the shared entry, publish, deliver to
+// each target, destroy what expired, and report (Result.Report): the
+// status, when to look again, and the events. Problems the user must fix
+// set Ready False and return no error; problems a retry fixes return the
+// error so that backoff applies, but a key source that fails is tried
+// again on the ring's own schedule, so that expired keys still go on time.
 func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingStatus, reconcile.Result, error) {
-	now := r.Clock.Now()
 	in.owner.KeepInBackups = r.keepInBackups
-	out := ringstatus.Outcome{Now: now, Generation: in.obj.GetGeneration(), Targets: len(in.targets),
-		Formats: in.spec.Distribution.Formats, RetainedKeys: in.spec.RetainedKeys, Confirm: in.spec.Confirmation != nil}
-	snaps, err := r.snapshots(ctx, in.owner)
+	rd, src, sh, snaps, err := r.read(ctx, in)
 	if err != nil {
 		return in.status, reconcile.Result{}, err
 	}
-	history, policy, halted := readRecord(in, snaps)
-	if halted != nil {
-		out.Halted = halted
-		return r.finish(ctx, in, out), reconcile.Result{}, nil
-	}
-	out.Current = history.Current()
-	out.Current.Name = in.owner.RingName()
-	newest := newestSnapshot(snaps)
-	src := r.keySource(ctx, in)
-	sh := r.share(ctx, in, src, policy, out.Current, newest, now)
-	rd := r.read(in, now, policy, history, out.Current, sh)
-	rd.Confirmed, out.Confirmation, out.Overdue = r.confirm(in, policy, now, out.Current)
-
 	dec := ringplan.Decide(rd)
 	minted := r.mint(ctx, in, src, sh, dec)
 	rd, dec, minted = ringplan.Replan(rd, dec, minted, r.Clock.Now())
-	now, out.Now = rd.Now, rd.Now
 	res := r.syncShared(ctx, in, rd, sh, ringplan.Finish(rd, dec, minted))
-	if res.RotationFailed {
-		rotationsTotal.WithLabelValues("failure").Inc()
+	applied, writeErr := r.write(ctx, in, res, snaps)
+	out := res.Report(applied)
+	r.announce(ctx, in, out)
+	var mintErr error
+	if !out.MintRetry {
+		mintErr = mintError(minted.Err)
 	}
-	out = res.Report(out)
-	next := res.Serving(rd)
-	if res.Publish {
-		next = res.Next
-		next.Epoch = max(keyring.NextEpoch(out.Current, in.status.Epoch), res.Requests.Shared)
-		snap, problem, err := r.publish(ctx, in, next, res.Plan, res.Requests)
-		if problem != nil {
-			// Nothing new is published, but older snapshots holding keys
-			// the current ring already dropped still go.
-			rotationsTotal.WithLabelValues("failure").Inc()
-			out.Publish, out.Ring, out.Snapshot, out.RotateRequest, out.RevokeRequest, out.Revocation = problem, out.Current, in.status.Snapshot, "", "", nil
-			destroyErr := r.destroy(ctx, history.Stale(out.Current), snaps)
-			out.Shared = sh.report()
-			return r.finish(ctx, in, out), reconcile.Result{RequeueAfter: ringplan.ConflictRetry}, errors.Join(mintError(minted.Err), err, destroyErr)
-		}
-		if !res.MintFailed {
-			rotationsTotal.WithLabelValues("success").Inc()
-		}
-		if out.Revocation != nil {
-			r.revoked(in, snap, next, out.Revocation)
-		}
-		newest = snap
-	}
-	out.Ring, out.Snapshot = next, in.owner.SnapshotName(next.Epoch)
-	out.Shared = sh.report()
-
-	var targetErr error
-	out.Failed, targetErr = r.distribute(ctx, in, newest)
-	destroyErr := r.destroy(ctx, history.Stale(next), snaps)
-	requeue := reconcile.Result{RequeueAfter: ringplan.Requeue(now, policy, res.Plan, sh != nil, len(out.Failed), res.LostRace)}
-	return r.finish(ctx, in, out), requeue, errors.Join(mintError(minted.Err), targetErr, destroyErr, r.sweep(ctx, sh))
+	return out.Status, reconcile.Result{RequeueAfter: out.Requeue}, errors.Join(mintErr, writeErr, r.sweep(ctx, sh))
 }
 
-// read gathers what the reconcile read of the ring for ringplan.Decide;
-// the caller adds what its pods confirm.
-func (r *rings) read(in ring, now time.Time, policy keyring.Policy, history keyring.History, cur keyring.Ring, sh *sharing) ringplan.Read {
-	ann := in.obj.GetAnnotations()
-	return ringplan.Read{Now: now, Policy: policy, History: history, Current: cur, Last: in.status,
-		Rotate: ann[v1alpha1.RotateRequestedAtAnnotation], Revoke: ann[v1alpha1.RevokeRequestedAtAnnotation],
-		RevokedBy: ringstatus.RequestedBy(in.obj.GetManagedFields(), v1alpha1.RevokeRequestedAtAnnotation),
-		Shared:    sh.plain(in)}
+// read gathers what ringplan.Decide plans from: the ring's history and
+// policy from its snapshots and spec, its requests, its key source and
+// shared entry, and what its pods hold.
+func (r *rings) read(ctx context.Context, in ring) (ringplan.Read, keySource, *sharing, []*corev1.Secret, error) {
+	now := r.Clock.Now()
+	rd := ringplan.Read{Now: now, Last: in.status, Ring: ringplan.Ring{Owner: in.owner, Generation: in.obj.GetGeneration(), Targets: len(in.targets),
+		Formats: in.spec.Distribution.Formats, RetainedKeys: in.spec.RetainedKeys, Confirm: in.spec.Confirmation != nil}}
+	snaps, err := r.secrets.snapshots(ctx, in.owner)
+	if err != nil {
+		return rd, keySource{}, nil, nil, err
+	}
+	rd.History, rd.Policy, rd.Halted = readRecord(in, snaps)
+	rd.Current = rd.History.Current()
+	rd.Current.Name = in.owner.RingName()
+	if rd.Halted != nil {
+		return rd, keySource{}, nil, snaps, nil
+	}
+	readRequests(&rd, in.obj)
+	src := r.keySource(ctx, in)
+	var newest *corev1.Secret
+	if len(snaps) > 0 {
+		newest = snaps[0]
+	}
+	sh := r.share(ctx, in, src, rd.Policy, rd.Current, newest, now)
+	rd.Shared = sh.plain(in)
+	rd.Confirmed, rd.Shown, rd.OverdueSince = r.confirm(in, rd.Policy, now, rd.Current)
+	return rd, src, sh, snaps, nil
+}
+
+// readRequests reads the ring's rotate-now and revoke requests: only an
+// RFC 3339 time of bounded length is one (ringplan.Request).
+func readRequests(rd *ringplan.Read, obj client.Object) {
+	ann := obj.GetAnnotations()
+	var ok bool
+	if rd.Rotate, ok = ringplan.Request(ann[v1alpha1.RotateRequestedAtAnnotation]); !ok {
+		rd.Refused = append(rd.Refused, v1alpha1.RotateRequestedAtAnnotation)
+	}
+	if rd.Revoke, ok = ringplan.Request(ann[v1alpha1.RevokeRequestedAtAnnotation]); !ok {
+		rd.Refused = append(rd.Refused, v1alpha1.RevokeRequestedAtAnnotation)
+	}
+	if rd.Revoke != "" {
+		rd.RevokedBy = ringplan.Printable(ringstatus.RequestedBy(obj.GetManagedFields(), v1alpha1.RevokeRequestedAtAnnotation))
+	}
 }
 
 // readRecord reads the ring's history from its snapshots and its policy from
 // its spec, or says why the reconcile must halt.
 func readRecord(in ring, snaps []*corev1.Secret) (keyring.History, keyring.Policy, *ringstatus.Problem) {
-	history, err := keyring.NewHistory(records(snaps))
+	records := make([]keyring.Record, len(snaps))
+	for i, s := range snaps {
+		records[i] = distribute.Record(s)
+	}
+	history, err := keyring.NewHistory(records)
 	if err != nil {
 		return history, keyring.Policy{}, &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSnapshot,
 			Message: fmt.Sprintf("%v; delete that Secret to fall back to the previous epoch", err)}
@@ -174,15 +166,6 @@ func readRecord(in ring, snaps []*corev1.Secret) (keyring.History, keyring.Polic
 		return history, policy, &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: fmt.Sprintf("Invalid spec: %v", err)}
 	}
 	return history, policy, nil
-}
-
-// revoked records and announces an emergency revoke carried out by epoch
-// next, published as snap.
-func (r *rings) revoked(in ring, snap *corev1.Secret, next keyring.Ring, rev *v1alpha1.Revocation) {
-	rev.Epoch = next.Epoch
-	r.Recorder.Eventf(in.obj, snap, corev1.EventTypeWarning, v1alpha1.ReasonRevoked, "Revoke",
-		"Revoked keys %s, requested with field manager %s at %s: epoch %d encrypts with fresh key %s; tickets issued before no longer resume",
-		strings.Join(rev.Keys, " "), cmp.Or(rev.RequestedBy, "unknown"), rev.RequestedAt, next.Epoch, next.Keys[1].ID)
 }
 
 // confirm reads what the ring's pods last said of its held staged key,
@@ -212,30 +195,101 @@ func (r *rings) confirm(in ring, policy keyring.Policy, now time.Time, cur keyri
 	return confirmed, shown, ringplan.Overdue(now, cur, policy.Confirm.Timeout, confirmed, shown)
 }
 
-// finish builds the status, emits the Warning event a transition calls for,
-// and exports the ring's gauges.
-func (r *rings) finish(ctx context.Context, in ring, out ringstatus.Outcome) v1alpha1.TicketKeyRingStatus {
-	status := ringstatus.Build(in.status, out)
-	if reason, msg, ok := ringstatus.Warning(in.status.Conditions, status.Conditions); ok {
+// write carries out the result: it publishes the epoch's snapshot, delivers
+// the newest snapshot to every target, and destroys the snapshots holding
+// keys the ring no longer holds (those the current ring already dropped,
+// when the publication fails).
+func (r *rings) write(ctx context.Context, in ring, res ringplan.Result, snaps []*corev1.Secret) (ringplan.Applied, error) {
+	var applied ringplan.Applied
+	var newest *corev1.Secret
+	if len(snaps) > 0 {
+		newest = snaps[0]
+	}
+	history, _ := keyring.NewHistory(records(snaps))
+	kept := res.Serving(res.Read())
+	var errs []error
+	if next, ok := res.Publication(); ok {
+		snap, err := distribute.Snapshot(in.owner, next, res.Requests)
+		if err == nil {
+			applied.Publish, err = r.secrets.publish(ctx, in.owner, snap)
+		} else {
+			applied.Publish = &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: err.Error()}
+		}
+		errs = append(errs, err)
+		if applied.Publish != nil {
+			return applied, errors.Join(append(errs, r.secrets.destroy(ctx, snaps, staleTickets(history, res.Read().Current)))...)
+		}
+		log.FromContext(ctx).Info("Published ticket key epoch", "epoch", next.Epoch, "snapshot", snap.Name, "keys", ringstatus.Describe(next, res.Plan, r.Clock.Now()))
+		r.Recorder.Eventf(in.obj, snap, corev1.EventTypeNormal, "Rotated", "Publish", "Published epoch %d (%s): %s", next.Epoch, snap.Name, ringstatus.Describe(next, res.Plan, r.Clock.Now()))
+		newest, kept = snap, next
+	}
+	failed, err := r.secrets.deliver(ctx, in.owner, newest, in.targets)
+	applied.Failed = failed
+	errs = append(errs, err, r.secrets.destroy(ctx, snaps, staleTickets(history, kept)))
+	return applied, errors.Join(errs...)
+}
+
+// staleTickets says which snapshots hold a key that next no longer holds.
+func staleTickets(h keyring.History, next keyring.Ring) func(*corev1.Secret) bool {
+	stale := h.Stale(next)
+	return func(s *corev1.Secret) bool { return slices.Contains(stale, distribute.SnapshotEpoch(s)) }
+}
+
+// records decodes each snapshot once per reconcile.
+func records(snaps []*corev1.Secret) []keyring.Record {
+	out := make([]keyring.Record, len(snaps))
+	for i, s := range snaps {
+		out[i] = distribute.Record(s)
+	}
+	return out
+}
+
+// announce emits what the outcome calls for: the rotation counter, the
+// Warning events of conditions turning bad, a revoke's event, and the
+// ring's gauges.
+func (r *rings) announce(ctx context.Context, in ring, out ringplan.Outcome) {
+	if out.Succeeded {
+		rotationsTotal.WithLabelValues("success").Inc()
+	}
+	if out.Failed > 0 {
+		rotationsTotal.WithLabelValues("failure").Add(float64(out.Failed))
+	}
+	if rev := out.Revocation; rev != nil {
+		snap := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: in.owner.Home, Name: out.Published}}
+		r.Recorder.Eventf(in.obj, snap, corev1.EventTypeWarning, v1alpha1.ReasonRevoked, "Revoke",
+			"Revoked keys %s, requested with field manager %s at %s: epoch %d encrypts with fresh key %s; tickets issued before no longer resume",
+			strings.Join(rev.Keys, " "), cmp.Or(rev.RequestedBy, "unknown"), rev.RequestedAt, rev.Epoch, activeKey(out.Status))
+	}
+	prev, status := in.status, out.Status
+	if reason, msg, ok := ringstatus.Warning(prev.Conditions, status.Conditions); ok {
 		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
 		log.FromContext(ctx).Info("Ring not ready", "reason", reason, "message", msg)
 	}
-	if msg, ok := ringstatus.ConfirmationWarning(in.status.Conditions, status.Conditions); ok {
+	if msg, ok := ringstatus.ConfirmationWarning(prev.Conditions, status.Conditions); ok {
 		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, v1alpha1.ConditionConfirmationOverdue, "Confirm", "%s", msg)
 	}
-	if msg, ok := ringstatus.UnconfirmedWarning(in.status.Conditions, status.Conditions); ok {
+	if msg, ok := ringstatus.UnconfirmedWarning(prev.Conditions, status.Conditions); ok {
 		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, v1alpha1.ReasonActivatedUnconfirmed, "Activate", "%s", msg)
 		unconfirmedActivationsTotal.WithLabelValues(in.owner.Namespace, in.owner.Name).Inc()
 		log.FromContext(ctx).Info("Staged key activated unconfirmed", "message", msg)
 	}
-	if reason, msg, ok := ringstatus.RetentionWarning(in.status.Conditions, status.Conditions); ok {
+	if reason, msg, ok := ringstatus.RetentionWarning(prev.Conditions, status.Conditions); ok {
 		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
 	}
-	if active, ok := out.Ring.Active(out.Now); ok && out.Halted == nil {
-		since, _ := ringstatus.OverdueSince(out)
-		r.gauges.set(ringKey(in), out.Ring.Epoch, active.ActiveFrom, since, out.Overdue)
+	if reason, msg, ok := ringstatus.RefusedWarning(prev.Conditions, status.Conditions); ok {
+		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
 	}
-	return status
+	if g := out.Gauge; g != nil {
+		r.gauges.set(ringKey(in), g.Epoch, g.ActiveFrom, g.OverdueSince, g.UnconfirmedSince)
+	}
+}
+
+// activeKey is the id of the key the status says encrypts.
+func activeKey(s v1alpha1.TicketKeyRingStatus) string {
+	if s.ActiveKey == nil {
+		return "none"
+	}
+	return s.ActiveKey.ID
 }
 
 // sourceError is what the ring's status shows of a key source's error: all
@@ -310,8 +364,7 @@ func (r *rings) mint(ctx context.Context, in ring, src keySource, sh *sharing, d
 	if in.namespace != "" {
 		log.FromContext(ctx).Info("Mint failed", "keySource", in.spec.SourceRef.Name, "reason", mint.ReportedReason(err), "error", err.Error())
 	}
-	return ringplan.Minted{Err: err, Problem: &ringstatus.Problem{Reason: mint.ReportedReason(err),
-		Message: fmt.Sprintf("Minting %d key(s) failed: %s. Nothing new was published and the current keys keep serving", d.Plan.Mint, in.sourceError(err))}}
+	return ringplan.Minted{Err: err, Problem: ringplan.MintProblem(r.Clock.Now(), d.Current, d.Plan.Mint, mint.ReportedReason(err), in.sourceError(err))}
 }
 
 // fill mints the plan's keys from the ring's key source.
@@ -330,199 +383,6 @@ func (r *rings) fill(ctx context.Context, src keySource, sh *sharing, plan keyri
 		return keyring.Ring{}, err
 	}
 	return r.Sources.Fill(ctx, source, plan)
-}
-
-// publish creates the epoch's immutable snapshot Secret. It returns a
-// problem to report, and no snapshot, when the snapshot cannot be written.
-func (r *rings) publish(ctx context.Context, in ring, next keyring.Ring, plan keyring.Plan, req distribute.Requests) (*corev1.Secret, *ringstatus.Problem, error) {
-	snap, err := distribute.Snapshot(in.owner, next, req)
-	if err != nil {
-		return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: err.Error()}, err
-	}
-	if err := r.Create(ctx, snap); err != nil {
-		key := snap.Namespace + "/" + snap.Name
-		if !apierrors.IsAlreadyExists(err) {
-			return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Writing snapshot %s failed: %v", key, err)},
-				fmt.Errorf("write snapshot %s: %w", key, err)
-		}
-		have := &corev1.Secret{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(snap), have); err != nil {
-			return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Reading snapshot %s failed: %v", key, err)}, err
-		}
-		if in.owner.Predecessor(have) {
-			// Left by a deleted ring of this name: remove it, as the
-			// garbage collector would, and plan again.
-			if err := r.Delete(ctx, have, client.Preconditions{UID: &have.UID}); client.IgnoreNotFound(err) != nil {
-				return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Removing snapshot %s of a deleted ring of this name failed: %v", key, err)}, err
-			}
-			return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Snapshot %s was left by a deleted ring of this name; removed it, retrying", key)},
-				fmt.Errorf("snapshot %s was left by a deleted ring of this name", key)
-		}
-		if in.owner.Owns(have) {
-			// Ours, written since the snapshots were listed: plan again.
-			return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Snapshot %s exists already; retrying", key)},
-				fmt.Errorf("snapshot %s exists already", key)
-		}
-		return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonSecretConflict,
-			Message: fmt.Sprintf("Secret %s exists and is not this ring's; it was left untouched: remove it", key)}, nil
-	}
-	desc := ringstatus.Describe(next, plan, r.Clock.Now())
-	log.FromContext(ctx).Info("Published ticket key epoch", "epoch", next.Epoch, "snapshot", snap.Name, "keys", desc)
-	r.Recorder.Eventf(in.obj, snap, corev1.EventTypeNormal, "Rotated", "Publish", "Published epoch %d (%s): %s", next.Epoch, snap.Name, desc)
-	return snap, nil, nil
-}
-
-// distribute writes the newest snapshot's data into every target's
-// projection Secret, each target on its own: one that fails is reported and
-// the others still receive it. Then it removes the ring's projections that
-// no target wants any more. It returns the targets that failed, and an
-// error when a retry may help.
-func (r *rings) distribute(ctx context.Context, in ring, snap *corev1.Secret) ([]v1alpha1.TargetFailure, error) {
-	var (
-		failed []v1alpha1.TargetFailure
-		errs   []error
-	)
-	for _, ns := range in.targets {
-		if snap == nil {
-			break
-		}
-		want := distribute.Projection(in.owner, snap, ns)
-		conflict, err := r.project(ctx, in.owner, want)
-		switch {
-		case err != nil:
-			failed = append(failed, v1alpha1.TargetFailure{Namespace: ns, Reason: v1alpha1.ReasonPublishFailed,
-				Message: fmt.Sprintf("Writing Secret %s/%s failed: %v", ns, want.Name, err)})
-			errs = append(errs, fmt.Errorf("write projection %s/%s: %w", ns, want.Name, err))
-		case conflict:
-			failed = append(failed, v1alpha1.TargetFailure{Namespace: ns, Reason: v1alpha1.ReasonSecretConflict,
-				Message: fmt.Sprintf("Secret %s/%s exists and is not this ring's; it was left untouched: rename spec.distribution.secretName or remove it", ns, want.Name)})
-		}
-	}
-
-	copies := &corev1.SecretList{}
-	if err := r.List(ctx, copies, client.MatchingLabels(in.owner.ProjectionLabels())); err != nil {
-		return failed, errors.Join(append(errs, fmt.Errorf("list projections: %w", err))...)
-	}
-	for i := range copies.Items {
-		c := &copies.Items[i]
-		if !in.owner.Owns(c) || (slices.Contains(in.targets, c.Namespace) && c.Name == in.owner.SecretName) {
-			continue
-		}
-		if err := r.Delete(ctx, c, client.Preconditions{UID: &c.UID}); client.IgnoreNotFound(err) != nil {
-			errs = append(errs, fmt.Errorf("delete projection %s/%s: %w", c.Namespace, c.Name, err))
-			continue
-		}
-		log.FromContext(ctx).Info("Deleted projection no longer targeted", "secret", klog.KObj(c))
-	}
-	return failed, errors.Join(errs...)
-}
-
-// project brings one projection Secret in line with want. It reports a
-// conflict, and writes nothing, when the Secret exists and is not the
-// ring's.
-func (r *rings) project(ctx context.Context, owner distribute.Owner, want *corev1.Secret) (conflict bool, err error) {
-	have, err := r.existing(ctx, r.Client, want)
-	if err != nil {
-		return false, err
-	}
-	action, edited := distribute.Decide(owner, have, want)
-	if action == distribute.Create {
-		if err = r.Create(ctx, want); !apierrors.IsAlreadyExists(err) {
-			return false, err
-		}
-		// Absent from the cache yet there: a Secret of another type, which
-		// the cache does not hold, or one the cache has not seen yet.
-		if have, err = r.existing(ctx, r.APIReader, want); err != nil {
-			return false, err
-		}
-		action, edited = distribute.Decide(owner, have, want)
-	}
-	switch action {
-	case distribute.Conflict:
-		return true, nil
-	case distribute.Recreate:
-		// The type is immutable: delete it; the next pass creates it.
-		return false, r.Delete(ctx, have, client.Preconditions{UID: &have.UID})
-	case distribute.Update:
-		if err := r.Update(ctx, distribute.Updated(have, want)); err != nil {
-			return false, err
-		}
-		if edited {
-			log.FromContext(ctx).Info("Restored projection edited by hand", "secret", klog.KObj(want), "epoch", want.Annotations[v1alpha1.EpochAnnotation])
-		}
-	}
-	return false, nil
-}
-
-// existing reads the Secret named like want, or nil when there is none.
-func (r *rings) existing(ctx context.Context, reader client.Reader, want *corev1.Secret) (*corev1.Secret, error) {
-	have := &corev1.Secret{}
-	if err := reader.Get(ctx, client.ObjectKeyFromObject(want), have); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	return have, nil
-}
-
-// destroy deletes the snapshots of the given epochs: they hold a key that
-// expired. Forward secrecy needs the bytes gone, not only unused.
-func (r *rings) destroy(ctx context.Context, epochs []int64, snaps []*corev1.Secret) error {
-	var errs []error
-	for _, s := range snaps {
-		if !slices.Contains(epochs, distribute.SnapshotEpoch(s)) {
-			continue
-		}
-		if err := r.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
-			errs = append(errs, fmt.Errorf("delete snapshot %s: %w", s.Name, err))
-			continue
-		}
-		log.FromContext(ctx).Info("Deleted snapshot holding expired keys", "snapshot", s.Name)
-	}
-	return errors.Join(errs...)
-}
-
-// snapshots lists the ring's snapshot Secrets, newest epoch first. It reads
-// around the cache: the record must be current, or a reconcile that follows
-// a publish too closely would plan from the epoch before it.
-func (r *rings) snapshots(ctx context.Context, owner distribute.Owner) ([]*corev1.Secret, error) {
-	return listSnapshots(ctx, r.APIReader, owner)
-}
-
-// listSnapshots lists owner's snapshot Secrets through reader, newest epoch
-// first, leaving out those being deleted and those owner does not control.
-func listSnapshots(ctx context.Context, reader client.Reader, owner distribute.Owner) ([]*corev1.Secret, error) {
-	list := &corev1.SecretList{}
-	if err := reader.List(ctx, list, client.InNamespace(owner.Home), client.MatchingLabels(owner.SnapshotLabels())); err != nil {
-		return nil, fmt.Errorf("list snapshots: %w", err)
-	}
-	var out []*corev1.Secret
-	for i := range list.Items {
-		if s := &list.Items[i]; owner.Owns(s) && s.DeletionTimestamp.IsZero() {
-			out = append(out, s)
-		}
-	}
-	slices.SortFunc(out, func(a, b *corev1.Secret) int {
-		return cmp.Compare(distribute.SnapshotEpoch(b), distribute.SnapshotEpoch(a))
-	})
-	return out, nil
-}
-
-// records decodes each snapshot once per reconcile.
-func records(snaps []*corev1.Secret) []keyring.Record {
-	out := make([]keyring.Record, len(snaps))
-	for i, s := range snaps {
-		out[i] = distribute.Record(s)
-	}
-	return out
-}
-
-func newestSnapshot(snaps []*corev1.Secret) *corev1.Secret {
-	if len(snaps) == 0 {
-		return nil
-	}
-	return snaps[0]
 }
 
 func ringKey(in ring) types.NamespacedName {

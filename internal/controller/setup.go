@@ -25,6 +25,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
+	"github.com/ringmaster-io/ringmaster/internal/dnswork"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 )
 
@@ -63,6 +64,9 @@ type Options struct {
 	// Prober asks rings' pods what they hold (spec.confirmation); the
 	// manager must run it.
 	Prober *confirm.Prober
+	// DNS writes and checks ECH records off the reconcile path; the
+	// manager must run it.
+	DNS *dnswork.Worker
 }
 
 // Controllers are the controllers Setup registered, for what tests observe
@@ -87,11 +91,17 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	if o.Prober == nil {
 		return nil, errors.New("no prober to ask the rings' pods")
 	}
+	if o.DNS == nil {
+		return nil, errors.New("no DNS worker to write the ECH rings' records")
+	}
+	o.DNS.Updates = func(zone, result string) { dnsUpdatesTotal.WithLabelValues(zone, result).Inc() }
 	sources := &mint.Sources{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Namespace: o.Namespace, ServiceAccount: o.ServiceAccount, Timeout: o.MintTimeout}
 	recorder := mgr.GetEventRecorder("ringmaster")
-	shared := &rings{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, Sources: sources,
+	secrets := &ringSecrets{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
+	shared := &rings{Client: mgr.GetClient(), secrets: secrets, Recorder: recorder, Clock: o.Clock, Sources: sources,
 		Prober: o.Prober, gauges: newRingGauges(o.Clock), keepInBackups: o.KeepSecretsInBackups}
-	for _, c := range []prometheus.Collector{rotationsTotal, unconfirmedActivationsTotal, sharedWritesTotal, sharedPropagationSeconds, shared.gauges} {
+	for _, c := range []prometheus.Collector{rotationsTotal, unconfirmedActivationsTotal, unconfirmedPublicationsTotal, dnsUpdatesTotal,
+		sharedWritesTotal, sharedPropagationSeconds, shared.gauges} {
 		if err := o.Registry.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 			return nil, err
 		}
@@ -99,8 +109,13 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	if err := setupRings(ctx, mgr, shared, o); err != nil {
 		return nil, err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.ECHKeyRing{}, zoneRefIndex, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.ECHKeyRing).Spec.DNS.ZoneRef.Name}
+	}); err != nil {
+		return nil, fmt.Errorf("index ECHKeyRings by zone: %w", err)
+	}
 	ech := &ECHKeyRingReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock,
-		Sources: sources, Prober: o.Prober, Namespace: o.Namespace, KeepInBackups: o.KeepSecretsInBackups}
+		Sources: sources, Prober: o.Prober, DNS: o.DNS, Namespace: o.Namespace, KeepInBackups: o.KeepSecretsInBackups, secrets: secrets}
 	if err := ech.SetupWithManager(mgr, o.RingWorkers); err != nil {
 		return nil, fmt.Errorf("set up the ECHKeyRing controller: %w", err)
 	}
@@ -119,7 +134,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 		Complete(&ClusterKeySourceReconciler{Client: mgr.GetClient(), Recorder: recorder, Clock: o.Clock, Sources: sources}); err != nil {
 		return nil, fmt.Errorf("set up the ClusterKeySource controller: %w", err)
 	}
-	dnsZones := &ClusterDNSZoneReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, Namespace: o.Namespace}
+	dnsZones := &ClusterDNSZoneReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, DNS: o.DNS, Namespace: o.Namespace}
 	if err := dnsZones.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the ClusterDNSZone controller: %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,9 +38,8 @@ type sharing struct {
 	// what a shared ring cannot do. The ring then fails closed.
 	err    error
 	status v1alpha1.SharedRingStatus
-	// adoptions remembers, per entry, the status of the last version this
-	// operator adopted, should the status write of that pass fail.
-	adoptions *sync.Map
+	// memory is the operator's, of the entries its rings serve.
+	memory *ringplan.Memory
 }
 
 // share reads the ring's shared entry; nil for a ring its key source does
@@ -65,7 +63,7 @@ func (r *rings) share(ctx context.Context, in ring, src keySource, policy keyrin
 		return nil
 	}
 	sh := &sharing{store: store, local: sharedring.Local{Ring: local, Version: distribute.SharedVersion(newest)},
-		policy: sharedring.PolicyOf(policy), err: err, adoptions: &r.adoptions}
+		policy: sharedring.PolicyOf(policy), err: err, memory: &r.memory}
 	if in.status.Shared != nil {
 		sh.status = *in.status.Shared
 	}
@@ -112,12 +110,7 @@ func (sh *sharing) report() *v1alpha1.SharedRingStatus {
 	if sh == nil || sh.store == nil {
 		return nil
 	}
-	var remembered *v1alpha1.SharedRingStatus
-	if v, ok := sh.adoptions.Load(sh.status.Path); ok {
-		st := v.(v1alpha1.SharedRingStatus)
-		remembered = &st
-	}
-	st := ringplan.Report(sh.status, sh.read, sh.err == nil, remembered)
+	st := ringplan.Report(sh.status, sh.read, sh.err == nil, sh.memory.Adopted(sh.status.Path))
 	return &st
 }
 
@@ -152,8 +145,10 @@ func (sh *sharing) plain(in ring) *ringplan.Shared {
 // records an adoption of the version read, or writes res.Next as the
 // entry's next version and folds the write's outcome in (ringplan.Wrote).
 // A write that loses the race publishes nothing: the next pass,
-// ringplan.LostRaceRetry later, adopts the winner's version.
+// ringplan.LostRaceRetry later, adopts the winner's version. The result
+// carries the ring's status.shared.
 func (r *rings) syncShared(ctx context.Context, in ring, rd ringplan.Read, sh *sharing, res ringplan.Result) ringplan.Result {
+	defer func() { res.SharedStatus = sh.report() }()
 	switch {
 	case res.Sync == nil:
 		return res
@@ -180,7 +175,8 @@ func (r *rings) syncShared(ctx context.Context, in ring, rd ringplan.Read, sh *s
 		sh.status = ringplan.WroteStatus(sh.status, rec)
 		log.FromContext(ctx).Info("Wrote shared ring version", "entry", sh.status.Path, "version", rec.Version)
 	}
-	return ringplan.Wrote(rd, res, w)
+	res = ringplan.Wrote(rd, res, w)
+	return res
 }
 
 // adopted records that this cluster publishes the version it read, which
@@ -192,26 +188,13 @@ func (sh *sharing) adopted(now time.Time) {
 	var delay time.Duration
 	sh.status, delay = ringplan.Adopted(sh.status, *sh.read, now)
 	sharedPropagationSeconds.Observe(delay.Seconds())
-	sh.adoptions.Store(sh.status.Path, sh.status)
+	sh.memory.Adopt(sh.status.Path, sh.status)
 }
 
-// sweeper destroys, once per version and operator, the old versions of a
-// shared entry that hold keys its newest version no longer has.
-type sweeper struct {
-	mu    sync.Mutex
-	swept map[string]int64 // entry location -> newest version swept
-}
-
-// sweep destroys the stale versions of the entry, once its newest version
-// is known to this operator.
+// sweep destroys the stale versions of the entry, once per version of it
+// this operator learns of (ringplan.Memory).
 func (r *rings) sweep(ctx context.Context, sh *sharing) error {
-	if sh == nil || sh.err != nil || sh.read == nil || sh.read.Deleted {
-		return nil
-	}
-	r.sweeps.mu.Lock()
-	done := r.sweeps.swept[sh.status.Path] >= sh.read.Version
-	r.sweeps.mu.Unlock()
-	if done {
+	if sh == nil || sh.err != nil || sh.read == nil || sh.read.Deleted || !r.memory.Unswept(sh.status.Path, sh.read.Version) {
 		return nil
 	}
 	ctx, cancel := r.Sources.WithTimeout(ctx)
@@ -223,11 +206,6 @@ func (r *rings) sweep(ctx context.Context, sh *sharing) error {
 	if len(destroyed) > 0 {
 		log.FromContext(ctx).Info("Destroyed shared ring versions holding keys no longer in the ring", "entry", sh.status.Path, "versions", destroyed)
 	}
-	r.sweeps.mu.Lock()
-	if r.sweeps.swept == nil {
-		r.sweeps.swept = map[string]int64{}
-	}
-	r.sweeps.swept[sh.status.Path] = max(r.sweeps.swept[sh.status.Path], sh.read.Version)
-	r.sweeps.mu.Unlock()
+	r.memory.Swept(sh.status.Path, sh.read.Version)
 	return nil
 }

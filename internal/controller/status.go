@@ -57,6 +57,27 @@ func applyStatus[S any](ctx context.Context, c client.Client, obj client.Object,
 	return nil
 }
 
+// applyRingStatus is applyStatus for a ring, whose status records what a
+// pass did once (an epoch published, a config published unconfirmed):
+// when the object changed since it was read but its status did not (an
+// annotation, a finalizer), the status is applied to the object as it is
+// now, rather than lost to a requeue that would compute it again without
+// what the pass did. reader reads around the cache.
+func applyRingStatus[S any, O client.Object](ctx context.Context, c client.Client, reader client.Reader, obj O, old, next S, statusOf func(O) S) error {
+	err := applyStatus(ctx, c, obj, old, next)
+	if !errors.Is(err, errStaleStatus) {
+		return err
+	}
+	fresh, ok := obj.DeepCopyObject().(O)
+	if !ok {
+		return err
+	}
+	if rerr := reader.Get(ctx, client.ObjectKeyFromObject(obj), fresh); rerr != nil || statusChanged(old, statusOf(fresh)) {
+		return err
+	}
+	return applyStatus(ctx, c, fresh, old, next)
+}
+
 // errStaleStatus is applyStatus's answer when the object changed since it
 // was read. result turns it into a requeue, not an error: a concurrent
 // edit (a user's, another operator's during a leader handover) is part of

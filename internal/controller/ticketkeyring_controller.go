@@ -46,5 +46,6 @@ func (r *TicketKeyRingReconciler) Reconcile(ctx context.Context, req reconcile.R
 		obj: tkr, owner: distribute.OwnerOf(tkr), spec: tkr.Spec, status: tkr.Status,
 		namespace: tkr.Namespace, targets: []string{tkr.Namespace}, voters: []string{tkr.Namespace},
 	})
-	return result(res, errors.Join(err, applyStatus(ctx, r.Client, tkr, tkr.Status, status)))
+	return result(res, errors.Join(err, applyRingStatus(ctx, r.Client, r.secrets.APIReader, tkr, tkr.Status, status,
+		func(x *v1alpha1.TicketKeyRing) v1alpha1.TicketKeyRingStatus { return x.Status })))
 }

@@ -211,14 +211,15 @@ var _ = Describe("TicketKeyRing", func() {
 		By("a request one minute in: the staged key activates 3m after it was published")
 		t0 := fakeClock.Now()
 		fakeClock.Step(time.Minute)
-		requestRotation(ctx, ring, "r1")
+		r1 := fakeClock.Now().UTC().Format(time.RFC3339)
+		requestRotation(ctx, ring, r1)
 		waitEpoch(ctx, ring, 2)
 		r := decode(getSecret(ctx, ns, "web-ticket-keys"))
 		Expect(r.Keys[0].ID).To(Equal(staged.ID))
 		// 3m after it was published, plus the second its truncated
 		// publication time may hide.
 		Expect(r.Keys[0].ActiveFrom).To(BeTemporally("==", t0.Add(3*time.Minute+time.Second)))
-		Expect(getRing(ctx, ring).Status.LastRotateRequestedAt).To(Equal("r1"))
+		Expect(getRing(ctx, ring).Status.LastRotateRequestedAt).To(Equal(r1))
 
 		By("the same request again changes nothing")
 		poke(ctx, ring)
@@ -236,12 +237,50 @@ var _ = Describe("TicketKeyRing", func() {
 		By("a request once the staged key has waited long enough promotes it at once")
 		newStaged := r.Keys[0]
 		fakeClock.Step(5 * time.Minute)
-		requestRotation(ctx, ring, "r2")
+		requestRotation(ctx, ring, fakeClock.Now().UTC().Add(time.Second).Format(time.RFC3339))
 		waitEpoch(ctx, ring, 4)
 		r = decode(getSecret(ctx, ns, "web-ticket-keys"))
 		Expect(r.Keys[1].ID).To(Equal(newStaged.ID))
 		Expect(r.Keys[1].ActiveFrom).To(BeTemporally("==", fakeClock.Now()))
 		Expect(getRing(ctx, ring).Status.ActiveKey.ID).To(Equal(newStaged.ID))
+	})
+
+	It("refuses a request annotation that is not a bounded RFC 3339 time, says so, and echoes none of it", func() {
+		ring := createRing(ctx, ns, "web", nil)
+		waitEpoch(ctx, ring, 1)
+		huge := strings.Repeat("\x1b[31m", 200*1024/8)
+		patchRing(ctx, ring, func(r *v1alpha1.TicketKeyRing) {
+			r.Annotations[v1alpha1.RotateRequestedAtAnnotation] = huge
+			r.Annotations[v1alpha1.RevokeRequestedAtAnnotation] = "not a time"
+		})
+		Eventually(func() *metav1.Condition {
+			return meta.FindStatusCondition(getRing(ctx, ring).Status.Conditions, v1alpha1.ConditionRequestRefused)
+		}, timeout, poll).Should(And(Not(BeNil()), HaveField("Status", metav1.ConditionTrue), HaveField("Reason", v1alpha1.ReasonInvalidRequest),
+			HaveField("Message", And(ContainSubstring(v1alpha1.RotateRequestedAtAnnotation), ContainSubstring(v1alpha1.RevokeRequestedAtAnnotation)))))
+		Eventually(warnings(ctx, ns, v1alpha1.ReasonInvalidRequest), timeout, poll).ShouldNot(BeEmpty())
+		got := getRing(ctx, ring)
+		Expect(got.Status.Epoch).To(BeEquivalentTo(1), "nothing was carried out")
+		Expect(got.Status.LastRotateRequestedAt).To(BeEmpty())
+		status, err := json.Marshal(got.Status)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(len(status)).To(BeNumerically("<", 8*1024), "no tenant-written value reaches the status")
+		Expect(string(status)).NotTo(ContainSubstring("\x1b"))
+		for _, e := range events(ctx, ns) {
+			Expect(e.Note).NotTo(ContainSubstring("\x1b"))
+		}
+
+		By("a valid request clears the condition and is carried out")
+		fakeClock.Step(5 * time.Minute)
+		at := fakeClock.Now().UTC().Format(time.RFC3339)
+		patchRing(ctx, ring, func(r *v1alpha1.TicketKeyRing) {
+			r.Annotations[v1alpha1.RotateRequestedAtAnnotation] = at
+			delete(r.Annotations, v1alpha1.RevokeRequestedAtAnnotation)
+		})
+		waitEpoch(ctx, ring, 2)
+		Expect(getRing(ctx, ring).Status.LastRotateRequestedAt).To(Equal(at))
+		Eventually(func() *metav1.Condition {
+			return meta.FindStatusCondition(getRing(ctx, ring).Status.Conditions, v1alpha1.ConditionRequestRefused)
+		}, timeout, poll).Should(BeNil())
 	})
 
 	It("publishes nothing when the key source fails, and keeps serving", func() {

@@ -145,7 +145,7 @@ func (o Owner) Owns(s *corev1.Secret) bool {
 // the name until then. A Secret of anyone else is never one.
 func (o Owner) Predecessor(s *corev1.Secret) bool {
 	ref := metav1.GetControllerOfNoCopy(s)
-	return ref != nil && ref.UID != o.UID && ref.Kind == o.Kind && ref.Name == o.Name &&
+	return s.Type == SecretType && ref != nil && ref.UID != o.UID && ref.Kind == o.Kind && ref.Name == o.Name &&
 		ref.APIVersion == v1alpha1.GroupVersion.String() && s.Labels[o.ringLabel()] == o.Name
 }
 
@@ -270,11 +270,13 @@ const (
 	Create
 	// Update: ours, carrying an older epoch (routine) or edited by hand.
 	Update
-	// Recreate: ours, but of another type, which is immutable: delete it and
-	// create it again on the next pass.
+	// Recreate: left by a deleted ring of this name (Owner.Predecessor):
+	// delete it and create it again on the next pass.
 	Recreate
-	// Conflict: a Secret of that name exists and is not the ring's. It is
-	// left untouched.
+	// Conflict: a Secret of that name exists and is not the ring's, or is
+	// not of ringmaster's type (whatever its owner references say: only the
+	// operator writes Secrets of that type, so another is someone else's).
+	// It is left untouched.
 	Conflict
 )
 
@@ -285,12 +287,12 @@ func Decide(o Owner, have, want *corev1.Secret) (a Action, edited bool) {
 	switch {
 	case have == nil:
 		return Create, false
+	case have.Type != want.Type:
+		return Conflict, false
 	case o.Predecessor(have):
 		return Recreate, false
 	case !o.Owns(have):
 		return Conflict, false
-	case have.Type != want.Type:
-		return Recreate, false
 	case InSync(have, want):
 		return Keep, false
 	}

@@ -214,6 +214,8 @@ func TestDecide(t *testing.T) {
 	// not labelled as the ring's is somebody's own: never removed.
 	claimed := Projection(other, e1, "shop")
 	claimed.Labels = map[string]string{"app": "mine"}
+	retypedPredecessor := Projection(other, e1, "shop")
+	retypedPredecessor.Type = corev1.SecretTypeOpaque
 	neighbour := Projection(OwnerOf(&v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "api", UID: "uid-api"}}), e1, "shop")
 
 	tests := []struct {
@@ -227,10 +229,11 @@ func TestDecide(t *testing.T) {
 		{"an older epoch: routine", Projection(owner, e1, "shop"), Update, false},
 		{"the same epoch with other content: edited by hand", edited, Update, true},
 		{"labels edited away: still ours by owner reference", relabelled, Update, true},
-		{"ours but of another type", retyped, Recreate, false},
+		{"an Opaque Secret squatting the name with our owner reference: not ours to delete", retyped, Conflict, false},
 		{"a Secret nobody owns", foreign, Conflict, false},
 		{"a Secret of a deleted ring of the same name (another UID): removed, as the garbage collector would", Projection(other, e1, "shop"), Recreate, false},
 		{"a Secret naming a deleted ring of this name without its labels", claimed, Conflict, false},
+		{"a deleted ring's Secret of another type: not ours to delete", retypedPredecessor, Conflict, false},
 		{"a Secret of another ring", neighbour, Conflict, false},
 	}
 	for _, tt := range tests {

@@ -22,8 +22,12 @@ func ECHOwnerOf(r *v1alpha1.ECHKeyRing) Owner {
 }
 
 // ECHSnapshot builds the immutable snapshot Secret of an ECH ring's epoch,
-// owned by o: echkeys.json. Projection copies it as it is.
-func ECHSnapshot(o Owner, r echring.Ring) (*corev1.Secret, error) {
+// owned by o: echkeys.json, and, when the ring's published config was
+// published unconfirmed, its id (v1alpha1.PublishedUnconfirmedAnnotation):
+// the record travels with the epochs, so that a reconcile reading a status
+// that lags still says how the config got there. Projection copies the
+// data as it is.
+func ECHSnapshot(o Owner, r echring.Ring, unconfirmed *uint8) (*corev1.Secret, error) {
 	file, err := echring.Encode(r)
 	if err != nil {
 		return nil, fmt.Errorf("encode epoch %d: %w", r.Epoch, err)
@@ -40,7 +44,21 @@ func ECHSnapshot(o Owner, r echring.Ring) (*corev1.Secret, error) {
 		Data:      map[string][]byte{echring.FileName: file},
 	}
 	s.Labels[v1alpha1.EpochLabel] = strconv.FormatInt(r.Epoch, 10)
+	if unconfirmed != nil {
+		s.Annotations = map[string]string{v1alpha1.PublishedUnconfirmedAnnotation: strconv.Itoa(int(*unconfirmed))}
+	}
 	return s, nil
+}
+
+// ECHUnconfirmed is the config an ECH snapshot records as published
+// unconfirmed; nil when none.
+func ECHUnconfirmed(s *corev1.Secret) *uint8 {
+	id, err := strconv.ParseUint(s.Annotations[v1alpha1.PublishedUnconfirmedAnnotation], 10, 8)
+	if err != nil {
+		return nil
+	}
+	v := uint8(id)
+	return &v
 }
 
 // ECHRecord reads an ECH ring's snapshot Secret back, checking the ring it

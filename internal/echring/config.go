@@ -9,6 +9,7 @@ import (
 	"crypto/hkdf"
 	"crypto/hpke"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -207,6 +208,18 @@ type Ring struct {
 }
 
 // Published returns the configs DNS must hold: those published, newest
+// Holds reports whether r holds c's key, whatever bytes c's config says:
+// a config is its private key, and the same key under another encoding is
+// the same config.
+func (r Ring) Holds(c Config) bool {
+	for _, x := range r.Configs {
+		if len(x.PrivateKey) > 0 && subtle.ConstantTimeCompare(x.PrivateKey, c.PrivateKey) == 1 {
+			return true
+		}
+	}
+	return false
+}
+
 // first.
 func (r Ring) Published() []Config {
 	var out []Config

@@ -24,6 +24,20 @@ type Policy struct {
 	// staged config waits for pods that do not report it before it is
 	// published anyway (spec.confirmation.maxDelay, or timeout).
 	MaxDelay time.Duration
+	// RetainedConfigs is how many retired configs the ring keeps at once
+	// (spec.retainedConfigs); 0 means as many as MaxConfigs allows. With
+	// the staged and the published config, the ring holds at most
+	// RetainedConfigs + 2: a new config waits for a retired one to expire
+	// rather than exceed it.
+	RetainedConfigs int
+}
+
+// maxConfigs is how many live configs the ring holds at most.
+func (p Policy) maxConfigs() int {
+	if p.RetainedConfigs <= 0 {
+		return MaxConfigs
+	}
+	return min(p.RetainedConfigs+2, MaxConfigs)
 }
 
 // Life is the longest a config of the ring lives, from its createdAt to
@@ -71,8 +85,9 @@ const (
 	HoldConfirmation Hold = "Confirmation"
 	// HoldDNS: DNS did not take it, or its servers do not answer it yet.
 	HoldDNS Hold = "DNS"
-	// HoldFull: the ring holds MaxConfigs configs already; the next is
-	// minted when a retired one expires.
+	// HoldFull: the ring holds as many configs as it may already
+	// (retainedConfigs + 2, at most MaxConfigs); the next is minted when a
+	// retired one expires.
 	HoldFull Hold = "Full"
 )
 
@@ -262,7 +277,7 @@ func Next(in Input) Plan {
 		switch {
 		case now.Before(due):
 			out.Next = due
-		case len(next.Configs) >= MaxConfigs:
+		case len(next.Configs) >= p.maxConfigs():
 			out.Held = HoldFull
 		default:
 			id := freeID(next)

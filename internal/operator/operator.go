@@ -26,6 +26,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/controller"
+	"github.com/ringmaster-io/ringmaster/internal/dnswork"
 )
 
 // Leader election uses a Lease in the operator's namespace, and nothing
@@ -64,6 +65,8 @@ type Options struct {
 	// Probing bounds how the operator asks pods what they hold
 	// (spec.confirmation); its zero value is the defaults.
 	Probing confirm.Budget
+	// DNSBudget bounds the DNS work of ECH rings; zero fields default.
+	DNSBudget dnswork.Budget
 
 	// SkipNameValidation allows a test to build the operator more than once
 	// in one process, as an operator restart.
@@ -133,6 +136,14 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 		return nil, fmt.Errorf("add the prober: %w", err)
 	}
 	o.Prober = prober
+	// DNS is written and checked off the reconcile path too, one job of a
+	// zone at a time, so that a DNS server that does not answer slows only
+	// its own zone's rings.
+	dns := &dnswork.Worker{Clock: o.Clock, Budget: o.DNSBudget}
+	if err := mgr.Add(dns); err != nil {
+		return nil, fmt.Errorf("add the DNS worker: %w", err)
+	}
+	o.DNS = dns
 	c, err := controller.Setup(ctx, mgr, o.Options)
 	if err != nil {
 		return nil, err

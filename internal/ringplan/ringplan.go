@@ -48,6 +48,31 @@ type Read struct {
 	Confirmed bool
 	// Shared is the ring's shared entry; nil for a ring that is not shared.
 	Shared *Shared
+
+	// Halted, when set, stops the reconcile before it plans (an unreadable
+	// newest snapshot, an invalid spec): nothing is written, Ready says why.
+	Halted *ringstatus.Problem
+	// Ring is what the status reports of the ring's spec and targets.
+	Ring Ring
+	// Shown is what the ring's voters last said of its staged key (under
+	// spec.confirmation), and OverdueSince since when it has waited past
+	// its timeout (zero when it has not).
+	Shown        *v1alpha1.ConfirmationStatus
+	OverdueSince time.Time
+	// Refused says which request annotations were refused, unread.
+	Refused []string
+}
+
+// Ring is what the status reports of a ring's spec and where it delivers.
+type Ring struct {
+	Owner      distribute.Owner
+	Generation int64
+	// Targets counts the namespaces it delivers to.
+	Targets      int
+	Formats      []v1alpha1.KeyFormat
+	RetainedKeys int32
+	// Confirm says the ring has spec.confirmation.
+	Confirm bool
 }
 
 // Shared is a shared ring's entry as one reconcile read it.
@@ -88,14 +113,20 @@ type Decision struct {
 	// Unconfirmed describes a held staged key the plan activates
 	// unconfirmed.
 	Unconfirmed *ringstatus.Unconfirmed
+	// Current is the ring the plan starts from, as read: what serves if
+	// the mint fails.
+	Current keyring.Ring
 }
 
 // Decide plans the ring's next epoch from what was read. A shared ring
 // that cannot use its entry fails closed: it mints nothing and only
-// destroys what expired.
+// destroys what expired. A halted ring plans nothing.
 func Decide(in Read) Decision {
+	if in.Halted != nil {
+		return Decision{Plan: keyring.Plan{Ring: in.Current}, FailClosed: true, Current: in.Current}
+	}
 	if in.Shared != nil && in.Shared.Blocked != nil {
-		return Decision{Plan: keyring.Plan{}.WithoutMint(in.Now, in.Current), FailClosed: true, Source: in.Shared.Blocked}
+		return Decision{Plan: keyring.Plan{}.WithoutMint(in.Now, in.Current), FailClosed: true, Source: in.Shared.Blocked, Current: in.Current}
 	}
 	inputs := keyring.Inputs{
 		RotateNow:   in.History.CarryOut(in.Rotate, in.Last.LastRotateRequestedAt) && !in.Shared.handled(in.Rotate),
@@ -109,7 +140,7 @@ func Decide(in Read) Decision {
 	}
 	plan := keyring.Next(in.Now, in.Policy, base, inputs)
 	return Decision{Plan: plan, RotateNow: inputs.RotateNow, Revoke: inputs.Revoke,
-		Unconfirmed: unconfirmed(in, plan)}
+		Unconfirmed: unconfirmed(in, plan), Current: in.Current}
 }
 
 // unconfirmed describes the held staged key the plan found activated by
@@ -139,6 +170,7 @@ type Minted struct {
 
 // Result is what the reconcile must write, once its keys are minted.
 type Result struct {
+	in   Read
 	Plan keyring.Plan
 	// Next is the ring to publish when Publish is set.
 	Next     keyring.Ring
@@ -163,6 +195,9 @@ type Result struct {
 	// LostRace says the write to the shared entry lost the race; SyncFailed
 	// that it failed otherwise (the ring then fails closed).
 	LostRace, SyncFailed bool
+	// SharedStatus is the ring's status.shared after the reconcile; nil for
+	// a ring that is not shared.
+	SharedStatus *v1alpha1.SharedRingStatus
 }
 
 // Sync is a shared ring's write to its entry.
@@ -178,7 +213,11 @@ type Sync struct {
 // never waits for the source. A request is echoed once carried out, now,
 // by an epoch on record, or by another cluster in the shared entry.
 func Finish(in Read, d Decision, m Minted) Result {
-	r := Result{Plan: d.Plan, Next: m.Ring, Source: d.Source}
+	r := Result{in: in, Plan: d.Plan, Next: m.Ring, Source: d.Source}
+	if in.Halted != nil {
+		r.Next = in.Current
+		return r
+	}
 	if d.FailClosed {
 		r.Next = d.Plan.Ring
 		r.Requests.Shared = in.Shared.localVersion()
@@ -290,9 +329,9 @@ func (r Result) Serving(in Read) keyring.Ring {
 	return r.Next
 }
 
-// Report puts in the status's outcome what the result says of the ring's
+// report puts in the status's outcome what the result says of the ring's
 // key source, its requests and its held staged key.
-func (r Result) Report(out ringstatus.Outcome) ringstatus.Outcome {
+func (r Result) report(out ringstatus.Outcome) ringstatus.Outcome {
 	out.Source, out.Unconfirmed, out.Revocation = r.Source, r.Unconfirmed, r.Revocation
 	out.RotateRequest, out.RevokeRequest = r.RotateRequest, r.RevokeRequest
 	return out

@@ -85,6 +85,9 @@ type Outcome struct {
 	// Shared is what the ring saw of its shared entry in Vault; nil for a
 	// ring that is not shared.
 	Shared *v1alpha1.SharedRingStatus
+	// Refused names the request annotations refused unread
+	// (RequestRefused).
+	Refused []string
 }
 
 // Unconfirmed is a held staged key that activated by the clock, past its
@@ -151,6 +154,11 @@ func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) v1alpha1.TicketKeyRingS
 	}
 	meta.SetStatusCondition(&s.Conditions, overdue)
 	meta.SetStatusCondition(&s.Conditions, retention(o))
+	if len(o.Refused) > 0 {
+		meta.SetStatusCondition(&s.Conditions, RefusedCondition(o.Refused, o.Generation))
+	} else {
+		meta.RemoveStatusCondition(&s.Conditions, v1alpha1.ConditionRequestRefused)
+	}
 
 	switch {
 	case o.Source != nil:
@@ -180,6 +188,14 @@ func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) v1alpha1.TicketKeyRingS
 		ready(metav1.ConditionTrue, v1alpha1.ReasonPublished, fmt.Sprintf("Epoch %d is published to %d namespace(s)", o.Ring.Epoch, o.Targets))
 	}
 	return s
+}
+
+// RefusedCondition is the RequestRefused condition of the request
+// annotations refused: it names them, and never shows their values.
+func RefusedCondition(annotations []string, generation int64) metav1.Condition {
+	return metav1.Condition{Type: v1alpha1.ConditionRequestRefused, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonInvalidRequest, ObservedGeneration: generation,
+		Message: fmt.Sprintf("Annotation %s holds no RFC 3339 time of at most 64 characters (the value is not shown): it is not carried out. Set it to the current time, e.g. $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)",
+			strings.Join(annotations, " and "))}
 }
 
 // confirmationOverdue sets ConfirmationOverdue while the ring has
@@ -374,6 +390,13 @@ func fillKeys(s *v1alpha1.TicketKeyRingStatus, ring keyring.Ring, snapshot strin
 func Warning(prev, next []metav1.Condition) (reason, message string, ok bool) {
 	return transition(prev, next, v1alpha1.ConditionReady, metav1.ConditionFalse,
 		func(p, n *metav1.Condition) bool { return p.Reason == n.Reason })
+}
+
+// RefusedWarning returns the Warning event RequestRefused turning True,
+// or naming other annotations, calls for.
+func RefusedWarning(prev, next []metav1.Condition) (reason, message string, ok bool) {
+	return transition(prev, next, v1alpha1.ConditionRequestRefused, metav1.ConditionTrue,
+		func(p, n *metav1.Condition) bool { return p.Message == n.Message })
 }
 
 // RetentionWarning returns the Warning event RetentionLimited calls for:

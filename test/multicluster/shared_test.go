@@ -233,7 +233,7 @@ var _ = Describe("A ring shared by two clusters through Vault", Ordered, func() 
 			before, err := a.Cluster.GetRing(ctx, ns, race)
 			Expect(err).NotTo(HaveOccurred())
 			staged := fleet.StagedKey(before)
-			value := fmt.Sprintf("%s-%d", time.Now().UTC().Format(time.RFC3339Nano), i)
+			value := time.Now().UTC().Add(time.Duration(i) * time.Microsecond).Format(time.RFC3339Nano)
 			var wg sync.WaitGroup
 			for _, e := range clusters() {
 				wg.Go(func() {

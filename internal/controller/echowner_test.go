@@ -1,0 +1,197 @@
+//go:build integration
+
+package controller_test
+
+import (
+	"context"
+	"encoding/base64"
+	"net"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/echring"
+	"github.com/ringmaster-io/ringmaster/internal/testing/knot"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
+)
+
+// sharedZone creates a ClusterDNSZone for srv allowing www.example.test to
+// every namespace given, with its TSIG Secret in the operator's namespace.
+func sharedZone(ctx context.Context, name, primary string, key knot.Key, namespaces ...string) *v1alpha1.ClusterDNSZone {
+	GinkgoHelper()
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testenv.Namespace, Name: name + "-tsig"}, Data: map[string][]byte{
+		"name": []byte(key.Name), "algorithm": []byte(key.Algorithm), "secret": []byte(base64.StdEncoding.EncodeToString(key.Secret)),
+	}}
+	Expect(k8s.Create(ctx, secret)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) { _ = k8s.Delete(ctx, secret) })
+	z := &v1alpha1.ClusterDNSZone{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.ClusterDNSZoneSpec{
+		Zone: "example.test", Primary: primary, TSIGSecretRef: &v1alpha1.SecretReference{Name: secret.Name},
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: namespaces}}},
+		AllowedNames: []string{"www.example.test"},
+	}}
+	Expect(k8s.Create(ctx, z)).To(Succeed())
+	DeferCleanup(func(ctx SpecContext) { _ = k8s.Delete(ctx, z) })
+	return z
+}
+
+func zoneNames(ctx context.Context, z *v1alpha1.ClusterDNSZone) []v1alpha1.DNSNameOwner {
+	got := &v1alpha1.ClusterDNSZone{}
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(z), got)).To(Succeed())
+	return got.Status.Names
+}
+
+// silentDNS is a DNS server that takes queries and never answers.
+func silentDNS() string {
+	GinkgoHelper()
+	for range 20 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		Expect(err).NotTo(HaveOccurred())
+		l, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err != nil {
+			_ = pc.Close()
+			continue
+		}
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				DeferCleanup(c.Close)
+			}
+		}()
+		DeferCleanup(func() { _ = pc.Close(); _ = l.Close() })
+		return pc.LocalAddr().String()
+	}
+	Fail("no free port for a silent DNS server")
+	return ""
+}
+
+var _ = Describe("ECHKeyRing names", func() {
+	var ctx context.Context
+	BeforeEach(func() { ctx = context.Background() })
+
+	It("belong to one ring at a time: a second ring publishes nothing, strips nothing, and takes the name once the owner is deleted and has let it go", func() {
+		srv := knot.Run(GinkgoT(), "example.test.", knot.Key{})
+		_, params := echAnswer(ctx, srv)
+		nsA, nsB := newNamespace(ctx), newNamespace(ctx)
+		z := sharedZone(ctx, "shared-"+nsB, srv.Addr, srv.Key, nsA, nsB)
+		a := newECHReplica(ctx, nsA, "web-a")
+		b := newECHReplica(ctx, nsB, "web-b")
+		answer := func() []byte { l, _ := echAnswer(ctx, srv); return l }
+
+		owner := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: "web", Annotations: map[string]string{}}, Spec: echSpec(z.Name)}
+		Expect(k8s.Create(ctx, owner)).To(Succeed())
+		Eventually(func() []string { return configStates(getECH(ctx, owner)) }, timeout, poll).Should(Equal([]string{"1:staged"}))
+		a.deliver(getSecret(ctx, nsA, "web-ech-keys"))
+		fakeClock.Step(5 * time.Minute)
+		pokeECH(ctx, owner)
+		Eventually(func() []string { return configStates(getECH(ctx, owner)) }, timeout, poll).Should(Equal([]string{"1:published"}))
+		c1 := decodeECH(getSecret(ctx, nsA, "web-ech-keys")).Configs[0]
+		published := echring.ConfigList([]echring.Config{c1})
+		Eventually(answer, timeout, poll).Should(Equal(published))
+		Expect(getECH(ctx, owner).Finalizers).To(ContainElement(v1alpha1.ECHDNSFinalizer))
+		Expect(getECH(ctx, owner).Status.DNSRecord).To(HaveField("ECHConfigList", base64.StdEncoding.EncodeToString(published)))
+
+		By("a second ring in another namespace on the same name: claimed, nothing staged or written, and the owner undisturbed")
+		rival := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: nsB, Name: "web", Annotations: map[string]string{}}, Spec: echSpec(z.Name)}
+		rival.Spec.DNS.TTL = 1800
+		Expect(k8s.Create(ctx, rival)).To(Succeed())
+		Eventually(func() string { return readyReason(getECH(ctx, rival).Status.Conditions) }, timeout, poll).Should(Equal(v1alpha1.ReasonDNSNameClaimed))
+		msg := meta.FindStatusCondition(getECH(ctx, rival).Status.Conditions, v1alpha1.ConditionReady).Message
+		Expect(msg).To(ContainSubstring(z.Name))
+		Expect(msg).NotTo(ContainSubstring(nsA), "the owner's namespace is the administrator's to see")
+		Eventually(warnings(ctx, nsB, v1alpha1.ReasonDNSNameClaimed), timeout, poll).ShouldNot(BeEmpty())
+		Eventually(func() []v1alpha1.DNSNameOwner { return zoneNames(ctx, z) }, timeout, poll).Should(ConsistOf(And(
+			HaveField("Name", "www.example.test"), HaveField("Ring.Namespace", nsA), HaveField("State", v1alpha1.DNSNameOwned), HaveField("Waiting", BeEquivalentTo(1)))))
+		for range 3 {
+			pokeECH(ctx, rival)
+			fakeClock.Step(time.Minute)
+		}
+		Consistently(answer, 3*time.Second, poll).Should(Equal(published), "the rival never writes or strips the owner's ech")
+		rrs, err := srv.Query(ctx, "www.example.test.", 65)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(rrs[0].Header().Ttl).To(BeEquivalentTo(300), "the rival's TTL is not the record's")
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: nsB, Name: "web-ech-e1"}, &corev1.Secret{})).To(Satisfy(apierrors.IsNotFound), "the rival stages nothing")
+		Expect(getECH(ctx, owner).Status.Conditions).To(ContainElement(And(HaveField("Type", v1alpha1.ConditionReady), HaveField("Status", metav1.ConditionTrue))))
+
+		By("the owner deleted while DNS is down: it stays, and says it waits to remove its value")
+		Expect(srv.Stop()).To(Succeed())
+		Expect(k8s.Delete(ctx, owner)).To(Succeed())
+		Eventually(func() string { return readyReason(getECH(ctx, owner).Status.Conditions) }, timeout, poll).Should(Equal(v1alpha1.ReasonDNSNameReleasing))
+		Eventually(func() string {
+			return meta.FindStatusCondition(getECH(ctx, owner).Status.Conditions, v1alpha1.ConditionReady).Message
+		}, timeout, poll).Should(ContainSubstring("being removed from DNS"))
+		Consistently(func() error { return k8s.Get(ctx, client.ObjectKeyFromObject(owner), &v1alpha1.ECHKeyRing{}) }, 2*time.Second, poll).Should(Succeed())
+		Expect(getSecret(ctx, nsA, "web-ech-keys").Data).To(HaveKey(echring.FileName), "its keys keep decrypting meanwhile")
+
+		By("DNS back: the owner's value, and only it, leaves the record; the name passes on after the TTL and the margin")
+		Expect(srv.Restart(ctx)).To(Succeed())
+		Eventually(answer, timeout, poll).Should(BeNil())
+		_, after := echAnswer(ctx, srv)
+		Expect(after).To(Equal(params), "the record's other params are kept")
+		Eventually(func() []v1alpha1.DNSNameOwner { return zoneNames(ctx, z) }, timeout, poll).Should(ConsistOf(And(
+			HaveField("Ring.Namespace", nsA), HaveField("State", v1alpha1.DNSNameReleasing), HaveField("ReleaseAt", Not(BeNil())))))
+		Expect(readyReason(getECH(ctx, rival).Status.Conditions)).To(Equal(v1alpha1.ReasonDNSNameClaimed))
+		fakeClock.Step(5*time.Minute + 10*time.Minute + time.Second) // dns.ttl + retirementMargin
+		pokeECH(ctx, rival)
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(owner), &v1alpha1.ECHKeyRing{}))
+		}, timeout, poll).Should(BeTrue(), "the deleted ring goes once it let its name go")
+		Eventually(func() []v1alpha1.DNSNameOwner { return zoneNames(ctx, z) }, timeout, poll).Should(ConsistOf(And(
+			HaveField("Ring.Namespace", nsB), HaveField("State", v1alpha1.DNSNameOwned))))
+		pokeECH(ctx, rival)
+		Eventually(func() []string { return configStates(getECH(ctx, rival)) }, timeout, poll).Should(Equal([]string{"1:staged"}))
+		b.deliver(getSecret(ctx, nsB, "web-ech-keys"))
+	})
+
+	It("refuses a literal wildcard name", func() {
+		ns := newNamespace(ctx)
+		spec := echSpec("zone")
+		spec.DNS.Name = "*.example.test"
+		err := k8s.Create(ctx, &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "wild"}, Spec: spec})
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("spec.dns.name"))
+	})
+
+	It("does its DNS off the reconcile path: a zone whose server never answers delays no other zone's ring, nor a ticket ring's rotate-now", func() {
+		srv := knot.Run(GinkgoT(), "example.test.", knot.Key{})
+		nsDead, nsLive, nsTickets := newNamespace(ctx), newNamespace(ctx), newNamespace(ctx)
+		dead := sharedZone(ctx, "dead-"+nsDead, silentDNS(), srv.Key, nsDead)
+		live := sharedZone(ctx, "live-"+nsLive, srv.Addr, srv.Key, nsLive)
+		var stuck []*v1alpha1.ECHKeyRing
+		for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
+			r := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: nsDead, Name: name, Annotations: map[string]string{}}, Spec: echSpec(dead.Name)}
+			r.Spec.Distribution.SecretName = "web-ech-keys-" + name
+			Expect(k8s.Create(ctx, r)).To(Succeed())
+			stuck = append(stuck, r)
+		}
+		ok := newECHReplica(ctx, nsLive, "web-a")
+		ring := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: nsLive, Name: "web", Annotations: map[string]string{}}, Spec: echSpec(live.Name)}
+		Expect(k8s.Create(ctx, ring)).To(Succeed())
+		tkr := createRing(ctx, nsTickets, "web", nil)
+		waitEpoch(ctx, tkr, 1)
+
+		Eventually(func() []string { return configStates(getECH(ctx, ring)) }, timeout, poll).Should(Equal([]string{"1:staged"}))
+		ok.deliver(getSecret(ctx, nsLive, "web-ech-keys"))
+		fakeClock.Step(5 * time.Minute)
+		for _, r := range stuck {
+			pokeECH(ctx, r)
+		}
+		pokeECH(ctx, ring)
+		requestRotation(ctx, tkr, fakeClock.Now().UTC().Format(time.RFC3339))
+		Eventually(func() []string { return configStates(getECH(ctx, ring)) }, timeout, poll).Should(Equal([]string{"1:published"}))
+		waitEpoch(ctx, tkr, 2)
+		for _, r := range stuck {
+			Expect(getECH(ctx, r).Status.PublishedConfig).To(BeNil(), "the dead zone's rings publish nothing")
+		}
+	})
+})

@@ -1,0 +1,195 @@
+package controller
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/distribute"
+	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+)
+
+// ringSecrets writes the Secrets of a ring of any kind: the immutable
+// snapshot of each epoch, the projection Secrets pods mount, and the
+// destruction of snapshots holding keys that expired. Both ring
+// reconciles call it; what goes into the Secrets is decided before.
+type ringSecrets struct {
+	client.Client
+	// APIReader reads around the cache: the snapshots, which must be
+	// current, and a foreign Secret in the way.
+	APIReader client.Reader
+}
+
+// snapshots lists owner's snapshot Secrets, newest epoch first, leaving out
+// those being deleted and those owner does not control. It reads around the
+// cache: the record must be current, or a reconcile that follows a publish
+// too closely would plan from the epoch before it.
+func (w *ringSecrets) snapshots(ctx context.Context, owner distribute.Owner) ([]*corev1.Secret, error) {
+	list := &corev1.SecretList{}
+	if err := w.APIReader.List(ctx, list, client.InNamespace(owner.Home), client.MatchingLabels(owner.SnapshotLabels())); err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	var out []*corev1.Secret
+	for i := range list.Items {
+		if s := &list.Items[i]; owner.Owns(s) && s.DeletionTimestamp.IsZero() {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b *corev1.Secret) int {
+		return cmp.Compare(distribute.SnapshotEpoch(b), distribute.SnapshotEpoch(a))
+	})
+	return out, nil
+}
+
+// publish creates an epoch's immutable snapshot Secret. A problem says why
+// it was not written, for the ring's status; the error, when a retry may
+// help. A Secret of the name left by a deleted ring of the same name is
+// removed, as the garbage collector would, and the write retried later.
+func (w *ringSecrets) publish(ctx context.Context, owner distribute.Owner, snap *corev1.Secret) (*ringstatus.Problem, error) {
+	key := snap.Namespace + "/" + snap.Name
+	err := w.Create(ctx, snap)
+	if err == nil {
+		return nil, nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Writing snapshot %s failed: %v", key, err)},
+			fmt.Errorf("write snapshot %s: %w", key, err)
+	}
+	have := &corev1.Secret{}
+	if err := w.APIReader.Get(ctx, client.ObjectKeyFromObject(snap), have); err != nil {
+		return &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Reading snapshot %s failed: %v", key, err)}, err
+	}
+	switch {
+	case owner.Predecessor(have):
+		if err := w.Delete(ctx, have, client.Preconditions{UID: &have.UID}); client.IgnoreNotFound(err) != nil {
+			return &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Removing snapshot %s of a deleted ring of this name failed: %v", key, err)}, err
+		}
+		return &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Snapshot %s was left by a deleted ring of this name; removed it, retrying", key)},
+			fmt.Errorf("snapshot %s was left by a deleted ring of this name", key)
+	case owner.Owns(have):
+		// Ours, written since the snapshots were listed: plan again.
+		return &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Snapshot %s exists already; retrying", key)},
+			fmt.Errorf("snapshot %s exists already", key)
+	}
+	return &ringstatus.Problem{Reason: v1alpha1.ReasonSecretConflict,
+		Message: fmt.Sprintf("Secret %s exists and is not this ring's; it was left untouched: remove it", key)}, nil
+}
+
+// deliver writes the snapshot's data into the projection Secret of every
+// target namespace, each on its own: one that fails is reported and the
+// others still receive it. Then it removes the ring's projections that no
+// target wants any more. It returns the targets that failed, and an error
+// when a retry may help.
+func (w *ringSecrets) deliver(ctx context.Context, owner distribute.Owner, snap *corev1.Secret, targets []string) ([]v1alpha1.TargetFailure, error) {
+	var (
+		failed []v1alpha1.TargetFailure
+		errs   []error
+	)
+	for _, ns := range targets {
+		if snap == nil {
+			break
+		}
+		want := distribute.Projection(owner, snap, ns)
+		conflict, err := w.project(ctx, owner, want)
+		switch {
+		case err != nil:
+			failed = append(failed, v1alpha1.TargetFailure{Namespace: ns, Reason: v1alpha1.ReasonPublishFailed,
+				Message: fmt.Sprintf("Writing Secret %s/%s failed: %v", ns, want.Name, err)})
+			errs = append(errs, fmt.Errorf("write projection %s/%s: %w", ns, want.Name, err))
+		case conflict:
+			failed = append(failed, v1alpha1.TargetFailure{Namespace: ns, Reason: v1alpha1.ReasonSecretConflict,
+				Message: fmt.Sprintf("Secret %s/%s exists and is not this ring's; it was left untouched: rename spec.distribution.secretName or remove it", ns, want.Name)})
+		}
+	}
+	copies := &corev1.SecretList{}
+	if err := w.List(ctx, copies, client.MatchingLabels(owner.ProjectionLabels())); err != nil {
+		return failed, errors.Join(append(errs, fmt.Errorf("list projections: %w", err))...)
+	}
+	for i := range copies.Items {
+		c := &copies.Items[i]
+		if !owner.Owns(c) || c.Type != distribute.SecretType || (slices.Contains(targets, c.Namespace) && c.Name == owner.SecretName) {
+			continue
+		}
+		if err := w.Delete(ctx, c, client.Preconditions{UID: &c.UID}); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("delete projection %s/%s: %w", c.Namespace, c.Name, err))
+			continue
+		}
+		log.FromContext(ctx).Info("Deleted projection no longer targeted", "secret", klog.KObj(c))
+	}
+	return failed, errors.Join(errs...)
+}
+
+// project brings one projection Secret in line with want. It reports a
+// conflict, and writes nothing, when the Secret exists and is not the
+// ring's.
+func (w *ringSecrets) project(ctx context.Context, owner distribute.Owner, want *corev1.Secret) (conflict bool, err error) {
+	have, err := w.existing(ctx, w.Client, want)
+	if err != nil {
+		return false, err
+	}
+	action, edited := distribute.Decide(owner, have, want)
+	if action == distribute.Create {
+		if err = w.Create(ctx, want); !apierrors.IsAlreadyExists(err) {
+			return false, err
+		}
+		// Absent from the cache yet there: a Secret of another type, which
+		// the cache does not hold, or one the cache has not seen yet.
+		if have, err = w.existing(ctx, w.APIReader, want); err != nil {
+			return false, err
+		}
+		action, edited = distribute.Decide(owner, have, want)
+	}
+	switch action {
+	case distribute.Conflict:
+		return true, nil
+	case distribute.Recreate:
+		// A predecessor's: delete it; the next pass creates it.
+		return false, w.Delete(ctx, have, client.Preconditions{UID: &have.UID})
+	case distribute.Update:
+		if err := w.Update(ctx, distribute.Updated(have, want)); err != nil {
+			return false, err
+		}
+		if edited {
+			log.FromContext(ctx).Info("Restored projection edited by hand", "secret", klog.KObj(want), "epoch", want.Annotations[v1alpha1.EpochAnnotation])
+		}
+	}
+	return false, nil
+}
+
+// existing reads the Secret named like want, or nil when there is none.
+func (w *ringSecrets) existing(ctx context.Context, reader client.Reader, want *corev1.Secret) (*corev1.Secret, error) {
+	have := &corev1.Secret{}
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(want), have); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return have, nil
+}
+
+// destroy deletes the snapshots stale says hold a key that expired.
+// Forward secrecy needs the bytes gone, not only unused.
+func (w *ringSecrets) destroy(ctx context.Context, snaps []*corev1.Secret, stale func(*corev1.Secret) bool) error {
+	var errs []error
+	for _, s := range snaps {
+		if !stale(s) {
+			continue
+		}
+		if err := w.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("delete snapshot %s: %w", s.Name, err))
+			continue
+		}
+		log.FromContext(ctx).Info("Deleted snapshot holding expired keys", "snapshot", s.Name)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,170 @@
+package ringplan_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/distribute"
+	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/ringplan"
+	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+)
+
+var owner = distribute.Owner{Kind: v1alpha1.KindTicketKeyRing, Name: "web", Namespace: "shop", Home: "shop"}
+
+// reported runs a whole pass of the plan on rd, with the mint's outcome
+// and the writes' given.
+func reported(t *testing.T, rd ringplan.Read, mintErr error, applied ringplan.Applied) (ringplan.Result, ringplan.Outcome) {
+	t.Helper()
+	rd.Ring = ringplan.Ring{Owner: owner, Generation: 3, Targets: 1}
+	d := ringplan.Decide(rd)
+	m := ringplan.Minted{Ring: minted(d.Plan, "k")}
+	if mintErr != nil {
+		m = ringplan.Minted{Err: mintErr, Problem: ringplan.MintProblem(rd.Now, d.Current, d.Plan.Mint, v1alpha1.ReasonVaultUnavailable, "Vault is down")}
+	}
+	res := ringplan.Finish(rd, d, m)
+	return res, res.Report(applied)
+}
+
+func TestReport(t *testing.T) {
+	t.Run("a new ring publishes epoch 1, named after it, and counts a success", func(t *testing.T) {
+		rd := read(t, t0)
+		rd.Current, rd.History = keyring.Ring{}, keyring.History{}
+		res, out := reported(t, rd, nil, ringplan.Applied{})
+		next, ok := res.Publication()
+		if !ok || next.Epoch != 1 || !out.Succeeded || out.Failed != 0 || out.Published != "web-e1" {
+			t.Fatalf("publication %d (%v), outcome %+v; want epoch 1 published, a success", next.Epoch, ok, out)
+		}
+		if out.Status.Epoch != 1 || out.Status.Snapshot != "web-e1" || !meta.IsStatusConditionTrue(out.Status.Conditions, v1alpha1.ConditionReady) {
+			t.Errorf("status %+v", out.Status)
+		}
+		if out.Gauge == nil || out.Gauge.Epoch != 1 {
+			t.Errorf("gauge %+v, want epoch 1", out.Gauge)
+		}
+	})
+	t.Run("the epoch follows the status's when the record lags it", func(t *testing.T) {
+		rd := read(t, t0.Add(59*time.Minute))
+		rd.Last.Epoch = 9
+		rd.Rotate = t0.Add(59 * time.Minute).Format(time.RFC3339)
+		res, _ := reported(t, rd, nil, ringplan.Applied{})
+		if next, ok := res.Publication(); !ok || next.Epoch != 10 {
+			t.Fatalf("publication epoch %d (%v), want 10", next.Epoch, ok)
+		}
+	})
+	t.Run("a snapshot that cannot be written rolls the status back and echoes no request", func(t *testing.T) {
+		rd := read(t, t0.Add(59*time.Minute))
+		rd.Last = v1alpha1.TicketKeyRingStatus{Epoch: 1, Snapshot: "web-e1"}
+		rd.Rotate = t0.Add(59 * time.Minute).Format(time.RFC3339)
+		p := &ringstatus.Problem{Reason: v1alpha1.ReasonSecretConflict, Message: "in the way"}
+		_, out := reported(t, rd, nil, ringplan.Applied{Publish: p})
+		if out.Succeeded || out.Failed != 1 || out.Requeue != ringplan.ConflictRetry {
+			t.Fatalf("outcome %+v, want a failure retried in %s", out, ringplan.ConflictRetry)
+		}
+		if out.Status.Epoch != 1 || out.Status.Snapshot != "web-e1" || out.Status.LastRotateRequestedAt != "" {
+			t.Errorf("status epoch %d snapshot %s request %q, want the served epoch and no echo", out.Status.Epoch, out.Status.Snapshot, out.Status.LastRotateRequestedAt)
+		}
+		if c := meta.FindStatusCondition(out.Status.Conditions, v1alpha1.ConditionReady); c.Reason != v1alpha1.ReasonSecretConflict {
+			t.Errorf("Ready %+v", c)
+		}
+	})
+	t.Run("a key source down: no backoff past the next expiry, and the message says what still encrypts", func(t *testing.T) {
+		rd := read(t, t0.Add(59*time.Minute))
+		rd.Rotate = t0.Add(59 * time.Minute).Format(time.RFC3339)
+		_, out := reported(t, rd, errors.New("down"), ringplan.Applied{})
+		if !out.MintRetry || out.Failed != 1 || out.Requeue > 5*time.Second {
+			t.Fatalf("outcome retry %v failed %d requeue %s, want a retry within 5s", out.MintRetry, out.Failed, out.Requeue)
+		}
+		c := meta.FindStatusCondition(out.Status.Conditions, v1alpha1.ConditionReady)
+		if !strings.Contains(c.Message, "keeps encrypting") {
+			t.Errorf("Ready message %q does not say which key encrypts", c.Message)
+		}
+	})
+	t.Run("a halted reconcile reports why and publishes nothing", func(t *testing.T) {
+		rd := read(t, t0)
+		rd.Halted = &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSnapshot, Message: "bad"}
+		res, out := reported(t, rd, nil, ringplan.Applied{})
+		if _, ok := res.Publication(); ok || out.Gauge != nil {
+			t.Fatal("a halted reconcile publishes")
+		}
+		if c := meta.FindStatusCondition(out.Status.Conditions, v1alpha1.ConditionReady); c.Reason != v1alpha1.ReasonInvalidSnapshot {
+			t.Errorf("Ready %+v", c)
+		}
+	})
+	t.Run("a refused request is said in a condition, without its value", func(t *testing.T) {
+		rd := read(t, t0)
+		rd.Refused = []string{v1alpha1.RotateRequestedAtAnnotation}
+		_, out := reported(t, rd, nil, ringplan.Applied{})
+		c := meta.FindStatusCondition(out.Status.Conditions, v1alpha1.ConditionRequestRefused)
+		if c == nil || c.Status != metav1.ConditionTrue || !strings.Contains(c.Message, v1alpha1.RotateRequestedAtAnnotation) {
+			t.Fatalf("RequestRefused %+v", c)
+		}
+		rd.Refused = nil
+		_, out = reported(t, rd, nil, ringplan.Applied{})
+		if meta.FindStatusCondition(out.Status.Conditions, v1alpha1.ConditionRequestRefused) != nil {
+			t.Error("RequestRefused stays once the annotation is valid")
+		}
+	})
+}
+
+func TestMintProblemWithNoKeyLeft(t *testing.T) {
+	cur, _ := steady(t)
+	late := cur.Keys[0].ExpiresAt.Add(time.Hour)
+	p := ringplan.MintProblem(late, cur, 1, v1alpha1.ReasonVaultUnavailable, "Vault is down")
+	if strings.Contains(p.Message, "keep") || !strings.Contains(p.Message, "no key encrypts now") {
+		t.Fatalf("message %q, want it to say no key encrypts", p.Message)
+	}
+}
+
+func TestMintRetry(t *testing.T) {
+	for _, tc := range []struct {
+		failing time.Duration
+		want    time.Duration
+	}{{0, 5 * time.Second}, {10 * time.Second, 5 * time.Second}, {2 * time.Minute, 30 * time.Second}, {time.Hour, 5 * time.Minute}} {
+		since := time.Time{}
+		if tc.failing > 0 {
+			since = t0.Add(-tc.failing)
+		}
+		if got := ringplan.MintRetry(t0, since); got != tc.want {
+			t.Errorf("failing for %s: retry in %s, want %s", tc.failing, got, tc.want)
+		}
+	}
+}
+
+func TestRequest(t *testing.T) {
+	for _, tc := range []struct {
+		value string
+		ok    bool
+	}{
+		{"", true},
+		{"2026-12-02T10:00:00Z", true},
+		{"2026-12-02T10:00:00.123456789+01:00", true},
+		{"r1", false},
+		{"2026-12-02 10:00:00", false},
+		{"2026-12-02T10:00:00Z\x1b[2J", false},
+		{strings.Repeat("2", 200*1024), false},
+	} {
+		got, ok := ringplan.Request(tc.value)
+		if ok != tc.ok || (ok && got != tc.value) || (!ok && got != "") {
+			t.Errorf("Request(%.30q) = %q, %v; want ok %v", tc.value, got, ok, tc.ok)
+		}
+	}
+}
+
+func TestPrintable(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"kubectl-annotate", "kubectl-annotate"},
+		{"evil\x1b[31mred", `evil\x1b[31mred`},
+		{"a\nb", `a\nb`},
+		{strings.Repeat("m", 300), strings.Repeat("m", 128) + "..."},
+	} {
+		if got := ringplan.Printable(tc.in); got != tc.want {
+			t.Errorf("Printable(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
