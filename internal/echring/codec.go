@@ -3,7 +3,9 @@ package echring
 import (
 	"bytes"
 	"crypto/hpke"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -229,6 +231,25 @@ func (r Ring) Validate() error {
 		}
 	}
 	return nil
+}
+
+// KeyDigest identifies the key pair of c's ECHConfig, whatever else the
+// config's bytes say: a SHA-256 of its KEM id and public key. Configs that
+// carry one key under another public_name, maximum_name_length or cipher
+// suites, or under another config_id, share it, so a reader that destroyed
+// a key can tell it back under any bytes. It holds nothing secret: the
+// public key is in DNS. It fails for a config Validate refuses.
+func (c Config) KeyDigest() ([sha256.Size]byte, error) {
+	ec, err := parseConfig(c.Config)
+	if err != nil {
+		return [sha256.Size]byte{}, invalid("ECHConfig: %s", err)
+	}
+	h := sha256.New()
+	h.Write(binary.BigEndian.AppendUint16(nil, ec.KEM))
+	h.Write(ec.PublicKey)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum, nil
 }
 
 // checkKey checks that priv is a private key of ec's KEM whose public key

@@ -277,3 +277,54 @@ func TestExpired(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyDigest: one key pair has one digest whatever bytes carry it (a
+// config_id, public_name, maximum_name_length or suite list of its own),
+// another key another digest, and a config Validate refuses none.
+func TestKeyDigest(t *testing.T) {
+	base, err := echring.NewConfig(7, seed(1), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := base.KeyDigest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		id   uint8
+		seed byte
+		p    echring.Params
+		same bool
+	}{
+		{"same config", 7, 1, params, true},
+		{"another maximum_name_length", 7, 1, echring.Params{PublicName: params.PublicName, MaxNameLength: 33}, true},
+		{"another public_name", 7, 1, echring.Params{PublicName: "publid.example.test", MaxNameLength: 32}, true},
+		{"another config_id", 8, 1, params, true},
+		{"other suites", 7, 1, echring.Params{PublicName: params.PublicName, MaxNameLength: 32, Suites: []echring.Suite{{KDF: echring.KDFHKDFSHA256, AEAD: echring.AEADAES128GCM}}}, true},
+		{"another key", 7, 2, params, false},
+		{"another KEM", 7, 1, echring.Params{PublicName: params.PublicName, MaxNameLength: 32, KEM: echring.KEMP256HKDFSHA256}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := echring.NewConfig(tc.id, seed(tc.seed), tc.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.KeyDigest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.same && got != want {
+				t.Errorf("the same key under other bytes has another digest")
+			}
+			if !tc.same && got == want {
+				t.Errorf("another key has the same digest")
+			}
+		})
+	}
+	bad := base
+	bad.Config = bad.Config[:len(bad.Config)-1]
+	if _, err := bad.KeyDigest(); !errors.Is(err, echring.ErrInvalidRing) {
+		t.Errorf("KeyDigest of a truncated config = %v, want ErrInvalidRing", err)
+	}
+}

@@ -237,8 +237,8 @@ type Agent struct {
 	destroyed map[string]bool
 	// ech holds the unexpired configs of the last good ECH ring, in a copy
 	// whose keys are overwritten when dropped; echPin is what ECH rings are
-	// held to; echDestroyed holds the digests (configDigest) of the ECH
-	// configs that expired or a newer epoch dropped.
+	// held to; echDestroyed holds the keys (keyDigest) of the ECH configs
+	// that expired or a newer epoch dropped, whatever bytes carried them.
 	ech          *echring.Ring
 	echPin       pin
 	echDestroyed map[[sha256.Size]byte]bool

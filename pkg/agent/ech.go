@@ -91,9 +91,19 @@ func offersECH(hello *tls.ClientHelloInfo) bool {
 	return hello != nil && slices.Contains(hello.Extensions, extensionECH)
 }
 
-// configDigest identifies an ECH config across epochs: config ids are
-// reused, public keys are not.
-func configDigest(c echring.Config) [sha256.Size]byte { return sha256.Sum256(c.Config) }
+// keyDigest identifies an ECH config's key across epochs, whatever bytes
+// carry it: config ids are reused, and a config's other fields
+// (public_name, maximum_name_length, suites) may change around one key.
+// The agent remembers destruction by it, so that a key it destroyed never
+// comes back under a config one byte different. Every config the agent
+// holds passed echring.Decode, whose Validate parses it; a config that
+// does not parse (never) is named by its bytes instead.
+func keyDigest(c echring.Config) [sha256.Size]byte {
+	if d, err := c.KeyDigest(); err == nil {
+		return d
+	}
+	return sha256.Sum256(c.Config)
+}
 
 // acceptECH takes r, an ECH ring just decoded, if it is the ring the agent
 // serves, does not go back, and holds a config unexpired at now. It keeps a
@@ -117,7 +127,7 @@ func (a *Agent) acceptECH(now time.Time, r *echring.Ring) *loadError {
 	}
 	configs := make([]echring.Config, 0, len(r.Configs))
 	for _, c := range r.Configs {
-		if c.Expired(now) || a.echDestroyed[configDigest(c)] {
+		if c.Expired(now) || a.echDestroyed[keyDigest(c)] {
 			continue
 		}
 		c.Config, c.PrivateKey = bytes.Clone(c.Config), bytes.Clone(c.PrivateKey)
@@ -135,11 +145,12 @@ func (a *Agent) acceptECH(now time.Time, r *echring.Ring) *loadError {
 	}
 	next := &echring.Ring{Ring: r.Ring, Epoch: r.Epoch, IssuedAt: r.IssuedAt, Configs: configs}
 	if a.ech != nil {
-		// A config that a newer epoch left out was removed on purpose: it
-		// never comes back.
+		// A key that a newer epoch left out was removed on purpose: it
+		// never comes back, under whatever config.
 		for _, old := range a.ech.Configs {
-			if !slices.ContainsFunc(configs, func(c echring.Config) bool { return bytes.Equal(c.Config, old.Config) }) {
-				a.echDestroyed[configDigest(old)] = true
+			d := keyDigest(old)
+			if !slices.ContainsFunc(configs, func(c echring.Config) bool { return keyDigest(c) == d }) {
+				a.echDestroyed[d] = true
 			}
 		}
 		wipeECH(a.ech)
@@ -171,7 +182,7 @@ func (a *Agent) expireECH(now time.Time) {
 			keep = append(keep, c)
 			continue
 		}
-		a.echDestroyed[configDigest(c)] = true
+		a.echDestroyed[keyDigest(c)] = true
 		clear(c.PrivateKey)
 		a.log.Info("Destroyed expired ECH config", "ring", a.ech.Ring, "configID", c.ID, "expiresAt", c.ExpiresAt.UTC())
 	}

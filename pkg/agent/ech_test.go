@@ -29,8 +29,15 @@ const echPublicName = "public.example.test"
 // expires 6 hours after createdAt, or 4 hours after its retirement.
 func echConfig(t testing.TB, id uint8, name string, state echring.State, createdAt time.Time) echring.Config {
 	t.Helper()
+	return echConfigWith(t, id, name, state, createdAt, echring.Params{PublicName: echPublicName, MaxNameLength: 32})
+}
+
+// echConfigWith is echConfig with other parameters: the same name gives
+// the same key whatever the parameters.
+func echConfigWith(t testing.TB, id uint8, name string, state echring.State, createdAt time.Time, p echring.Params) echring.Config {
+	t.Helper()
 	seed := sha256.Sum256([]byte(name))
-	c, err := echring.NewConfig(id, seed[:], echring.Params{PublicName: echPublicName, MaxNameLength: 32})
+	c, err := echring.NewConfig(id, seed[:], p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,6 +275,54 @@ func TestECHConfigExpires(t *testing.T) {
 		t.Errorf("configs after re-listing the destroyed one: %+v", st.ECH.Configs)
 	}
 	mustReject(t, addr, e.client(e.retired), "destroyed config listed again")
+}
+
+// TestECHDestroyedKeyNeverReturns: a config destroyed at its expiresAt,
+// or left out by a newer epoch, stays destroyed when a later file lists
+// its key again under config bytes one byte different (another
+// maximum_name_length or public_name): destruction is remembered by key,
+// not by the config's bytes.
+func TestECHDestroyedKeyNeverReturns(t *testing.T) {
+	e := newECHSetup(t)
+	clock := newFakeClock(e.t0)
+	a := e.agent(t, clock, nil)
+	addr := serve(t, a.TLSConfig(nil))
+	reencoded := func(c echring.Config, name string, p echring.Params) echring.Config {
+		t.Helper()
+		again := echConfigWith(t, c.ID, name, c.State, c.CreatedAt, p)
+		again.PublishedAt, again.RetiredAt, again.ExpiresAt = c.PublishedAt, c.RetiredAt, c.ExpiresAt
+		if bytes.Equal(again.Config, c.Config) || !bytes.Equal(again.PrivateKey, c.PrivateKey) || len(again.Config) != len(c.Config) {
+			t.Fatal("the re-encoded config is not the same key under other bytes of the same length")
+		}
+		return again
+	}
+	retired := reencoded(e.retired, "c1", echring.Params{PublicName: echPublicName, MaxNameLength: 33})
+	// One letter's case: another public_name, which the certificate still
+	// covers, so that the client sees the rejection.
+	published := reencoded(e.published, "c2", echring.Params{PublicName: "public.example.tesT", MaxNameLength: 32})
+
+	// Destroyed at its expiresAt; then the clock goes back and epoch 6
+	// lists its key again, one byte different.
+	clock.Set(e.retired.ExpiresAt)
+	eventually(t, "config 1 destroyed", func() bool { st := a.Status(); return st.ECH != nil && len(st.ECH.Configs) == 2 })
+	clock.Set(e.t0)
+	e.write(t, encodeECH(t, 6, e.staged, e.published, retired))
+	eventually(t, "epoch 6", func() bool { st := a.Status(); return st.ECH != nil && st.ECH.Epoch == 6 })
+	if st := a.Status(); len(st.ECH.Configs) != 2 {
+		t.Errorf("configs after the destroyed key came back under other bytes: %+v", st.ECH.Configs)
+	}
+	mustReject(t, addr, e.client(retired), "destroyed key under other bytes")
+
+	// Left out by epoch 7, back in epoch 8 under other bytes.
+	e.write(t, encodeECH(t, 7, e.staged))
+	eventually(t, "epoch 7", func() bool { st := a.Status(); return st.ECH != nil && st.ECH.Epoch == 7 })
+	e.write(t, encodeECH(t, 8, e.staged, published))
+	eventually(t, "epoch 8", func() bool { st := a.Status(); return st.ECH != nil && st.ECH.Epoch == 8 })
+	if st := a.Status(); len(st.ECH.Configs) != 1 || st.ECH.Configs[0].ID != e.staged.ID {
+		t.Errorf("configs after a dropped key came back under other bytes: %+v", st.ECH.Configs)
+	}
+	mustReject(t, addr, e.client(published), "dropped key under other bytes")
+	mustAccept(t, addr, e.client(e.staged), "the staged config")
 }
 
 // TestECHPublishedConfigExpires: a published config expires by the agent's
