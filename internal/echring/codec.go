@@ -96,7 +96,7 @@ func Decode(data []byte) (Ring, error) {
 	dec.DisallowUnknownFields()
 	var f fileRing
 	if err := dec.Decode(&f); err != nil {
-		return Ring{}, invalid("parse %s: %s", FileName, strictjson.Problem(err, "the ring", "not a ring"))
+		return Ring{}, invalid("parse %s: %s", FileName, strictjson.Problem(err, ringNoun, "not an ECH ring"))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return Ring{}, invalid("parse %s: trailing data after the ring", FileName)

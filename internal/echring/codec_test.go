@@ -125,7 +125,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"invalid UTF-8", append(bytes.Clone(good[:len(good)-1]), 0xff, '}'), "not valid UTF-8"},
 		{"trailing data", append(bytes.Clone(good), []byte("{}")...), "trailing data"},
 		{"version 2", mutate(t, func(f map[string]any, _ []map[string]any) { f["version"] = 2 }), "unsupported version"},
-		{"unknown field", mutate(t, func(f map[string]any, _ []map[string]any) { f["keys"] = []any{} }), "the ring: unknown field"},
+		{"unknown field", mutate(t, func(f map[string]any, _ []map[string]any) { f["keys"] = []any{} }), "the ECH ring: unknown field"},
 		{"unknown config field", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[1]["secret"] = "x" }), "configs[1]: unknown field"},
 		{"field in other case", mutate(t, func(f map[string]any, _ []map[string]any) { f["Epoch"] = f["epoch"]; delete(f, "epoch") }), `another case than "epoch"`},
 		{"field twice", bytes.Replace(good, []byte(`"epoch": 7,`), []byte(`"epoch": 7, "epoch": 8,`), 1), `field "epoch" given twice`},

@@ -59,15 +59,18 @@ var (
 	// each has its own reason label in ringmaster_agent_reload_errors_total.
 
 	// ErrForeignRing means ticketkeys.json holds another ring than the one
-	// the agent serves: Options.Ring, or else the first ring it took.
+	// the agent serves: Options.Ring, or else the first ring it took; or
+	// echkeys.json another ECH ring than Options.ECHRing, or else the
+	// first it took (that error reads in ECH words, and is still
+	// ErrForeignRing to errors.Is).
 	ErrForeignRing = errors.New("agent: ticket key ring of another name")
-	// ErrRollback means ticketkeys.json holds an epoch lower than the last
-	// one the agent took: an older snapshot, which may bring back keys that
-	// were dropped on purpose.
+	// ErrRollback means ticketkeys.json (or echkeys.json) holds an epoch
+	// lower than the last one the agent took: an older snapshot, which may
+	// bring back keys that were dropped on purpose.
 	ErrRollback = errors.New("agent: ticket key ring epoch went back")
-	// ErrEpochConflict means ticketkeys.json holds the epoch the agent
-	// serves with other content. The operator never publishes one epoch
-	// twice.
+	// ErrEpochConflict means ticketkeys.json (or echkeys.json) holds the
+	// epoch the agent serves with other content. The operator never
+	// publishes one epoch twice.
 	ErrEpochConflict = errors.New("agent: ticket key ring epoch reused with other content")
 	// ErrTooManyKeys means the ring holds more than keyring.MaxKeys keys,
 	// which no TicketKeyRing produces, and which would make every resumption

@@ -105,6 +105,24 @@ func keyDigest(c echring.Config) [sha256.Size]byte {
 	return sha256.Sum256(c.Config)
 }
 
+// echWorded is one of the sentinel errors of agent.go (ErrForeignRing,
+// ErrRollback, ErrEpochConflict) as an ECH refusal says it: errors.Is
+// finds the sentinel, and the text speaks of the ECH key ring, never of
+// the ticket ring the sentinels' own texts name.
+type echWorded struct {
+	sentinel error
+	text     string
+}
+
+func (e echWorded) Error() string { return e.text }
+func (e echWorded) Unwrap() error { return e.sentinel }
+
+var (
+	errECHForeign       = echWorded{ErrForeignRing, "agent: ECH key ring of another name"}
+	errECHRollback      = echWorded{ErrRollback, "agent: ECH key ring epoch went back"}
+	errECHEpochConflict = echWorded{ErrEpochConflict, "agent: ECH key ring epoch reused with other content"}
+)
+
 // acceptECH takes r, an ECH ring just decoded, if it is the ring the agent
 // serves, does not go back, and holds a config unexpired at now. It keeps a
 // copy of r's usable configs, and overwrites r's keys.
@@ -112,17 +130,17 @@ func (a *Agent) acceptECH(now time.Time, r *echring.Ring) *loadError {
 	defer wipeECH(r)
 	if a.echPin.name != "" && r.Ring != a.echPin.name {
 		return &loadError{reasonECHForeign, fmt.Errorf("%s: %w: holds another ECH ring than ring %s, the one this agent serves",
-			echring.FileName, ErrForeignRing, a.echPin.name)}
+			echring.FileName, errECHForeign, a.echPin.name)}
 	}
 	d := echDigest(r)
 	if a.echPin.epoch > 0 {
 		if r.Epoch < a.echPin.epoch {
 			return &loadError{reasonECHRollback, fmt.Errorf("%s: %w: ECH ring %s epoch %d is older than epoch %d, already served",
-				echring.FileName, ErrRollback, r.Ring, r.Epoch, a.echPin.epoch)}
+				echring.FileName, errECHRollback, r.Ring, r.Epoch, a.echPin.epoch)}
 		}
 		if r.Epoch == a.echPin.epoch && d != a.echPin.digest {
 			return &loadError{reasonECHEpochConflict, fmt.Errorf("%s: %w: ECH ring %s epoch %d differs from the epoch %d already served",
-				echring.FileName, ErrEpochConflict, r.Ring, r.Epoch, a.echPin.epoch)}
+				echring.FileName, errECHEpochConflict, r.Ring, r.Epoch, a.echPin.epoch)}
 		}
 	}
 	configs := make([]echring.Config, 0, len(r.Configs))

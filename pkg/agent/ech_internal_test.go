@@ -3,6 +3,9 @@ package agent
 import (
 	"bytes"
 	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,5 +50,25 @@ func TestECHKeysCostNoAllocation(t *testing.T) {
 	if !bytes.Equal(keys[0].Config, cs[1].Config) || !bytes.Equal(keys[1].Config, cs[0].Config) || !keys[0].SendAsRetry || keys[1].SendAsRetry {
 		t.Errorf("keys served: first the published config %t, then the staged %t, retry %t/%t; want true, true, true/false",
 			bytes.Equal(keys[0].Config, cs[1].Config), bytes.Equal(keys[1].Config, cs[0].Config), keys[0].SendAsRetry, keys[1].SendAsRetry)
+	}
+}
+
+// TestECHWordedErrors: an ECH refusal is still its sentinel to errors.Is,
+// and its text speaks of the ECH key ring alone.
+func TestECHWordedErrors(t *testing.T) {
+	for _, tc := range []struct {
+		err, sentinel error
+	}{
+		{errECHForeign, ErrForeignRing},
+		{errECHRollback, ErrRollback},
+		{errECHEpochConflict, ErrEpochConflict},
+	} {
+		wrapped := fmt.Errorf("%s: %w: more", echring.FileName, tc.err)
+		if !errors.Is(wrapped, tc.sentinel) {
+			t.Errorf("%q is not %v to errors.Is", wrapped, tc.sentinel)
+		}
+		if msg := wrapped.Error(); !strings.Contains(msg, "ECH key ring") || strings.Contains(msg, "ticket") {
+			t.Errorf("%q does not speak of the ECH key ring alone", msg)
+		}
 	}
 }

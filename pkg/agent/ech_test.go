@@ -385,6 +385,10 @@ func TestECHBadFileKeepsLastGood(t *testing.T) {
 			if st := a.Status(); st.ECH == nil || st.ECH.Epoch != 5 || !strings.Contains(st.LastError, echring.FileName) {
 				t.Errorf("Status: ECH %+v, LastError %q", st.ECH, st.LastError)
 			}
+			// In ECH words: nothing of the ticket ring's.
+			if st := a.Status(); !strings.Contains(st.LastError, "ECH") || strings.Contains(strings.ToLower(st.LastError), "ticket") {
+				t.Errorf("LastError %q does not speak of the ECH ring alone", st.LastError)
+			}
 			if n := len(logs.records(t, match)) - lines; n != 1 {
 				t.Errorf("%d log lines for %s, want 1", n, tc.reason)
 			}
