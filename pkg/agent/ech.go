@@ -178,14 +178,33 @@ func (a *Agent) acceptECH(now time.Time, r *echring.Ring) *loadError {
 	return nil
 }
 
-// dropECH stops serving ECH: the file is gone.
-func (a *Agent) dropECH() {
+// echGone judges echkeys.json absent at now. Without an ECH ring served,
+// that is no ECH, as it always was. With one, it is an error that keeps
+// the ring: the operator never removes the file from the projection of a
+// ring that exists, so a file gone is a Secret source taken out of the
+// volume, a kubelet half-way through, or worse, and dropping the keys
+// would reject every client, retry configs and all. So the configs serve
+// on until each expires by its own expiresAt, as they would with the
+// operator stopped; with the last of them gone, ECH stops, and the file's
+// absence is no error any more.
+func (a *Agent) echGone(now time.Time) *loadError {
 	if a.ech == nil {
-		return
+		return nil
 	}
-	a.log.Info("Stopped serving ECH: " + echring.FileName + " is gone")
-	wipeECH(a.ech)
-	a.ech = nil
+	var last time.Time
+	for _, c := range a.ech.Configs {
+		if !c.Expired(now) && c.ExpiresAt.After(last) {
+			last = c.ExpiresAt
+		}
+	}
+	if last.IsZero() {
+		a.log.Info("Stopped serving ECH: "+echring.FileName+" is gone and its last config expired", "echRing", a.ech.Ring, "echEpoch", a.ech.Epoch)
+		wipeECH(a.ech)
+		a.ech = nil
+		return nil
+	}
+	return &loadError{reasonECHMissing, fmt.Errorf("%s: gone from the directory while ECH ring %s epoch %d is served: its configs keep serving until each expires, the last at %s",
+		echring.FileName, a.ech.Ring, a.ech.Epoch, last.UTC().Format(time.RFC3339))}
 }
 
 // expireECH destroys the configs of the ECH ring served whose expiresAt

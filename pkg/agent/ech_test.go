@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http/httptest"
@@ -357,7 +358,7 @@ func TestECHPublishedConfigExpires(t *testing.T) {
 
 // TestECHBadFileKeepsLastGood: a corrupt, rolled-back or foreign
 // echkeys.json is counted and logged once, and the last good keys keep
-// serving; a file removed stops ECH.
+// serving.
 func TestECHBadFileKeepsLastGood(t *testing.T) {
 	e := newECHSetup(t)
 	var logs logBuffer
@@ -399,11 +400,89 @@ func TestECHBadFileKeepsLastGood(t *testing.T) {
 		assertNoECHKey(t, "status", mustStatusJSON(t, a), c)
 	}
 
-	e.write(t, nil)
-	eventually(t, "ECH dropped", func() bool { return a.Status().ECH == nil })
-	if _, err := dialECH(addr, e.client(e.staged)); err == nil {
-		t.Fatal("ECH accepted with echkeys.json gone")
+}
+
+// TestECHFileGone: echkeys.json vanishing from the volume while the ticket
+// ring stays, or left as a symlink to nothing, is a reload error
+// (ech_missing), counted, shown and logged once; the last good configs keep
+// serving until each expires by its own expiresAt, and only then does ECH
+// stop. New refuses a symlink to nothing, as any file present and bad.
+func TestECHFileGone(t *testing.T) {
+	const key = "ringmaster_agent_reload_errors_total{reason=ech_missing}"
+	match := map[string]string{"msg": rejectedMsg, "reason": "ech_missing"}
+	stillServed := func(t *testing.T, e *echSetup, a *agent.Agent, addr string) {
+		t.Helper()
+		for _, c := range []echring.Config{e.staged, e.published, e.retired} {
+			mustAccept(t, addr, e.client(c), fmt.Sprintf("config %d with echkeys.json gone", c.ID))
+		}
+		if st := a.Status(); st.ECH == nil || st.ECH.Epoch != 5 || len(st.ECH.Configs) != 3 {
+			t.Errorf("Status().ECH = %+v, want epoch 5 with its 3 configs", st.ECH)
+		}
 	}
+
+	t.Run("vanished", func(t *testing.T) {
+		e := newECHSetup(t)
+		clock := newFakeClock(e.t0)
+		var logs logBuffer
+		a := e.agent(t, clock, &logs)
+		addr := serve(t, a.TLSConfig(nil))
+		e.write(t, nil) // the kubelet's projection without the ECH Secret
+		eventually(t, "ech_missing counted", func() bool { return metrics(t, a)[key] >= 1 })
+		stillServed(t, e, a, addr)
+		if st := a.Status(); !strings.Contains(st.LastError, echring.FileName) || !strings.Contains(st.LastError, "gone") {
+			t.Errorf("LastError %q does not say that echkeys.json is gone", st.LastError)
+		}
+		// More reads meet the same cause: counted, not logged again.
+		before := metrics(t, a)[key]
+		e.write(t, nil)
+		a.Reset() // a read, whatever fsnotify says
+		eventually(t, "ech_missing counted again", func() bool { return metrics(t, a)[key] > before })
+		if n := len(logs.records(t, match)); n != 1 {
+			t.Errorf("ech_missing logged %d times, want 1:\n%s", n, logs.String())
+		}
+
+		// Each config goes at its own expiresAt; ECH stops with the last.
+		clock.Set(e.published.ExpiresAt)
+		eventually(t, "configs 1 and 2 expired", func() bool { st := a.Status(); return st.ECH != nil && len(st.ECH.Configs) == 1 })
+		mustAccept(t, addr, e.client(e.staged), "the last live config")
+		clock.Set(e.staged.ExpiresAt)
+		// (The ticket ring's keys have expired by then, which LastError
+		// may say; it says no more of echkeys.json.)
+		eventually(t, "ECH stopped", func() bool {
+			st := a.Status()
+			return st.ECH == nil && !strings.Contains(st.LastError, echring.FileName)
+		})
+		if _, err := dialECH(addr, e.client(e.staged)); err == nil {
+			t.Fatal("ECH accepted once every config expired")
+		}
+		if len(logs.records(t, map[string]string{"msg": "Stopped serving ECH: " + echring.FileName + " is gone and its last config expired"})) != 1 {
+			t.Errorf("no log line for ECH stopping:\n%s", logs.String())
+		}
+	})
+
+	t.Run("dangling symlink", func(t *testing.T) {
+		e := newECHSetup(t)
+		a := e.agent(t, newFakeClock(e.t0), nil)
+		addr := serve(t, a.TLSConfig(nil))
+		// The kubelet swapped in a generation without the file, and the
+		// visible link to it stayed behind (or was put back).
+		e.write(t, nil)
+		link := filepath.Join(e.v.dir, echring.FileName)
+		if err := os.Symlink("..data/"+echring.FileName, link); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the dangling link refused", func() bool {
+			return metrics(t, a)[key] >= 1 && strings.Contains(a.Status().LastError, "is a symlink to")
+		})
+		stillServed(t, e, a, addr)
+		if st := a.Status(); !strings.Contains(st.LastError, "which does not exist") {
+			t.Errorf("LastError %q does not name the dangling link", st.LastError)
+		}
+		_, err := agent.New(agent.Options{Dir: e.v.dir, Require: agent.TicketKeys | agent.Certificate, Clock: newFakeClock(e.t0)})
+		if !errors.Is(err, agent.ErrECHKeys) || !strings.Contains(err.Error(), "which does not exist") {
+			t.Errorf("New with a dangling echkeys.json = %v, want ErrECHKeys naming the link", err)
+		}
+	})
 }
 
 func assertNoECHKey(t *testing.T, where, text string, c echring.Config) {

@@ -278,19 +278,58 @@ func (a *Agent) resolve(root *os.Root) (gen string, err error) {
 // readFiles reads names from gen, a directory of root; a file that cannot
 // be read is reported in missing, with its error, rather than failing the
 // whole read, because the caller first checks whether the read raced a
-// swap.
+// swap. A file that is not there although a symlink of its name is (in gen,
+// or the volume's visible link beside ..data) is reported as a
+// *danglingError.
 func (a *Agent) readFiles(root *os.Root, gen string, names []string) (files map[string][]byte, missing map[string]error) {
 	files = make(map[string][]byte, len(names))
 	missing = make(map[string]error)
 	for _, n := range names {
 		b, err := a.readFile(root, filepath.Join(gen, n))
 		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				if d := dangling(root, gen, n); d != nil {
+					err = d
+				}
+			}
 			missing[n] = err
 			continue
 		}
 		files[n] = b
 	}
 	return files, missing
+}
+
+// danglingError is a file whose name is a symlink to nothing: the kubelet
+// swapped in a generation without the file and left its visible link (or
+// something put it back), or a plain directory's link whose target is
+// gone. It is fs.ErrNotExist to errors.Is, and yet not an absent file: the
+// volume says the file belongs there.
+type danglingError struct{ link, target string }
+
+func (e *danglingError) Error() string {
+	return fmt.Sprintf("%s is a symlink to %s, which does not exist", quote(e.link), quote(e.target))
+}
+
+func (e *danglingError) Unwrap() error { return fs.ErrNotExist }
+
+// dangling reports the symlink of name that leads nowhere, in gen or at
+// the top of the volume, or nil when there is none (the file is absent).
+func dangling(root *os.Root, gen, name string) *danglingError {
+	paths := []string{filepath.Join(gen, name)}
+	if gen != "" {
+		paths = append(paths, name)
+	}
+	for _, p := range paths {
+		fi, err := root.Lstat(p)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			continue
+		}
+		if target, err := root.Readlink(p); err == nil {
+			return &danglingError{link: p, target: target}
+		}
+	}
+	return nil
 }
 
 // readFile reads a regular file of root without ever blocking on what it
@@ -411,11 +450,14 @@ func parseRing(files map[string][]byte, missing map[string]error) (*keyring.Ring
 }
 
 // parseECH decodes the ECH ring; absent says that the file is not there,
-// which is an error only when required. What depends on the time or on the
-// rings served before is judged by Agent.acceptECH.
+// no entry of its name at all, which is an error only when required (or,
+// as Agent.accept judges it, while an ECH ring is served). A symlink to
+// nothing is not absent: it is ech_missing, New included. What depends on
+// the time or on the rings served before is judged by Agent.acceptECH.
 func parseECH(files map[string][]byte, missing map[string]error, required bool) (r *echring.Ring, absent bool, _ *loadError) {
 	if err := missing[echring.FileName]; err != nil {
-		if errors.Is(err, fs.ErrNotExist) && !required {
+		var d *danglingError
+		if errors.Is(err, fs.ErrNotExist) && !errors.As(err, &d) && !required {
 			return nil, true, nil
 		}
 		return nil, false, &loadError{missingReason(err, reasonECHMissing, reasonECHInvalid), fmt.Errorf("read %s: %w", echring.FileName, err)}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
@@ -77,6 +78,15 @@ func TestSymlinksStayInVolume(t *testing.T) {
 			entry{name: gen + "/hop", link: relative + outside(keyring.FileName)},
 			entry{name: gen + "/" + keyring.FileName, link: "hop"}, entry{name: gen + "/tls.crt", file: "crt"}, entry{name: gen + "/tls.key", file: "key"}),
 			want: agent.ErrTicketKeys, reason: `"` + gen + `/hop" is a symlink to`},
+		{name: "ring in the generation a symlink to nothing", entries: kubelet(
+			entry{name: gen + "/" + keyring.FileName, link: "gone.json"}, entry{name: gen + "/tls.crt", file: "crt"}, entry{name: gen + "/tls.key", file: "key"}),
+			want: agent.ErrTicketKeys, reason: `"` + gen + `/ticketkeys.json" is a symlink to "gone.json", which does not exist`},
+		{name: "ring gone from the generation, its visible link left", entries: kubelet(
+			entry{name: gen + "/tls.crt", file: "crt"}, entry{name: gen + "/tls.key", file: "key"}),
+			want: agent.ErrTicketKeys, reason: `"ticketkeys.json" is a symlink to "..data/ticketkeys.json", which does not exist`},
+		{name: "plain directory, echkeys.json a symlink to nothing", entries: []entry{
+			{name: keyring.FileName, file: "ring"}, {name: "tls.crt", file: "crt"}, {name: "tls.key", file: "key"}, {name: echring.FileName, link: "gone.json"}},
+			want: agent.ErrECHKeys, reason: `"echkeys.json" is a symlink to "gone.json", which does not exist`},
 		{name: "ring linked inside the volume", entries: kubelet(
 			entry{name: "..other", file: "dir"}, entry{name: "..other/" + keyring.FileName, file: "ring"},
 			entry{name: gen + "/" + keyring.FileName, link: "../..other/" + keyring.FileName}, entry{name: gen + "/tls.crt", file: "crt"}, entry{name: gen + "/tls.key", file: "key"}),
