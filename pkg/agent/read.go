@@ -147,6 +147,7 @@ func (a *Agent) load(w *fsnotify.Watcher) loaded {
 	names := a.fileNames()
 	var files map[string][]byte
 	var missing map[string]error
+	var gone string // the target of ..data last found missing
 	for attempt := 0; ; attempt++ {
 		root, err := a.openRoot()
 		if err != nil {
@@ -154,11 +155,18 @@ func (a *Agent) load(w *fsnotify.Watcher) loaded {
 		}
 		gen, err := a.resolve(root)
 		switch {
+		case errors.Is(err, errGenerationGone) && gen == gone:
+			// Twice the same target, missing both times: no swap, which
+			// would have renamed ..data to a new directory before deleting
+			// the old one. ..data points nowhere.
+			root.Close()
+			return loaded{errs: []*loadError{{reasonDirectory,
+				fmt.Errorf("%s points to %s, which does not exist", dataDir, quote(gen))}}}
 		case errors.Is(err, errGenerationGone):
 			// ..data was swapped between its read and the look at its
 			// target, which the kubelet then deleted: read again.
 			root.Close()
-			files = nil
+			files, gone = nil, gen
 		case err != nil:
 			root.Close()
 			return loaded{errs: []*loadError{{reasonDirectory, err}}}
@@ -236,11 +244,12 @@ func (a *Agent) openRoot() (*os.Root, error) {
 
 // errGenerationGone is resolve's answer when ..data names a directory that
 // no longer exists: a swap under the read, which the read survives by
-// starting over.
+// starting over, unless ..data still names it on the next attempt.
 var errGenerationGone = errors.New("the directory ..data names is gone")
 
 // resolve returns the generation to read: the target of ..data, a
-// directory beside it, or "" for a plain directory without one.
+// directory beside it, or "" for a plain directory without one. When that
+// target does not exist it returns it with errGenerationGone.
 //
 // The kubelet points ..data at a timestamped directory beside it, itself
 // no symlink. Anything else is refused: a target elsewhere (an absolute
@@ -261,7 +270,7 @@ func (a *Agent) resolve(root *os.Root) (gen string, err error) {
 	}
 	fi, err := root.Lstat(target)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", errGenerationGone
+		return target, errGenerationGone
 	}
 	if err != nil {
 		return "", fmt.Errorf("resolve %s: %w", dataDir, err)
