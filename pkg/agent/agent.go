@@ -245,6 +245,11 @@ type Agent struct {
 	ech          *echring.Ring
 	echPin       pin
 	echDestroyed map[[sha256.Size]byte]bool
+	// echDelay bounds the ECH ring's deliveryDelay from above: the least
+	// time any config of the rings taken since New (or Reset) spent staged
+	// before its publication; unknownDelay before any was published. A
+	// staged config staged that long is due (see retryConfigs).
+	echDelay time.Duration
 	// causes are the causes of the last failed read; logged, when each was
 	// last logged (see flapWindow); kept, the ids of destroyed keys last
 	// seen back in the file.
@@ -339,6 +344,7 @@ func New(opts Options) (*Agent, error) {
 		pin:          pin{name: opts.Ring},
 		destroyed:    map[string]bool{},
 		echDestroyed: map[[sha256.Size]byte]bool{},
+		echDelay:     unknownDelay,
 		logged:       map[string]time.Time{},
 		kick:         make(chan struct{}, 1),
 		window:       time.After,
@@ -355,7 +361,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, errors.Join(joined...)
 	}
 	a.evaluated = now
-	s := newSnapshot(a.ring, a.ech, a.cert, now)
+	s := newSnapshot(a.ring, a.ech, a.echDelay, a.cert, now)
 	a.snap.Store(s)
 	a.log.Info("Loaded TLS material", s.logAttrs()...)
 	return a, nil
@@ -481,14 +487,14 @@ func (a *Agent) Start(ctx context.Context) error {
 }
 
 // nextChange is the next instant a key of the ring served activates or
-// expires, or a config of the ECH ring served expires.
+// expires, or a config of the ECH ring served expires or falls due.
 func (a *Agent) nextChange() (time.Time, bool) {
 	var next time.Time
 	var ok bool
 	if a.ring != nil {
 		next, ok = a.ring.NextChange(a.evaluated)
 	}
-	if t, echOK := a.nextECHExpiry(a.evaluated); echOK && (!ok || t.Before(next)) {
+	if t, echOK := a.nextECHChange(a.evaluated); echOK && (!ok || t.Before(next)) {
 		next, ok = t, true
 	}
 	return next, ok
@@ -526,6 +532,7 @@ func (a *Agent) reload(l loaded) {
 	if a.reset.Swap(false) {
 		a.pin = pin{name: a.expected}
 		a.echPin = pin{}
+		a.echDelay = unknownDelay
 		a.log.Info("Reset the ring pin: the next good ring is taken whatever its epoch")
 	}
 	errs := a.accept(now, l)
@@ -539,7 +546,7 @@ func (a *Agent) evaluate(now time.Time) {
 	a.evaluated = now
 	a.expire(now)
 	a.expireECH(now)
-	s := newSnapshot(a.ring, a.ech, a.cert, now)
+	s := newSnapshot(a.ring, a.ech, a.echDelay, a.cert, now)
 	if s.sum == a.snap.Load().sum {
 		s.wipe()
 		return

@@ -41,19 +41,19 @@ type echSnapshot struct {
 	get func(*tls.ClientHelloInfo) ([]tls.EncryptedClientHelloKey, error)
 }
 
-// newECHSnapshot describes r at now, writing what it serves into h.
-func newECHSnapshot(r *echring.Ring, now time.Time, h interface{ Write([]byte) (int, error) }) *echSnapshot {
+// newECHSnapshot describes r at now, writing what it serves into h;
+// delay is Agent.echDelay.
+func newECHSnapshot(r *echring.Ring, delay time.Duration, now time.Time, h interface{ Write([]byte) (int, error) }) *echSnapshot {
 	s := &echSnapshot{ring: r.Ring, epoch: r.Epoch}
 	_, _ = h.Write([]byte(r.Ring))
 	_, _ = h.Write(binary.BigEndian.AppendUint64(nil, uint64(r.Epoch)))
-	for _, c := range servingOrder(r.Configs) {
-		if c.Expired(now) {
-			continue
-		}
-		retry := c.State == echring.Published
+	live := slices.DeleteFunc(servingOrder(r.Configs), func(c echring.Config) bool { return c.Expired(now) })
+	retries := retryConfigs(live, now, delay)
+	for i, c := range live {
+		retry := retries[i]
 		s.configs = append(s.configs, echInfo{id: c.ID, state: c.State, retry: retry, expiresAt: c.ExpiresAt})
 		s.keys = append(s.keys, tls.EncryptedClientHelloKey{Config: bytes.Clone(c.Config), PrivateKey: bytes.Clone(c.PrivateKey), SendAsRetry: retry})
-		_, _ = h.Write([]byte{c.ID})
+		_, _ = h.Write([]byte{c.ID, byte(b2i(retry))})
 		_, _ = h.Write([]byte(c.State))
 		_, _ = h.Write(c.Config)
 		_, _ = h.Write(appendTime(nil, c.ExpiresAt))
@@ -83,6 +83,84 @@ func servingOrder(cs []echring.Config) []echring.Config {
 		}
 	}
 	return out
+}
+
+// unknownDelay is Agent.echDelay before the agent has seen a config
+// published: no staged config is known to be due.
+const unknownDelay time.Duration = -1
+
+// retryConfigs says which of cs, the configs live at now in serving order,
+// are sent as retry configs to a client whose ECH attempt this server
+// rejects. A client gets them only on a rejection, uses them for one retry,
+// and is accepted wherever that retry lands on a server holding the config.
+// So the rule: never reject without retry configs while this server holds
+// a config the rest of the fleet very likely holds too. In turn:
+//
+//   - the published configs: what DNS serves, which every server held
+//     before it was published (or its ceiling passed);
+//   - with none live (its published config expired by its clock while its
+//     volume stopped updating, or the operator stopped), the newest
+//     retired config: it was published, so every server that took an
+//     epoch since its publication holds it, at least until this same
+//     expiresAt (retirement shortens a config's life in every later epoch
+//     alike);
+//   - else the newest staged config that is due: staged for at least
+//     delay, a bound from above on the ring's deliveryDelay that the
+//     server learns from the configs it saw published (no config is
+//     published staged for less). The operator gives a config that long to
+//     reach every server before it may be published (a published config's
+//     expiresAt lies past its successor's ceiling, so by the time a
+//     server's last published config expires, the one staged after it has
+//     been published, confirmed or at its ceiling);
+//   - else none: nothing this server holds is known to be held elsewhere.
+//
+// Advertising such a config is never worse than no retry configs. A client
+// rejected without them may take it as the server's word that ECH is off
+// (RFC 9849, section 6.1.6; crypto/tls's ECHRejectionError says as much)
+// and connect again with its server name in the clear. With them it
+// retries with ECH: accepted by this server and by any that holds the
+// config; rejected again by one that lacks it, at the cost of one round
+// trip, its server name never sent in the clear.
+func retryConfigs(cs []echring.Config, now time.Time, delay time.Duration) []bool {
+	retry := make([]bool, len(cs))
+	published := false
+	for i, c := range cs {
+		if c.State == echring.Published {
+			retry[i], published = true, true
+		}
+	}
+	if published {
+		return retry
+	}
+	// cs is in serving order: each state's configs newest first.
+	if i := slices.IndexFunc(cs, func(c echring.Config) bool { return c.State == echring.Retired }); i >= 0 {
+		retry[i] = true
+		return retry
+	}
+	if i := slices.IndexFunc(cs, func(c echring.Config) bool { return c.State == echring.Staged && due(c, now, delay) }); i >= 0 {
+		retry[i] = true
+	}
+	return retry
+}
+
+// due reports whether the staged config c has been staged for delay at
+// now, delay being Agent.echDelay.
+func due(c echring.Config, now time.Time, delay time.Duration) bool {
+	return delay >= 0 && !now.Before(c.CreatedAt.Add(delay))
+}
+
+// learnDelay lowers the agent's bound on the ring's deliveryDelay with the
+// configs of r, a ring it takes, that were published: each spent at least
+// deliveryDelay staged.
+func (a *Agent) learnDelay(r *echring.Ring) {
+	for _, c := range r.Configs {
+		if c.PublishedAt.IsZero() {
+			continue
+		}
+		if d := c.PublishedAt.Sub(c.CreatedAt); a.echDelay < 0 || d < a.echDelay {
+			a.echDelay = d
+		}
+	}
 }
 
 // offersECH reports whether hello carries the encrypted_client_hello
@@ -175,6 +253,7 @@ func (a *Agent) acceptECH(now time.Time, r *echring.Ring) *loadError {
 	}
 	a.ech = next
 	a.echPin = pin{name: r.Ring, epoch: r.Epoch, digest: d}
+	a.learnDelay(r)
 	return nil
 }
 
@@ -226,16 +305,23 @@ func (a *Agent) expireECH(now time.Time) {
 	a.ech.Configs = keep
 }
 
-// nextECHExpiry is the next instant after from a config of the ECH ring
-// served expires.
-func (a *Agent) nextECHExpiry(from time.Time) (time.Time, bool) {
+// nextECHChange is the next instant after from a config of the ECH ring
+// served expires, or a staged one falls due (which may make it a retry
+// config).
+func (a *Agent) nextECHChange(from time.Time) (time.Time, bool) {
 	var next time.Time
 	if a.ech == nil {
 		return next, false
 	}
+	at := func(t time.Time) {
+		if !t.IsZero() && t.After(from) && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
 	for _, c := range a.ech.Configs {
-		if !c.ExpiresAt.IsZero() && c.ExpiresAt.After(from) && (next.IsZero() || c.ExpiresAt.Before(next)) {
-			next = c.ExpiresAt
+		at(c.ExpiresAt)
+		if c.State == echring.Staged && a.echDelay >= 0 {
+			at(c.CreatedAt.Add(a.echDelay))
 		}
 	}
 	return next, !next.IsZero()

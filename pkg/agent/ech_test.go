@@ -329,7 +329,9 @@ func TestECHDestroyedKeyNeverReturns(t *testing.T) {
 // TestECHPublishedConfigExpires: a published config expires by the agent's
 // own clock too, with no new file (the operator stopped): at its expiresAt
 // the agent drops it, a client holding it is rejected, and it is no longer
-// sent as a retry config.
+// sent as a retry config. The staged config, staged far longer than any
+// config of the ring waited to be published, is sent instead (the rule of
+// TestECHFrozenPodSendsRetryConfigs), and the client succeeds with it.
 func TestECHPublishedConfigExpires(t *testing.T) {
 	e := newECHSetup(t)
 	if !e.published.ExpiresAt.After(e.retired.ExpiresAt) || !e.staged.ExpiresAt.After(e.published.ExpiresAt) {
@@ -347,10 +349,12 @@ func TestECHPublishedConfigExpires(t *testing.T) {
 	if st := a.Status(); st.ECH.Configs[0].ID != 3 || st.ECH.Epoch != 5 {
 		t.Fatalf("configs served after the published one expired: epoch %d %+v, want epoch 5 with config 3 alone", st.ECH.Epoch, st.ECH.Configs)
 	}
-	if retry := mustReject(t, addr, pub, "expired published config"); len(retry) != 0 {
-		t.Errorf("retry configs sent after the published config expired: %d bytes, want none", len(retry))
+	retry := mustReject(t, addr, pub, "expired published config")
+	if want := echring.ConfigList([]echring.Config{e.staged}); !bytes.Equal(retry, want) {
+		t.Errorf("retry configs after the published config expired: %d bytes, want the staged config alone", len(retry))
 	}
-	mustAccept(t, addr, e.client(e.staged), "the staged config, still live")
+	pub.EncryptedClientHelloConfigList = retry
+	mustAccept(t, addr, pub, "the retry with the staged config")
 	if got := len(logs.records(t, map[string]string{"msg": "Destroyed expired ECH config"})); got != 2 {
 		t.Errorf("%d log lines for destroyed configs, want 2:\n%s", got, logs.String())
 	}
