@@ -281,6 +281,9 @@ type Agent struct {
 	// readHook runs between resolving ..data and reading the files; tests
 	// use it to race a swap against a read, or to hold a read.
 	readHook func(attempt int)
+	// parseHook runs when a read starts parsing what it read; tests use it
+	// to hold a read there.
+	parseHook func()
 	// window opens the debounce window; tests replace it to close the
 	// window when they choose.
 	window func(time.Duration) <-chan time.Time
@@ -350,7 +353,8 @@ func New(opts Options) (*Agent, error) {
 		window:       time.After,
 	}
 	now := a.clock.Now()
-	errs := a.accept(now, a.load(nil))
+	l, _ := a.load(nil, nil)
+	errs := a.accept(now, l)
 	if len(errs) > 0 {
 		wipe(a.ring)
 		wipeECH(a.ech)
@@ -391,10 +395,13 @@ func (a *Agent) Reset() {
 // nil once ctx ends, or an error if the watcher cannot be created. It may be
 // called once.
 //
-// Reads run on a goroutine of their own, one at a time, so that Start
-// returns promptly on cancel, and keys expire on time, even while a read
-// is stuck in the kernel (a hung network or FUSE file system): such a read
-// is abandoned, and its goroutine ends when the kernel returns. No other
+// Reads run on a goroutine of their own, one at a time, so that keys
+// expire on time whatever the file system does. On cancel, Start waits for
+// a read that is parsing what it read (CPU alone, at most a fraction of a
+// second for files at their size limit), and discards its result. A read
+// still in the file system when Start returns may be stuck in the kernel
+// (a hung network or FUSE file system): Start abandons it, and its
+// goroutine ends when the kernel returns, parsing nothing. No other
 // goroutine outlives Start.
 func (a *Agent) Start(ctx context.Context) error {
 	if !a.started.CompareAndSwap(false, true) {
@@ -413,15 +420,35 @@ func (a *Agent) Start(ctx context.Context) error {
 	// the directory itself goes away (fsnotify then drops it); every read
 	// does that first.
 	results := make(chan loaded, 1) // one read in flight at most
-	reading, again := false, false
+	var job *readJob                // the read in flight
+	again := false
 	read := func() {
-		if reading {
+		if job != nil {
 			again = true // after the read in flight, read once more
 			return
 		}
-		reading = true
-		go func() { results <- a.load(w) }()
+		job = newReadJob()
+		go func(j *readJob) {
+			defer close(j.done)
+			if l, ok := a.load(w, j); ok {
+				results <- l
+			}
+		}(job)
 	}
+	// On return, wait for a read that is parsing (CPU alone, bounded by the
+	// files' size limit); abandon one still in the file system, which only
+	// the kernel can end, and which then ends without parsing. Runs before
+	// the watcher's Close.
+	defer func() {
+		if job != nil && !job.abandon() {
+			<-job.done
+		}
+		select {
+		case l := <-results:
+			l.wipe()
+		default:
+		}
+	}()
 	read() // catch up with anything that changed since New
 
 	var (
@@ -466,7 +493,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		case <-a.kick:
 			read()
 		case l := <-results:
-			reading = false
+			job = nil
 			a.reload(l)
 			nextResync = a.clock.Now().Add(a.resync)
 			if again {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -117,6 +118,46 @@ type loaded struct {
 	errs  []*loadError
 }
 
+// wipe overwrites the key bytes of what l holds, when nobody takes it.
+// (A certificate's private key is crypto/tls's, and left to the garbage
+// collector.)
+func (l loaded) wipe() {
+	wipe(l.ring)
+	wipeECH(l.ech)
+}
+
+// readJob is one read Start runs on a goroutine of its own. It is in the
+// file system (open, stat, read: system calls that a hung network or FUSE
+// file system may never return from), then parsing (CPU alone, bounded by
+// maxFileSize a file), unless Start returned while it was in the file
+// system, which abandons it.
+type readJob struct {
+	phase atomic.Int32
+	// done is closed when the job's goroutine ends.
+	done chan struct{}
+}
+
+const (
+	phaseFileSystem int32 = iota
+	phaseParse
+	phaseAbandoned
+)
+
+func newReadJob() *readJob { return &readJob{done: make(chan struct{})} }
+
+// toParse moves j from the file system to parsing, and reports false if
+// Start abandoned it first. A nil j, New's read, always parses.
+func (j *readJob) toParse() bool {
+	return j == nil || j.phase.CompareAndSwap(phaseFileSystem, phaseParse)
+}
+
+// abandon is Start's return: it leaves j to end by itself if j is still in
+// the file system (true), and so never parses; false means j is parsing,
+// and Start waits for it.
+func (j *readJob) abandon() bool {
+	return j.phase.CompareAndSwap(phaseFileSystem, phaseAbandoned)
+}
+
 type certificate struct {
 	tls                 tls.Certificate
 	notBefore, notAfter time.Time
@@ -140,7 +181,11 @@ type certificate struct {
 // Confinement: every file is opened through an os.Root of the directory,
 // so that no symlink, at any hop, leads the read out of it (see resolve
 // and readFile).
-func (a *Agent) load(w *fsnotify.Watcher) loaded {
+//
+// With j, a read Start runs, load moves j from the file system to parsing
+// once it has read every file, and gives up instead, clearing what it
+// read, if Start abandoned it meanwhile (ok false).
+func (a *Agent) load(w *fsnotify.Watcher, j *readJob) (_ loaded, ok bool) {
 	if w != nil {
 		a.watch(w)
 	}
@@ -151,7 +196,7 @@ func (a *Agent) load(w *fsnotify.Watcher) loaded {
 	for attempt := 0; ; attempt++ {
 		root, err := a.openRoot()
 		if err != nil {
-			return loaded{errs: []*loadError{{reasonDirectory, err}}}
+			return loaded{errs: []*loadError{{reasonDirectory, err}}}, true
 		}
 		gen, err := a.resolve(root)
 		switch {
@@ -161,7 +206,7 @@ func (a *Agent) load(w *fsnotify.Watcher) loaded {
 			// the old one. ..data points nowhere.
 			root.Close()
 			return loaded{errs: []*loadError{{reasonDirectory,
-				fmt.Errorf("%s points to %s, which does not exist", dataDir, quote(gen))}}}
+				fmt.Errorf("%s points to %s, which does not exist", dataDir, quote(gen))}}}, true
 		case errors.Is(err, errGenerationGone):
 			// ..data was swapped between its read and the look at its
 			// target, which the kubelet then deleted: read again.
@@ -169,7 +214,7 @@ func (a *Agent) load(w *fsnotify.Watcher) loaded {
 			files, gone = nil, gen
 		case err != nil:
 			root.Close()
-			return loaded{errs: []*loadError{{reasonDirectory, err}}}
+			return loaded{errs: []*loadError{{reasonDirectory, err}}}, true
 		default:
 			if a.readHook != nil {
 				a.readHook(attempt)
@@ -189,10 +234,21 @@ func (a *Agent) load(w *fsnotify.Watcher) loaded {
 		}
 		if attempt+1 == readAttempts {
 			return loaded{errs: []*loadError{{reasonInconsistent,
-				fmt.Errorf("%s changed during %d consecutive reads", dataDir, readAttempts)}}}
+				fmt.Errorf("%s changed during %d consecutive reads", dataDir, readAttempts)}}}, true
 		}
 	}
 
+	if !j.toParse() {
+		// Start returned while this read was in the file system: nobody
+		// takes what it read.
+		for _, b := range files {
+			clear(b)
+		}
+		return loaded{}, false
+	}
+	if a.parseHook != nil {
+		a.parseHook()
+	}
 	var l loaded
 	if a.require&TicketKeys != 0 {
 		r, e := parseRing(files, missing)
@@ -215,7 +271,7 @@ func (a *Agent) load(w *fsnotify.Watcher) loaded {
 		l.errs = append(l.errs, e)
 	}
 	l.ech, l.noECH = ech, noECH
-	return l
+	return l, true
 }
 
 func (a *Agent) fileNames() []string {
