@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -186,8 +187,8 @@ func (r Ring) Validate() error {
 	if r.Ring == "" {
 		return invalid("ring name is empty")
 	}
-	if !keyring.ValidRingName(r.Ring) {
-		return invalid("ring name is not \"<namespace>/<name>\" as the API names rings")
+	if !ValidRingName(r.Ring) {
+		return invalid("ring name is not \"<namespace>/<name>\" as the API names ECHKeyRings")
 	}
 	if r.Epoch < 1 {
 		return invalid("epoch is not positive")
@@ -250,6 +251,12 @@ func (c Config) KeyDigest() ([sha256.Size]byte, error) {
 	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
 	return sum, nil
+}
+
+// ValidRingName reports whether name is an ECHKeyRing's as echkeys.json
+// carries it: "<namespace>/<name>", the kind being namespaced alone.
+func ValidRingName(name string) bool {
+	return strings.Contains(name, "/") && keyring.ValidRingName(name)
 }
 
 // checkKey checks that priv is a private key of ec's KEM whose public key

@@ -130,6 +130,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"field in other case", mutate(t, func(f map[string]any, _ []map[string]any) { f["Epoch"] = f["epoch"]; delete(f, "epoch") }), `another case than "epoch"`},
 		{"field twice", bytes.Replace(good, []byte(`"epoch": 7,`), []byte(`"epoch": 7, "epoch": 8,`), 1), `field "epoch" given twice`},
 		{"bad ring name", mutate(t, func(f map[string]any, _ []map[string]any) { f["ring"] = "Shop/Web" }), "ring name is not"},
+		{"ring name without a namespace", mutate(t, func(f map[string]any, _ []map[string]any) { f["ring"] = "web" }), `ring name is not "<namespace>/<name>" as the API names ECHKeyRings`},
 		{"epoch zero", mutate(t, func(f map[string]any, _ []map[string]any) { f["epoch"] = 0 }), "epoch is not positive"},
 		{"epoch a string", mutate(t, func(f map[string]any, _ []map[string]any) { f["epoch"] = "7" }), "epoch: a JSON string where an integer belongs"},
 		{"issuedAt bad", mutate(t, func(f map[string]any, _ []map[string]any) { f["issuedAt"] = "yesterday" }), "issuedAt is not an RFC 3339 time"},

@@ -131,6 +131,11 @@ type Options struct {
 	// ticketkeys.json holding another ring is refused, New included. Empty
 	// means that the first ring taken pins its name.
 	Ring string
+	// ECHRing is the ECHKeyRing the agent serves ECH for:
+	// "<namespace>/<name>". An echkeys.json holding another ring is refused
+	// (reason ech_foreign), New included, and the name stays pinned through
+	// Reset. Empty means that the first ECH ring taken pins its name.
+	ECHRing string
 	// Clock defaults to the real clock.
 	Clock Clock
 	// Logger defaults to slog.Default().
@@ -212,11 +217,13 @@ type Agent struct {
 	dir      string
 	require  Files
 	expected string
-	clock    Clock
-	log      *slog.Logger
-	resync   time.Duration
-	debounce time.Duration
-	onSwap   func(Status)
+	// expectedECH is Options.ECHRing.
+	expectedECH string
+	clock       Clock
+	log         *slog.Logger
+	resync      time.Duration
+	debounce    time.Duration
+	onSwap      func(Status)
 	// classical is Options.ClassicalResumption.
 	classical bool
 
@@ -319,6 +326,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.Ring != "" && !keyring.ValidRingName(opts.Ring) {
 		return nil, fmt.Errorf("agent: Options.Ring %s is not \"<namespace>/<name>\" or \"<name>\" of a ring", quote(opts.Ring))
 	}
+	if opts.ECHRing != "" && !echring.ValidRingName(opts.ECHRing) {
+		return nil, fmt.Errorf("agent: Options.ECHRing %s is not \"<namespace>/<name>\" of an ECHKeyRing", quote(opts.ECHRing))
+	}
 	if opts.ClassicalResumption && fips140.Enabled() {
 		return nil, errors.New("agent: Options.ClassicalResumption cannot be used in FIPS 140-3 mode (GODEBUG=fips140): it resumes TLS 1.3 sessions with X25519 alone, a key exchange FIPS 140-3 does not approve")
 	}
@@ -345,6 +355,8 @@ func New(opts Options) (*Agent, error) {
 		onSwap:       opts.OnSwap,
 		classical:    opts.ClassicalResumption,
 		pin:          pin{name: opts.Ring},
+		expectedECH:  opts.ECHRing,
+		echPin:       pin{name: opts.ECHRing},
 		destroyed:    map[string]bool{},
 		echDestroyed: map[[sha256.Size]byte]bool{},
 		echDelay:     unknownDelay,
@@ -376,8 +388,9 @@ func New(opts Options) (*Agent, error) {
 // leader, as it does certwatcher: every replica serves TLS.
 func (a *Agent) NeedLeaderElection() bool { return false }
 
-// Reset makes the agent forget the epoch and content of the ring it serves,
-// and the name it pinned unless Options.Ring set it, and asks for a read:
+// Reset makes the agent forget the epoch and content of the rings it
+// serves (the ticket ring and the ECH ring), and the names it pinned
+// unless Options.Ring and Options.ECHRing set them, and asks for a read:
 // the next good ring is then taken whatever its epoch. It is the way to
 // follow a ring that was deleted and created again, whose epochs start over.
 // Keys that expired or were dropped stay refused. Reset returns at once; the
@@ -558,7 +571,7 @@ func (a *Agent) reload(l loaded) {
 	now := a.clock.Now()
 	if a.reset.Swap(false) {
 		a.pin = pin{name: a.expected}
-		a.echPin = pin{}
+		a.echPin = pin{name: a.expectedECH}
 		a.echDelay = unknownDelay
 		a.log.Info("Reset the ring pin: the next good ring is taken whatever its epoch")
 	}

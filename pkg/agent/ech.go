@@ -207,8 +207,12 @@ var (
 func (a *Agent) acceptECH(now time.Time, r *echring.Ring) *loadError {
 	defer wipeECH(r)
 	if a.echPin.name != "" && r.Ring != a.echPin.name {
-		return &loadError{reasonECHForeign, fmt.Errorf("%s: %w: holds another ECH ring than ring %s, the one this agent serves",
-			echring.FileName, errECHForeign, a.echPin.name)}
+		which := "the first this agent took"
+		if a.expectedECH != "" {
+			which = "the one Options.ECHRing names"
+		}
+		return &loadError{reasonECHForeign, fmt.Errorf("%s: %w: holds another ECH ring than %s, %s",
+			echring.FileName, errECHForeign, a.echPin.name, which)}
 	}
 	d := echDigest(r)
 	if a.echPin.epoch > 0 {

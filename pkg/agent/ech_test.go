@@ -377,6 +377,13 @@ func TestECHBadFileKeepsLastGood(t *testing.T) {
 		{"key of another config", "ech_invalid", bytes.Replace(good, []byte(base64.StdEncoding.EncodeToString(e.staged.PrivateKey)), []byte(base64.StdEncoding.EncodeToString(e.published.PrivateKey)), 1)},
 		{"rollback", "ech_rollback", encodeECH(t, 4, e.staged, e.published)},
 		{"epoch conflict", "ech_epoch_conflict", encodeECH(t, 5, e.staged, e.published)},
+		{"another ring", "ech_foreign", func() []byte {
+			b, err := echring.Encode(echring.Ring{Ring: "shop/api", Epoch: 6, IssuedAt: e.t0, Configs: []echring.Config{e.staged, e.published}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := "ringmaster_agent_reload_errors_total{reason=" + tc.reason + "}"
@@ -638,5 +645,58 @@ func TestNoECHKeyInAnyText(t *testing.T) {
 				assertNoECHKey(t, "the log", logs.String(), c)
 			}
 		})
+	}
+}
+
+// TestECHRingPinned: Options.ECHRing pins the ECH ring's name: New refuses
+// an echkeys.json of another ring (ErrECHKeys and ErrForeignRing, in ECH
+// words) and a name that is no ECHKeyRing's; a running agent refuses
+// another ring (ech_foreign), keeps serving the last good keys, and the
+// pin outlives Reset.
+func TestECHRingPinned(t *testing.T) {
+	e := newECHSetup(t)
+	opts := func(ring string) agent.Options {
+		return agent.Options{Dir: e.v.dir, Require: agent.TicketKeys | agent.Certificate, ECHRing: ring, Clock: newFakeClock(e.t0), ResyncPeriod: noResync}
+	}
+	_, err := agent.New(opts("shop/api"))
+	if !errors.Is(err, agent.ErrECHKeys) || !errors.Is(err, agent.ErrForeignRing) {
+		t.Errorf("New with echkeys.json of another ring = %v, want ErrECHKeys and ErrForeignRing", err)
+	} else if msg := err.Error(); !strings.Contains(msg, "ECH key ring of another name") || !strings.Contains(msg, "Options.ECHRing") || strings.Contains(msg, "ticket") {
+		t.Errorf("New = %q, want it in ECH words, naming Options.ECHRing", msg)
+	}
+	for _, bad := range []string{"web", "Shop/Web", "shop/"} {
+		if _, err := agent.New(opts(bad)); err == nil || !strings.Contains(err.Error(), "Options.ECHRing") {
+			t.Errorf("New with Options.ECHRing %q = %v, want it refused", bad, err)
+		}
+	}
+
+	var logs logBuffer
+	o := opts("shop/web")
+	o.Logger = logs.logger()
+	a, err := agent.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, a)
+	addr := serve(t, a.TLSConfig(nil))
+	other := func(epoch int64) []byte {
+		b, err := echring.Encode(echring.Ring{Ring: "shop/api", Epoch: epoch, IssuedAt: e.t0, Configs: []echring.Config{e.staged, e.published}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	const key = "ringmaster_agent_reload_errors_total{reason=ech_foreign}"
+	e.write(t, other(6))
+	eventually(t, "another ECH ring refused", func() bool { return metrics(t, a)[key] >= 1 })
+	mustAccept(t, addr, e.client(e.retired), "the last good ring's config")
+	if st := a.Status(); st.ECH == nil || st.ECH.Ring != "shop/web" || !strings.Contains(st.LastError, "Options.ECHRing") {
+		t.Errorf("Status: ECH %+v, LastError %q", st.ECH, st.LastError)
+	}
+	before := metrics(t, a)[key]
+	a.Reset()
+	eventually(t, "another ECH ring refused after Reset", func() bool { return metrics(t, a)[key] > before })
+	if st := a.Status(); st.ECH == nil || st.ECH.Ring != "shop/web" {
+		t.Errorf("Status after Reset: ECH %+v", st.ECH)
 	}
 }
