@@ -3,11 +3,14 @@ package echring
 import (
 	"bytes"
 	"crypto/hpke"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -94,7 +97,7 @@ func Decode(data []byte) (Ring, error) {
 	dec.DisallowUnknownFields()
 	var f fileRing
 	if err := dec.Decode(&f); err != nil {
-		return Ring{}, invalid("parse %s: %s", FileName, strictjson.Problem(err, "the ring", "not a ring"))
+		return Ring{}, invalid("parse %s: %s", FileName, strictjson.Problem(err, ringNoun, "not an ECH ring"))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return Ring{}, invalid("parse %s: trailing data after the ring", FileName)
@@ -184,8 +187,8 @@ func (r Ring) Validate() error {
 	if r.Ring == "" {
 		return invalid("ring name is empty")
 	}
-	if !keyring.ValidRingName(r.Ring) {
-		return invalid("ring name is not \"<namespace>/<name>\" as the API names rings")
+	if !ValidRingName(r.Ring) {
+		return invalid("ring name is not \"<namespace>/<name>\" as the API names ECHKeyRings")
 	}
 	if r.Epoch < 1 {
 		return invalid("epoch is not positive")
@@ -229,6 +232,31 @@ func (r Ring) Validate() error {
 		}
 	}
 	return nil
+}
+
+// KeyDigest identifies the key pair of c's ECHConfig, whatever else the
+// config's bytes say: a SHA-256 of its KEM id and public key. Configs that
+// carry one key under another public_name, maximum_name_length or cipher
+// suites, or under another config_id, share it, so a reader that destroyed
+// a key can tell it back under any bytes. It holds nothing secret: the
+// public key is in DNS. It fails for a config Validate refuses.
+func (c Config) KeyDigest() ([sha256.Size]byte, error) {
+	ec, err := parseConfig(c.Config)
+	if err != nil {
+		return [sha256.Size]byte{}, invalid("ECHConfig: %s", err)
+	}
+	h := sha256.New()
+	h.Write(binary.BigEndian.AppendUint16(nil, ec.KEM))
+	h.Write(ec.PublicKey)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum, nil
+}
+
+// ValidRingName reports whether name is an ECHKeyRing's as echkeys.json
+// carries it: "<namespace>/<name>", the kind being namespaced alone.
+func ValidRingName(name string) bool {
+	return strings.Contains(name, "/") && keyring.ValidRingName(name)
 }
 
 // checkKey checks that priv is a private key of ec's KEM whose public key

@@ -125,11 +125,12 @@ func TestDecodeRefuses(t *testing.T) {
 		{"invalid UTF-8", append(bytes.Clone(good[:len(good)-1]), 0xff, '}'), "not valid UTF-8"},
 		{"trailing data", append(bytes.Clone(good), []byte("{}")...), "trailing data"},
 		{"version 2", mutate(t, func(f map[string]any, _ []map[string]any) { f["version"] = 2 }), "unsupported version"},
-		{"unknown field", mutate(t, func(f map[string]any, _ []map[string]any) { f["keys"] = []any{} }), "the ring: unknown field"},
+		{"unknown field", mutate(t, func(f map[string]any, _ []map[string]any) { f["keys"] = []any{} }), "the ECH ring: unknown field"},
 		{"unknown config field", mutate(t, func(_ map[string]any, cs []map[string]any) { cs[1]["secret"] = "x" }), "configs[1]: unknown field"},
 		{"field in other case", mutate(t, func(f map[string]any, _ []map[string]any) { f["Epoch"] = f["epoch"]; delete(f, "epoch") }), `another case than "epoch"`},
 		{"field twice", bytes.Replace(good, []byte(`"epoch": 7,`), []byte(`"epoch": 7, "epoch": 8,`), 1), `field "epoch" given twice`},
 		{"bad ring name", mutate(t, func(f map[string]any, _ []map[string]any) { f["ring"] = "Shop/Web" }), "ring name is not"},
+		{"ring name without a namespace", mutate(t, func(f map[string]any, _ []map[string]any) { f["ring"] = "web" }), `ring name is not "<namespace>/<name>" as the API names ECHKeyRings`},
 		{"epoch zero", mutate(t, func(f map[string]any, _ []map[string]any) { f["epoch"] = 0 }), "epoch is not positive"},
 		{"epoch a string", mutate(t, func(f map[string]any, _ []map[string]any) { f["epoch"] = "7" }), "epoch: a JSON string where an integer belongs"},
 		{"issuedAt bad", mutate(t, func(f map[string]any, _ []map[string]any) { f["issuedAt"] = "yesterday" }), "issuedAt is not an RFC 3339 time"},
@@ -275,5 +276,56 @@ func TestExpired(t *testing.T) {
 		if c.Expired(c.ExpiresAt.Add(-time.Nanosecond)) || !c.Expired(c.ExpiresAt) {
 			t.Errorf("a %s config does not expire at its ExpiresAt", c.State)
 		}
+	}
+}
+
+// TestKeyDigest: one key pair has one digest whatever bytes carry it (a
+// config_id, public_name, maximum_name_length or suite list of its own),
+// another key another digest, and a config Validate refuses none.
+func TestKeyDigest(t *testing.T) {
+	base, err := echring.NewConfig(7, seed(1), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := base.KeyDigest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		id   uint8
+		seed byte
+		p    echring.Params
+		same bool
+	}{
+		{"same config", 7, 1, params, true},
+		{"another maximum_name_length", 7, 1, echring.Params{PublicName: params.PublicName, MaxNameLength: 33}, true},
+		{"another public_name", 7, 1, echring.Params{PublicName: "publid.example.test", MaxNameLength: 32}, true},
+		{"another config_id", 8, 1, params, true},
+		{"other suites", 7, 1, echring.Params{PublicName: params.PublicName, MaxNameLength: 32, Suites: []echring.Suite{{KDF: echring.KDFHKDFSHA256, AEAD: echring.AEADAES128GCM}}}, true},
+		{"another key", 7, 2, params, false},
+		{"another KEM", 7, 1, echring.Params{PublicName: params.PublicName, MaxNameLength: 32, KEM: echring.KEMP256HKDFSHA256}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := echring.NewConfig(tc.id, seed(tc.seed), tc.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := c.KeyDigest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.same && got != want {
+				t.Errorf("the same key under other bytes has another digest")
+			}
+			if !tc.same && got == want {
+				t.Errorf("another key has the same digest")
+			}
+		})
+	}
+	bad := base
+	bad.Config = bad.Config[:len(bad.Config)-1]
+	if _, err := bad.KeyDigest(); !errors.Is(err, echring.ErrInvalidRing) {
+		t.Errorf("KeyDigest of a truncated config = %v, want ErrInvalidRing", err)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/redact"
 )
 
@@ -53,7 +52,7 @@ func (c Config) MarshalJSON() ([]byte, error) { return json.Marshal(c.String()) 
 
 func (r Ring) name() string {
 	switch {
-	case keyring.ValidRingName(r.Ring):
+	case ValidRingName(r.Ring):
 		return r.Ring
 	case r.Ring == "":
 		return "[no name]"

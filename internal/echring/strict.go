@@ -21,12 +21,16 @@ var ringShape = &strictjson.Shape{Fields: map[string]*strictjson.Shape{
 	}}},
 }}
 
+// ringNoun names the top of echkeys.json in errors: "the ECH ring", never
+// words of the ticket ring's file, whose checks strictjson shares.
+const ringNoun = "the ECH ring"
+
 // checkStrict refuses, with strictjson.Check, what encoding/json lets
 // through silently (fields matched regardless of case, given twice, or
 // unknown; a container where a scalar belongs), naming the place in
 // echkeys.json and never quoting the file.
 func checkStrict(data []byte) error {
-	if err := strictjson.Check(data, ringShape, "the ring"); err != nil {
+	if err := strictjson.Check(data, ringShape, ringNoun); err != nil {
 		return invalid("parse %s: %s", FileName, err)
 	}
 	return nil

@@ -32,7 +32,8 @@ type Shape struct {
 // belongs too, so that what the decoder then reports is a scalar of the
 // wrong type, which Problem describes without quoting the input. Its
 // errors name the place and never quote a name or a value from the file;
-// the top is named top ("the ring").
+// the top is named top: each codec passes its own noun ("the ring" for
+// ticketkeys.json, "the ECH ring" for echkeys.json).
 //
 // It walks the tokens once and holds one set of names per open object; it
 // never descends deeper than s, so the nesting of hostile input costs it

@@ -59,15 +59,18 @@ var (
 	// each has its own reason label in ringmaster_agent_reload_errors_total.
 
 	// ErrForeignRing means ticketkeys.json holds another ring than the one
-	// the agent serves: Options.Ring, or else the first ring it took.
+	// the agent serves: Options.Ring, or else the first ring it took; or
+	// echkeys.json another ECH ring than Options.ECHRing, or else the
+	// first it took (that error reads in ECH words, and is still
+	// ErrForeignRing to errors.Is).
 	ErrForeignRing = errors.New("agent: ticket key ring of another name")
-	// ErrRollback means ticketkeys.json holds an epoch lower than the last
-	// one the agent took: an older snapshot, which may bring back keys that
-	// were dropped on purpose.
+	// ErrRollback means ticketkeys.json (or echkeys.json) holds an epoch
+	// lower than the last one the agent took: an older snapshot, which may
+	// bring back keys that were dropped on purpose.
 	ErrRollback = errors.New("agent: ticket key ring epoch went back")
-	// ErrEpochConflict means ticketkeys.json holds the epoch the agent
-	// serves with other content. The operator never publishes one epoch
-	// twice.
+	// ErrEpochConflict means ticketkeys.json (or echkeys.json) holds the
+	// epoch the agent serves with other content. The operator never
+	// publishes one epoch twice.
 	ErrEpochConflict = errors.New("agent: ticket key ring epoch reused with other content")
 	// ErrTooManyKeys means the ring holds more than keyring.MaxKeys keys,
 	// which no TicketKeyRing produces, and which would make every resumption
@@ -128,6 +131,11 @@ type Options struct {
 	// ticketkeys.json holding another ring is refused, New included. Empty
 	// means that the first ring taken pins its name.
 	Ring string
+	// ECHRing is the ECHKeyRing the agent serves ECH for:
+	// "<namespace>/<name>". An echkeys.json holding another ring is refused
+	// (reason ech_foreign), New included, and the name stays pinned through
+	// Reset. Empty means that the first ECH ring taken pins its name.
+	ECHRing string
 	// Clock defaults to the real clock.
 	Clock Clock
 	// Logger defaults to slog.Default().
@@ -209,11 +217,13 @@ type Agent struct {
 	dir      string
 	require  Files
 	expected string
-	clock    Clock
-	log      *slog.Logger
-	resync   time.Duration
-	debounce time.Duration
-	onSwap   func(Status)
+	// expectedECH is Options.ECHRing.
+	expectedECH string
+	clock       Clock
+	log         *slog.Logger
+	resync      time.Duration
+	debounce    time.Duration
+	onSwap      func(Status)
 	// classical is Options.ClassicalResumption.
 	classical bool
 
@@ -237,11 +247,16 @@ type Agent struct {
 	destroyed map[string]bool
 	// ech holds the unexpired configs of the last good ECH ring, in a copy
 	// whose keys are overwritten when dropped; echPin is what ECH rings are
-	// held to; echDestroyed holds the digests (configDigest) of the ECH
-	// configs that expired or a newer epoch dropped.
+	// held to; echDestroyed holds the keys (keyDigest) of the ECH configs
+	// that expired or a newer epoch dropped, whatever bytes carried them.
 	ech          *echring.Ring
 	echPin       pin
 	echDestroyed map[[sha256.Size]byte]bool
+	// echDelay bounds the ECH ring's deliveryDelay from above: the least
+	// time any config of the rings taken since New (or Reset) spent staged
+	// before its publication; unknownDelay before any was published. A
+	// staged config staged that long is due (see retryConfigs).
+	echDelay time.Duration
 	// causes are the causes of the last failed read; logged, when each was
 	// last logged (see flapWindow); kept, the ids of destroyed keys last
 	// seen back in the file.
@@ -273,6 +288,9 @@ type Agent struct {
 	// readHook runs between resolving ..data and reading the files; tests
 	// use it to race a swap against a read, or to hold a read.
 	readHook func(attempt int)
+	// parseHook runs when a read starts parsing what it read; tests use it
+	// to hold a read there.
+	parseHook func()
 	// window opens the debounce window; tests replace it to close the
 	// window when they choose.
 	window func(time.Duration) <-chan time.Time
@@ -308,6 +326,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.Ring != "" && !keyring.ValidRingName(opts.Ring) {
 		return nil, fmt.Errorf("agent: Options.Ring %s is not \"<namespace>/<name>\" or \"<name>\" of a ring", quote(opts.Ring))
 	}
+	if opts.ECHRing != "" && !echring.ValidRingName(opts.ECHRing) {
+		return nil, fmt.Errorf("agent: Options.ECHRing %s is not \"<namespace>/<name>\" of an ECHKeyRing", quote(opts.ECHRing))
+	}
 	if opts.ClassicalResumption && fips140.Enabled() {
 		return nil, errors.New("agent: Options.ClassicalResumption cannot be used in FIPS 140-3 mode (GODEBUG=fips140): it resumes TLS 1.3 sessions with X25519 alone, a key exchange FIPS 140-3 does not approve")
 	}
@@ -334,14 +355,18 @@ func New(opts Options) (*Agent, error) {
 		onSwap:       opts.OnSwap,
 		classical:    opts.ClassicalResumption,
 		pin:          pin{name: opts.Ring},
+		expectedECH:  opts.ECHRing,
+		echPin:       pin{name: opts.ECHRing},
 		destroyed:    map[string]bool{},
 		echDestroyed: map[[sha256.Size]byte]bool{},
+		echDelay:     unknownDelay,
 		logged:       map[string]time.Time{},
 		kick:         make(chan struct{}, 1),
 		window:       time.After,
 	}
 	now := a.clock.Now()
-	errs := a.accept(now, a.load(nil))
+	l, _ := a.load(nil, nil)
+	errs := a.accept(now, l)
 	if len(errs) > 0 {
 		wipe(a.ring)
 		wipeECH(a.ech)
@@ -352,7 +377,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, errors.Join(joined...)
 	}
 	a.evaluated = now
-	s := newSnapshot(a.ring, a.ech, a.cert, now)
+	s := newSnapshot(a.ring, a.ech, a.echDelay, a.cert, now)
 	a.snap.Store(s)
 	a.log.Info("Loaded TLS material", s.logAttrs()...)
 	return a, nil
@@ -363,8 +388,9 @@ func New(opts Options) (*Agent, error) {
 // leader, as it does certwatcher: every replica serves TLS.
 func (a *Agent) NeedLeaderElection() bool { return false }
 
-// Reset makes the agent forget the epoch and content of the ring it serves,
-// and the name it pinned unless Options.Ring set it, and asks for a read:
+// Reset makes the agent forget the epoch and content of the rings it
+// serves (the ticket ring and the ECH ring), and the names it pinned
+// unless Options.Ring and Options.ECHRing set them, and asks for a read:
 // the next good ring is then taken whatever its epoch. It is the way to
 // follow a ring that was deleted and created again, whose epochs start over.
 // Keys that expired or were dropped stay refused. Reset returns at once; the
@@ -382,10 +408,13 @@ func (a *Agent) Reset() {
 // nil once ctx ends, or an error if the watcher cannot be created. It may be
 // called once.
 //
-// Reads run on a goroutine of their own, one at a time, so that Start
-// returns promptly on cancel, and keys expire on time, even while a read
-// is stuck in the kernel (a hung network or FUSE file system): such a read
-// is abandoned, and its goroutine ends when the kernel returns. No other
+// Reads run on a goroutine of their own, one at a time, so that keys
+// expire on time whatever the file system does. On cancel, Start waits for
+// a read that is parsing what it read (CPU alone, at most a fraction of a
+// second for files at their size limit), and discards its result. A read
+// still in the file system when Start returns may be stuck in the kernel
+// (a hung network or FUSE file system): Start abandons it, and its
+// goroutine ends when the kernel returns, parsing nothing. No other
 // goroutine outlives Start.
 func (a *Agent) Start(ctx context.Context) error {
 	if !a.started.CompareAndSwap(false, true) {
@@ -404,15 +433,35 @@ func (a *Agent) Start(ctx context.Context) error {
 	// the directory itself goes away (fsnotify then drops it); every read
 	// does that first.
 	results := make(chan loaded, 1) // one read in flight at most
-	reading, again := false, false
+	var job *readJob                // the read in flight
+	again := false
 	read := func() {
-		if reading {
+		if job != nil {
 			again = true // after the read in flight, read once more
 			return
 		}
-		reading = true
-		go func() { results <- a.load(w) }()
+		job = newReadJob()
+		go func(j *readJob) {
+			defer close(j.done)
+			if l, ok := a.load(w, j); ok {
+				results <- l
+			}
+		}(job)
 	}
+	// On return, wait for a read that is parsing (CPU alone, bounded by the
+	// files' size limit); abandon one still in the file system, which only
+	// the kernel can end, and which then ends without parsing. Runs before
+	// the watcher's Close.
+	defer func() {
+		if job != nil && !job.abandon() {
+			<-job.done
+		}
+		select {
+		case l := <-results:
+			l.wipe()
+		default:
+		}
+	}()
 	read() // catch up with anything that changed since New
 
 	var (
@@ -457,7 +506,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		case <-a.kick:
 			read()
 		case l := <-results:
-			reading = false
+			job = nil
 			a.reload(l)
 			nextResync = a.clock.Now().Add(a.resync)
 			if again {
@@ -478,14 +527,14 @@ func (a *Agent) Start(ctx context.Context) error {
 }
 
 // nextChange is the next instant a key of the ring served activates or
-// expires, or a config of the ECH ring served expires.
+// expires, or a config of the ECH ring served expires or falls due.
 func (a *Agent) nextChange() (time.Time, bool) {
 	var next time.Time
 	var ok bool
 	if a.ring != nil {
 		next, ok = a.ring.NextChange(a.evaluated)
 	}
-	if t, echOK := a.nextECHExpiry(a.evaluated); echOK && (!ok || t.Before(next)) {
+	if t, echOK := a.nextECHChange(a.evaluated); echOK && (!ok || t.Before(next)) {
 		next, ok = t, true
 	}
 	return next, ok
@@ -522,7 +571,8 @@ func (a *Agent) reload(l loaded) {
 	now := a.clock.Now()
 	if a.reset.Swap(false) {
 		a.pin = pin{name: a.expected}
-		a.echPin = pin{}
+		a.echPin = pin{name: a.expectedECH}
+		a.echDelay = unknownDelay
 		a.log.Info("Reset the ring pin: the next good ring is taken whatever its epoch")
 	}
 	errs := a.accept(now, l)
@@ -536,7 +586,7 @@ func (a *Agent) evaluate(now time.Time) {
 	a.evaluated = now
 	a.expire(now)
 	a.expireECH(now)
-	s := newSnapshot(a.ring, a.ech, a.cert, now)
+	s := newSnapshot(a.ring, a.ech, a.echDelay, a.cert, now)
 	if s.sum == a.snap.Load().sum {
 		s.wipe()
 		return

@@ -44,7 +44,10 @@ type keyInfo struct {
 	state                 keyring.State
 }
 
-func newSnapshot(ring *keyring.Ring, ech *echring.Ring, cert *certificate, now time.Time) *snapshot {
+// newSnapshot describes what is served at now: ring's keys, cert, and
+// ech's configs, of which those that echDelay (Agent.echDelay) makes due
+// are sent as retry configs when no published one is live.
+func newSnapshot(ring *keyring.Ring, ech *echring.Ring, echDelay time.Duration, cert *certificate, now time.Time) *snapshot {
 	s := &snapshot{cert: cert, at: now}
 	h := sha256.New()
 	if ring != nil {
@@ -75,7 +78,7 @@ func newSnapshot(ring *keyring.Ring, ech *echring.Ring, cert *certificate, now t
 	}
 	h.Write([]byte{0})
 	if ech != nil {
-		s.ech = newECHSnapshot(ech, now, h)
+		s.ech = newECHSnapshot(ech, echDelay, now, h)
 	}
 	h.Sum(s.sum[:0])
 	return s

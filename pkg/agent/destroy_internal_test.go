@@ -84,7 +84,8 @@ func TestExpiredKeyBytesOverwritten(t *testing.T) {
 
 	// The clock goes back; the file, unchanged, still lists k0.
 	clock.now = t0
-	a.reload(a.load(nil))
+	l, _ := a.load(nil, nil)
+	a.reload(l)
 	holds("the ring after a read at an earlier time", secretsOf(a.ring.Keys))
 	holds("the snapshot after a read at an earlier time", a.snap.Load().secrets)
 	if st := a.Status(); len(st.Keys) != 1 || st.ActiveKeyID != k1.ID {

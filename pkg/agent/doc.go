@@ -61,6 +61,11 @@
 //     is opened through an os.Root of the directory, so a file that is a
 //     symlink, or a chain of them, leaving it is refused with the link named
 //     (ring_invalid, certificate_invalid);
+//   - a symlink to nothing: ..data naming a directory that does not exist
+//     (directory), a file's link whose target is gone (ring_missing,
+//     certificate_missing, ech_missing), each named as such;
+//   - echkeys.json gone while an ECH ring is served (ech_missing): its
+//     configs keep serving until each expires by its own expiresAt;
 //   - ticketkeys.json that keyring.Decode refuses: besides the above, a
 //     field name in another case, a field given twice, invalid UTF-8, a ring
 //     name the API cannot produce (ring_invalid);
@@ -75,6 +80,17 @@
 // A ring deleted and created again starts over at epoch 1, which running
 // agents refuse as a rollback until the pods restart or Agent.Reset is
 // called.
+//
+// # Encrypted Client Hello
+//
+// When the directory holds echkeys.json, the configs the agent builds
+// serve ECH from it through GetEncryptedClientHelloKeys, from the same
+// snapshot. A client whose ECH is rejected always gets retry configs while
+// the server holds a config the fleet very likely holds: the published
+// ones, or with none live the newest retired one, or else the newest
+// staged one staged at least as long as the ring's configs waited to be
+// published (see docs/agent.md). A config expired or dropped is destroyed
+// by key, and never taken again under any bytes.
 //
 // Reads run on a goroutine of their own: Start returns promptly on cancel,
 // and keys expire on time, whatever the file system does. A burst of changes

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http/httptest"
@@ -29,8 +30,15 @@ const echPublicName = "public.example.test"
 // expires 6 hours after createdAt, or 4 hours after its retirement.
 func echConfig(t testing.TB, id uint8, name string, state echring.State, createdAt time.Time) echring.Config {
 	t.Helper()
+	return echConfigWith(t, id, name, state, createdAt, echring.Params{PublicName: echPublicName, MaxNameLength: 32})
+}
+
+// echConfigWith is echConfig with other parameters: the same name gives
+// the same key whatever the parameters.
+func echConfigWith(t testing.TB, id uint8, name string, state echring.State, createdAt time.Time, p echring.Params) echring.Config {
+	t.Helper()
 	seed := sha256.Sum256([]byte(name))
-	c, err := echring.NewConfig(id, seed[:], echring.Params{PublicName: echPublicName, MaxNameLength: 32})
+	c, err := echring.NewConfig(id, seed[:], p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,10 +278,60 @@ func TestECHConfigExpires(t *testing.T) {
 	mustReject(t, addr, e.client(e.retired), "destroyed config listed again")
 }
 
+// TestECHDestroyedKeyNeverReturns: a config destroyed at its expiresAt,
+// or left out by a newer epoch, stays destroyed when a later file lists
+// its key again under config bytes one byte different (another
+// maximum_name_length or public_name): destruction is remembered by key,
+// not by the config's bytes.
+func TestECHDestroyedKeyNeverReturns(t *testing.T) {
+	e := newECHSetup(t)
+	clock := newFakeClock(e.t0)
+	a := e.agent(t, clock, nil)
+	addr := serve(t, a.TLSConfig(nil))
+	reencoded := func(c echring.Config, name string, p echring.Params) echring.Config {
+		t.Helper()
+		again := echConfigWith(t, c.ID, name, c.State, c.CreatedAt, p)
+		again.PublishedAt, again.RetiredAt, again.ExpiresAt = c.PublishedAt, c.RetiredAt, c.ExpiresAt
+		if bytes.Equal(again.Config, c.Config) || !bytes.Equal(again.PrivateKey, c.PrivateKey) || len(again.Config) != len(c.Config) {
+			t.Fatal("the re-encoded config is not the same key under other bytes of the same length")
+		}
+		return again
+	}
+	retired := reencoded(e.retired, "c1", echring.Params{PublicName: echPublicName, MaxNameLength: 33})
+	// One letter's case: another public_name, which the certificate still
+	// covers, so that the client sees the rejection.
+	published := reencoded(e.published, "c2", echring.Params{PublicName: "public.example.tesT", MaxNameLength: 32})
+
+	// Destroyed at its expiresAt; then the clock goes back and epoch 6
+	// lists its key again, one byte different.
+	clock.Set(e.retired.ExpiresAt)
+	eventually(t, "config 1 destroyed", func() bool { st := a.Status(); return st.ECH != nil && len(st.ECH.Configs) == 2 })
+	clock.Set(e.t0)
+	e.write(t, encodeECH(t, 6, e.staged, e.published, retired))
+	eventually(t, "epoch 6", func() bool { st := a.Status(); return st.ECH != nil && st.ECH.Epoch == 6 })
+	if st := a.Status(); len(st.ECH.Configs) != 2 {
+		t.Errorf("configs after the destroyed key came back under other bytes: %+v", st.ECH.Configs)
+	}
+	mustReject(t, addr, e.client(retired), "destroyed key under other bytes")
+
+	// Left out by epoch 7, back in epoch 8 under other bytes.
+	e.write(t, encodeECH(t, 7, e.staged))
+	eventually(t, "epoch 7", func() bool { st := a.Status(); return st.ECH != nil && st.ECH.Epoch == 7 })
+	e.write(t, encodeECH(t, 8, e.staged, published))
+	eventually(t, "epoch 8", func() bool { st := a.Status(); return st.ECH != nil && st.ECH.Epoch == 8 })
+	if st := a.Status(); len(st.ECH.Configs) != 1 || st.ECH.Configs[0].ID != e.staged.ID {
+		t.Errorf("configs after a dropped key came back under other bytes: %+v", st.ECH.Configs)
+	}
+	mustReject(t, addr, e.client(published), "dropped key under other bytes")
+	mustAccept(t, addr, e.client(e.staged), "the staged config")
+}
+
 // TestECHPublishedConfigExpires: a published config expires by the agent's
 // own clock too, with no new file (the operator stopped): at its expiresAt
 // the agent drops it, a client holding it is rejected, and it is no longer
-// sent as a retry config.
+// sent as a retry config. The staged config, staged far longer than any
+// config of the ring waited to be published, is sent instead (the rule of
+// TestECHFrozenPodSendsRetryConfigs), and the client succeeds with it.
 func TestECHPublishedConfigExpires(t *testing.T) {
 	e := newECHSetup(t)
 	if !e.published.ExpiresAt.After(e.retired.ExpiresAt) || !e.staged.ExpiresAt.After(e.published.ExpiresAt) {
@@ -291,10 +349,12 @@ func TestECHPublishedConfigExpires(t *testing.T) {
 	if st := a.Status(); st.ECH.Configs[0].ID != 3 || st.ECH.Epoch != 5 {
 		t.Fatalf("configs served after the published one expired: epoch %d %+v, want epoch 5 with config 3 alone", st.ECH.Epoch, st.ECH.Configs)
 	}
-	if retry := mustReject(t, addr, pub, "expired published config"); len(retry) != 0 {
-		t.Errorf("retry configs sent after the published config expired: %d bytes, want none", len(retry))
+	retry := mustReject(t, addr, pub, "expired published config")
+	if want := echring.ConfigList([]echring.Config{e.staged}); !bytes.Equal(retry, want) {
+		t.Errorf("retry configs after the published config expired: %d bytes, want the staged config alone", len(retry))
 	}
-	mustAccept(t, addr, e.client(e.staged), "the staged config, still live")
+	pub.EncryptedClientHelloConfigList = retry
+	mustAccept(t, addr, pub, "the retry with the staged config")
 	if got := len(logs.records(t, map[string]string{"msg": "Destroyed expired ECH config"})); got != 2 {
 		t.Errorf("%d log lines for destroyed configs, want 2:\n%s", got, logs.String())
 	}
@@ -302,7 +362,7 @@ func TestECHPublishedConfigExpires(t *testing.T) {
 
 // TestECHBadFileKeepsLastGood: a corrupt, rolled-back or foreign
 // echkeys.json is counted and logged once, and the last good keys keep
-// serving; a file removed stops ECH.
+// serving.
 func TestECHBadFileKeepsLastGood(t *testing.T) {
 	e := newECHSetup(t)
 	var logs logBuffer
@@ -317,6 +377,13 @@ func TestECHBadFileKeepsLastGood(t *testing.T) {
 		{"key of another config", "ech_invalid", bytes.Replace(good, []byte(base64.StdEncoding.EncodeToString(e.staged.PrivateKey)), []byte(base64.StdEncoding.EncodeToString(e.published.PrivateKey)), 1)},
 		{"rollback", "ech_rollback", encodeECH(t, 4, e.staged, e.published)},
 		{"epoch conflict", "ech_epoch_conflict", encodeECH(t, 5, e.staged, e.published)},
+		{"another ring", "ech_foreign", func() []byte {
+			b, err := echring.Encode(echring.Ring{Ring: "shop/api", Epoch: 6, IssuedAt: e.t0, Configs: []echring.Config{e.staged, e.published}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := "ringmaster_agent_reload_errors_total{reason=" + tc.reason + "}"
@@ -330,6 +397,10 @@ func TestECHBadFileKeepsLastGood(t *testing.T) {
 			if st := a.Status(); st.ECH == nil || st.ECH.Epoch != 5 || !strings.Contains(st.LastError, echring.FileName) {
 				t.Errorf("Status: ECH %+v, LastError %q", st.ECH, st.LastError)
 			}
+			// In ECH words: nothing of the ticket ring's.
+			if st := a.Status(); !strings.Contains(st.LastError, "ECH") || strings.Contains(strings.ToLower(st.LastError), "ticket") {
+				t.Errorf("LastError %q does not speak of the ECH ring alone", st.LastError)
+			}
 			if n := len(logs.records(t, match)) - lines; n != 1 {
 				t.Errorf("%d log lines for %s, want 1", n, tc.reason)
 			}
@@ -340,11 +411,89 @@ func TestECHBadFileKeepsLastGood(t *testing.T) {
 		assertNoECHKey(t, "status", mustStatusJSON(t, a), c)
 	}
 
-	e.write(t, nil)
-	eventually(t, "ECH dropped", func() bool { return a.Status().ECH == nil })
-	if _, err := dialECH(addr, e.client(e.staged)); err == nil {
-		t.Fatal("ECH accepted with echkeys.json gone")
+}
+
+// TestECHFileGone: echkeys.json vanishing from the volume while the ticket
+// ring stays, or left as a symlink to nothing, is a reload error
+// (ech_missing), counted, shown and logged once; the last good configs keep
+// serving until each expires by its own expiresAt, and only then does ECH
+// stop. New refuses a symlink to nothing, as any file present and bad.
+func TestECHFileGone(t *testing.T) {
+	const key = "ringmaster_agent_reload_errors_total{reason=ech_missing}"
+	match := map[string]string{"msg": rejectedMsg, "reason": "ech_missing"}
+	stillServed := func(t *testing.T, e *echSetup, a *agent.Agent, addr string) {
+		t.Helper()
+		for _, c := range []echring.Config{e.staged, e.published, e.retired} {
+			mustAccept(t, addr, e.client(c), fmt.Sprintf("config %d with echkeys.json gone", c.ID))
+		}
+		if st := a.Status(); st.ECH == nil || st.ECH.Epoch != 5 || len(st.ECH.Configs) != 3 {
+			t.Errorf("Status().ECH = %+v, want epoch 5 with its 3 configs", st.ECH)
+		}
 	}
+
+	t.Run("vanished", func(t *testing.T) {
+		e := newECHSetup(t)
+		clock := newFakeClock(e.t0)
+		var logs logBuffer
+		a := e.agent(t, clock, &logs)
+		addr := serve(t, a.TLSConfig(nil))
+		e.write(t, nil) // the kubelet's projection without the ECH Secret
+		eventually(t, "ech_missing counted", func() bool { return metrics(t, a)[key] >= 1 })
+		stillServed(t, e, a, addr)
+		if st := a.Status(); !strings.Contains(st.LastError, echring.FileName) || !strings.Contains(st.LastError, "gone") {
+			t.Errorf("LastError %q does not say that echkeys.json is gone", st.LastError)
+		}
+		// More reads meet the same cause: counted, not logged again.
+		before := metrics(t, a)[key]
+		e.write(t, nil)
+		a.Reset() // a read, whatever fsnotify says
+		eventually(t, "ech_missing counted again", func() bool { return metrics(t, a)[key] > before })
+		if n := len(logs.records(t, match)); n != 1 {
+			t.Errorf("ech_missing logged %d times, want 1:\n%s", n, logs.String())
+		}
+
+		// Each config goes at its own expiresAt; ECH stops with the last.
+		clock.Set(e.published.ExpiresAt)
+		eventually(t, "configs 1 and 2 expired", func() bool { st := a.Status(); return st.ECH != nil && len(st.ECH.Configs) == 1 })
+		mustAccept(t, addr, e.client(e.staged), "the last live config")
+		clock.Set(e.staged.ExpiresAt)
+		// (The ticket ring's keys have expired by then, which LastError
+		// may say; it says no more of echkeys.json.)
+		eventually(t, "ECH stopped", func() bool {
+			st := a.Status()
+			return st.ECH == nil && !strings.Contains(st.LastError, echring.FileName)
+		})
+		if _, err := dialECH(addr, e.client(e.staged)); err == nil {
+			t.Fatal("ECH accepted once every config expired")
+		}
+		if len(logs.records(t, map[string]string{"msg": "Stopped serving ECH: " + echring.FileName + " is gone and its last config expired"})) != 1 {
+			t.Errorf("no log line for ECH stopping:\n%s", logs.String())
+		}
+	})
+
+	t.Run("dangling symlink", func(t *testing.T) {
+		e := newECHSetup(t)
+		a := e.agent(t, newFakeClock(e.t0), nil)
+		addr := serve(t, a.TLSConfig(nil))
+		// The kubelet swapped in a generation without the file, and the
+		// visible link to it stayed behind (or was put back).
+		e.write(t, nil)
+		link := filepath.Join(e.v.dir, echring.FileName)
+		if err := os.Symlink("..data/"+echring.FileName, link); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the dangling link refused", func() bool {
+			return metrics(t, a)[key] >= 1 && strings.Contains(a.Status().LastError, "is a symlink to")
+		})
+		stillServed(t, e, a, addr)
+		if st := a.Status(); !strings.Contains(st.LastError, "which does not exist") {
+			t.Errorf("LastError %q does not name the dangling link", st.LastError)
+		}
+		_, err := agent.New(agent.Options{Dir: e.v.dir, Require: agent.TicketKeys | agent.Certificate, Clock: newFakeClock(e.t0)})
+		if !errors.Is(err, agent.ErrECHKeys) || !strings.Contains(err.Error(), "which does not exist") {
+			t.Errorf("New with a dangling echkeys.json = %v, want ErrECHKeys naming the link", err)
+		}
+	})
 }
 
 func assertNoECHKey(t *testing.T, where, text string, c echring.Config) {
@@ -496,5 +645,58 @@ func TestNoECHKeyInAnyText(t *testing.T) {
 				assertNoECHKey(t, "the log", logs.String(), c)
 			}
 		})
+	}
+}
+
+// TestECHRingPinned: Options.ECHRing pins the ECH ring's name: New refuses
+// an echkeys.json of another ring (ErrECHKeys and ErrForeignRing, in ECH
+// words) and a name that is no ECHKeyRing's; a running agent refuses
+// another ring (ech_foreign), keeps serving the last good keys, and the
+// pin outlives Reset.
+func TestECHRingPinned(t *testing.T) {
+	e := newECHSetup(t)
+	opts := func(ring string) agent.Options {
+		return agent.Options{Dir: e.v.dir, Require: agent.TicketKeys | agent.Certificate, ECHRing: ring, Clock: newFakeClock(e.t0), ResyncPeriod: noResync}
+	}
+	_, err := agent.New(opts("shop/api"))
+	if !errors.Is(err, agent.ErrECHKeys) || !errors.Is(err, agent.ErrForeignRing) {
+		t.Errorf("New with echkeys.json of another ring = %v, want ErrECHKeys and ErrForeignRing", err)
+	} else if msg := err.Error(); !strings.Contains(msg, "ECH key ring of another name") || !strings.Contains(msg, "Options.ECHRing") || strings.Contains(msg, "ticket") {
+		t.Errorf("New = %q, want it in ECH words, naming Options.ECHRing", msg)
+	}
+	for _, bad := range []string{"web", "Shop/Web", "shop/"} {
+		if _, err := agent.New(opts(bad)); err == nil || !strings.Contains(err.Error(), "Options.ECHRing") {
+			t.Errorf("New with Options.ECHRing %q = %v, want it refused", bad, err)
+		}
+	}
+
+	var logs logBuffer
+	o := opts("shop/web")
+	o.Logger = logs.logger()
+	a, err := agent.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, a)
+	addr := serve(t, a.TLSConfig(nil))
+	other := func(epoch int64) []byte {
+		b, err := echring.Encode(echring.Ring{Ring: "shop/api", Epoch: epoch, IssuedAt: e.t0, Configs: []echring.Config{e.staged, e.published}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	const key = "ringmaster_agent_reload_errors_total{reason=ech_foreign}"
+	e.write(t, other(6))
+	eventually(t, "another ECH ring refused", func() bool { return metrics(t, a)[key] >= 1 })
+	mustAccept(t, addr, e.client(e.retired), "the last good ring's config")
+	if st := a.Status(); st.ECH == nil || st.ECH.Ring != "shop/web" || !strings.Contains(st.LastError, "Options.ECHRing") {
+		t.Errorf("Status: ECH %+v, LastError %q", st.ECH, st.LastError)
+	}
+	before := metrics(t, a)[key]
+	a.Reset()
+	eventually(t, "another ECH ring refused after Reset", func() bool { return metrics(t, a)[key] > before })
+	if st := a.Status(); st.ECH == nil || st.ECH.Ring != "shop/web" {
+		t.Errorf("Status after Reset: ECH %+v", st.ECH)
 	}
 }

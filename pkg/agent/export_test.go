@@ -6,6 +6,10 @@ import "time"
 // files, on every read attempt. Call it before Start.
 func SetReadHook(a *Agent, f func(attempt int)) { a.readHook = f }
 
+// SetParseHook installs f to run when a read starts parsing what it read.
+// Call it before Start.
+func SetParseHook(a *Agent, f func()) { a.parseHook = f }
+
 // SetWindow makes f open the debounce window in place of a real timer, so
 // that a test closes it when it chooses. Call it before Start.
 func SetWindow(a *Agent, f func(time.Duration) <-chan time.Time) { a.window = f }

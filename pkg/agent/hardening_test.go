@@ -191,6 +191,64 @@ func TestStartReturnsWhileReadHangs(t *testing.T) {
 	once.Do(func() { close(release) }) // the kernel returns at last
 }
 
+// TestStartWaitsForAParse: Start, cancelled while a read is parsing what
+// it read (here a ring of more keys than a ring holds; one of 1 MiB, the
+// size limit, costs about a fifth of a second of CPU), returns only once
+// that read has ended: no goroutine of its outlives it. (A read still in the file system is abandoned instead: see
+// TestStartReturnsWhileReadHangs.)
+func TestStartWaitsForAParse(t *testing.T) {
+	s := newSchedule(time.Now())
+	v := newVolume(t)
+	v.write(s.ring(t, 1), nil, nil)
+	a, err := agent.New(agent.Options{Dir: v.dir, Clock: newFakeClock(s.t0), ResyncPeriod: noResync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.write(encodeOversized(t, 2, manyKeys(s.t0, 2*keyring.MaxKeys)...), nil, nil)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var parses atomic.Int32
+	var ended atomic.Bool
+	agent.SetParseHook(a, func() {
+		if parses.Add(1) == 1 { // Start's catch-up read, of the oversized ring
+			close(entered)
+			<-release
+			ended.Store(true)
+		}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Start(ctx) }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no read parsed")
+	}
+	cancel()
+	// A Start that does not wait returns at once: give it the time to.
+	select {
+	case err := <-done:
+		close(release)
+		t.Fatalf("Start returned (%v) while a read was parsing", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Start returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Start did not return once the read ended")
+	}
+	if !ended.Load() {
+		t.Error("Start returned before the read it started ended")
+	}
+	// The read's result, never judged, changed nothing.
+	if st := a.Status(); st.Epoch != 1 || st.LastError != "" {
+		t.Errorf("Status after Start returned: epoch %d, LastError %q", st.Epoch, st.LastError)
+	}
+}
+
 // TestCertificateNotYetValid: New refuses a certificate whose NotBefore
 // is more than CertificateSkew ahead, takes one within it, and a running
 // agent takes a refused one by itself once its time comes.

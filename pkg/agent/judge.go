@@ -31,7 +31,9 @@ func (a *Agent) accept(now time.Time, l loaded) []*loadError {
 			errs = append(errs, e)
 		}
 	case l.noECH:
-		a.dropECH()
+		if e := a.echGone(now); e != nil {
+			errs = append(errs, e)
+		}
 	}
 	return errs
 }

@@ -55,7 +55,8 @@ var (
 	certNotAfterDesc = prometheus.NewDesc("ringmaster_agent_certificate_not_after_timestamp_seconds",
 		"Expiry of the certificate served, in Unix seconds; absent when the agent serves no certificate.",
 		nil, nil)
-	// reloadErrorsDesc: ringmaster_agent_reload_errors_total{reason}.
+	// reloadErrorsDesc: ringmaster_agent_reload_errors_total{reason}, reason
+	// one of reasonNames (read.go), each explained in docs/agent.md.
 	reloadErrorsDesc = prometheus.NewDesc("ringmaster_agent_reload_errors_total",
 		"Reads of the directory whose material was rejected, by reason; the last good config kept serving.",
 		[]string{"reason"}, nil)

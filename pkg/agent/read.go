@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -117,6 +118,46 @@ type loaded struct {
 	errs  []*loadError
 }
 
+// wipe overwrites the key bytes of what l holds, when nobody takes it.
+// (A certificate's private key is crypto/tls's, and left to the garbage
+// collector.)
+func (l loaded) wipe() {
+	wipe(l.ring)
+	wipeECH(l.ech)
+}
+
+// readJob is one read Start runs on a goroutine of its own. It is in the
+// file system (open, stat, read: system calls that a hung network or FUSE
+// file system may never return from), then parsing (CPU alone, bounded by
+// maxFileSize a file), unless Start returned while it was in the file
+// system, which abandons it.
+type readJob struct {
+	phase atomic.Int32
+	// done is closed when the job's goroutine ends.
+	done chan struct{}
+}
+
+const (
+	phaseFileSystem int32 = iota
+	phaseParse
+	phaseAbandoned
+)
+
+func newReadJob() *readJob { return &readJob{done: make(chan struct{})} }
+
+// toParse moves j from the file system to parsing, and reports false if
+// Start abandoned it first. A nil j, New's read, always parses.
+func (j *readJob) toParse() bool {
+	return j == nil || j.phase.CompareAndSwap(phaseFileSystem, phaseParse)
+}
+
+// abandon is Start's return: it leaves j to end by itself if j is still in
+// the file system (true), and so never parses; false means j is parsing,
+// and Start waits for it.
+func (j *readJob) abandon() bool {
+	return j.phase.CompareAndSwap(phaseFileSystem, phaseAbandoned)
+}
+
 type certificate struct {
 	tls                 tls.Certificate
 	notBefore, notAfter time.Time
@@ -140,28 +181,40 @@ type certificate struct {
 // Confinement: every file is opened through an os.Root of the directory,
 // so that no symlink, at any hop, leads the read out of it (see resolve
 // and readFile).
-func (a *Agent) load(w *fsnotify.Watcher) loaded {
+//
+// With j, a read Start runs, load moves j from the file system to parsing
+// once it has read every file, and gives up instead, clearing what it
+// read, if Start abandoned it meanwhile (ok false).
+func (a *Agent) load(w *fsnotify.Watcher, j *readJob) (_ loaded, ok bool) {
 	if w != nil {
 		a.watch(w)
 	}
 	names := a.fileNames()
 	var files map[string][]byte
 	var missing map[string]error
+	var gone string // the target of ..data last found missing
 	for attempt := 0; ; attempt++ {
 		root, err := a.openRoot()
 		if err != nil {
-			return loaded{errs: []*loadError{{reasonDirectory, err}}}
+			return loaded{errs: []*loadError{{reasonDirectory, err}}}, true
 		}
 		gen, err := a.resolve(root)
 		switch {
+		case errors.Is(err, errGenerationGone) && gen == gone:
+			// Twice the same target, missing both times: no swap, which
+			// would have renamed ..data to a new directory before deleting
+			// the old one. ..data points nowhere.
+			root.Close()
+			return loaded{errs: []*loadError{{reasonDirectory,
+				fmt.Errorf("%s points to %s, which does not exist", dataDir, quote(gen))}}}, true
 		case errors.Is(err, errGenerationGone):
 			// ..data was swapped between its read and the look at its
 			// target, which the kubelet then deleted: read again.
 			root.Close()
-			files = nil
+			files, gone = nil, gen
 		case err != nil:
 			root.Close()
-			return loaded{errs: []*loadError{{reasonDirectory, err}}}
+			return loaded{errs: []*loadError{{reasonDirectory, err}}}, true
 		default:
 			if a.readHook != nil {
 				a.readHook(attempt)
@@ -181,10 +234,21 @@ func (a *Agent) load(w *fsnotify.Watcher) loaded {
 		}
 		if attempt+1 == readAttempts {
 			return loaded{errs: []*loadError{{reasonInconsistent,
-				fmt.Errorf("%s changed during %d consecutive reads", dataDir, readAttempts)}}}
+				fmt.Errorf("%s changed during %d consecutive reads", dataDir, readAttempts)}}}, true
 		}
 	}
 
+	if !j.toParse() {
+		// Start returned while this read was in the file system: nobody
+		// takes what it read.
+		for _, b := range files {
+			clear(b)
+		}
+		return loaded{}, false
+	}
+	if a.parseHook != nil {
+		a.parseHook()
+	}
 	var l loaded
 	if a.require&TicketKeys != 0 {
 		r, e := parseRing(files, missing)
@@ -207,7 +271,7 @@ func (a *Agent) load(w *fsnotify.Watcher) loaded {
 		l.errs = append(l.errs, e)
 	}
 	l.ech, l.noECH = ech, noECH
-	return l
+	return l, true
 }
 
 func (a *Agent) fileNames() []string {
@@ -236,11 +300,12 @@ func (a *Agent) openRoot() (*os.Root, error) {
 
 // errGenerationGone is resolve's answer when ..data names a directory that
 // no longer exists: a swap under the read, which the read survives by
-// starting over.
+// starting over, unless ..data still names it on the next attempt.
 var errGenerationGone = errors.New("the directory ..data names is gone")
 
 // resolve returns the generation to read: the target of ..data, a
-// directory beside it, or "" for a plain directory without one.
+// directory beside it, or "" for a plain directory without one. When that
+// target does not exist it returns it with errGenerationGone.
 //
 // The kubelet points ..data at a timestamped directory beside it, itself
 // no symlink. Anything else is refused: a target elsewhere (an absolute
@@ -261,7 +326,7 @@ func (a *Agent) resolve(root *os.Root) (gen string, err error) {
 	}
 	fi, err := root.Lstat(target)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", errGenerationGone
+		return target, errGenerationGone
 	}
 	if err != nil {
 		return "", fmt.Errorf("resolve %s: %w", dataDir, err)
@@ -278,19 +343,58 @@ func (a *Agent) resolve(root *os.Root) (gen string, err error) {
 // readFiles reads names from gen, a directory of root; a file that cannot
 // be read is reported in missing, with its error, rather than failing the
 // whole read, because the caller first checks whether the read raced a
-// swap.
+// swap. A file that is not there although a symlink of its name is (in gen,
+// or the volume's visible link beside ..data) is reported as a
+// *danglingError.
 func (a *Agent) readFiles(root *os.Root, gen string, names []string) (files map[string][]byte, missing map[string]error) {
 	files = make(map[string][]byte, len(names))
 	missing = make(map[string]error)
 	for _, n := range names {
 		b, err := a.readFile(root, filepath.Join(gen, n))
 		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				if d := dangling(root, gen, n); d != nil {
+					err = d
+				}
+			}
 			missing[n] = err
 			continue
 		}
 		files[n] = b
 	}
 	return files, missing
+}
+
+// danglingError is a file whose name is a symlink to nothing: the kubelet
+// swapped in a generation without the file and left its visible link (or
+// something put it back), or a plain directory's link whose target is
+// gone. It is fs.ErrNotExist to errors.Is, and yet not an absent file: the
+// volume says the file belongs there.
+type danglingError struct{ link, target string }
+
+func (e *danglingError) Error() string {
+	return fmt.Sprintf("%s is a symlink to %s, which does not exist", quote(e.link), quote(e.target))
+}
+
+func (e *danglingError) Unwrap() error { return fs.ErrNotExist }
+
+// dangling reports the symlink of name that leads nowhere, in gen or at
+// the top of the volume, or nil when there is none (the file is absent).
+func dangling(root *os.Root, gen, name string) *danglingError {
+	paths := []string{filepath.Join(gen, name)}
+	if gen != "" {
+		paths = append(paths, name)
+	}
+	for _, p := range paths {
+		fi, err := root.Lstat(p)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			continue
+		}
+		if target, err := root.Readlink(p); err == nil {
+			return &danglingError{link: p, target: target}
+		}
+	}
+	return nil
 }
 
 // readFile reads a regular file of root without ever blocking on what it
@@ -411,11 +515,14 @@ func parseRing(files map[string][]byte, missing map[string]error) (*keyring.Ring
 }
 
 // parseECH decodes the ECH ring; absent says that the file is not there,
-// which is an error only when required. What depends on the time or on the
-// rings served before is judged by Agent.acceptECH.
+// no entry of its name at all, which is an error only when required (or,
+// as Agent.accept judges it, while an ECH ring is served). A symlink to
+// nothing is not absent: it is ech_missing, New included. What depends on
+// the time or on the rings served before is judged by Agent.acceptECH.
 func parseECH(files map[string][]byte, missing map[string]error, required bool) (r *echring.Ring, absent bool, _ *loadError) {
 	if err := missing[echring.FileName]; err != nil {
-		if errors.Is(err, fs.ErrNotExist) && !required {
+		var d *danglingError
+		if errors.Is(err, fs.ErrNotExist) && !errors.As(err, &d) && !required {
 			return nil, true, nil
 		}
 		return nil, false, &loadError{missingReason(err, reasonECHMissing, reasonECHInvalid), fmt.Errorf("read %s: %w", echring.FileName, err)}

@@ -36,7 +36,7 @@ func TestTypesRedactSecrets(t *testing.T) {
 	}
 	cert := &certificate{tls: tls.Certificate{PrivateKey: priv, Leaf: &x509.Certificate{SerialNumber: big.NewInt(77)}}, notAfter: t0.Add(time.Hour)}
 	ring := &keyring.Ring{Name: "shop/web", Epoch: 3, IssuedAt: t0, Keys: []keyring.Key{k}}
-	snap := newSnapshot(&keyring.Ring{Name: ring.Name, Epoch: ring.Epoch, IssuedAt: t0, Keys: []keyring.Key{k}}, nil, cert, t0)
+	snap := newSnapshot(&keyring.Ring{Name: ring.Name, Epoch: ring.Epoch, IssuedAt: t0, Keys: []keyring.Key{k}}, nil, unknownDelay, cert, t0)
 	a := &Agent{dir: "/etc/ticket-keys", ring: ring, cert: cert}
 	a.snap.Store(snap)
 	tk := TicketKey{ID: k.ID, State: "active", ActiveFrom: k.ActiveFrom, ExpiresAt: k.ExpiresAt, Secret: k.Secret}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
@@ -77,6 +78,17 @@ func TestSymlinksStayInVolume(t *testing.T) {
 			entry{name: gen + "/hop", link: relative + outside(keyring.FileName)},
 			entry{name: gen + "/" + keyring.FileName, link: "hop"}, entry{name: gen + "/tls.crt", file: "crt"}, entry{name: gen + "/tls.key", file: "key"}),
 			want: agent.ErrTicketKeys, reason: `"` + gen + `/hop" is a symlink to`},
+		{name: "..data to a directory that does not exist", entries: []entry{{name: "..data", link: gen}},
+			want: agent.ErrDirectory, reason: `..data points to "` + gen + `", which does not exist`},
+		{name: "ring in the generation a symlink to nothing", entries: kubelet(
+			entry{name: gen + "/" + keyring.FileName, link: "gone.json"}, entry{name: gen + "/tls.crt", file: "crt"}, entry{name: gen + "/tls.key", file: "key"}),
+			want: agent.ErrTicketKeys, reason: `"` + gen + `/ticketkeys.json" is a symlink to "gone.json", which does not exist`},
+		{name: "ring gone from the generation, its visible link left", entries: kubelet(
+			entry{name: gen + "/tls.crt", file: "crt"}, entry{name: gen + "/tls.key", file: "key"}),
+			want: agent.ErrTicketKeys, reason: `"ticketkeys.json" is a symlink to "..data/ticketkeys.json", which does not exist`},
+		{name: "plain directory, echkeys.json a symlink to nothing", entries: []entry{
+			{name: keyring.FileName, file: "ring"}, {name: "tls.crt", file: "crt"}, {name: "tls.key", file: "key"}, {name: echring.FileName, link: "gone.json"}},
+			want: agent.ErrECHKeys, reason: `"echkeys.json" is a symlink to "gone.json", which does not exist`},
 		{name: "ring linked inside the volume", entries: kubelet(
 			entry{name: "..other", file: "dir"}, entry{name: "..other/" + keyring.FileName, file: "ring"},
 			entry{name: gen + "/" + keyring.FileName, link: "../..other/" + keyring.FileName}, entry{name: gen + "/tls.crt", file: "crt"}, entry{name: gen + "/tls.key", file: "key"}),
@@ -130,5 +142,39 @@ func TestSymlinksStayInVolume(t *testing.T) {
 				t.Errorf("New = %v, want it to say %s", err, tt.reason)
 			}
 		})
+	}
+}
+
+// TestDataDirToNothing: a running agent whose ..data comes to point at a
+// directory that does not exist reports that (reason directory), not a
+// read that raced a swap (inconsistent_read), and keeps serving.
+func TestDataDirToNothing(t *testing.T) {
+	s := newSchedule(time.Now())
+	v := newVolume(t)
+	v.write(s.ring(t, 1), nil, nil)
+	var logs logBuffer
+	a, err := agent.New(agent.Options{Dir: v.dir, Clock: newFakeClock(s.t0), Logger: logs.logger(), ResyncPeriod: noResync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, a)
+	tmp := filepath.Join(v.dir, "..data_tmp")
+	if err := os.Symlink("..2026_01_01_00_00_00.gone", tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(v.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the directory error", func() bool {
+		return metrics(t, a)["ringmaster_agent_reload_errors_total{reason=directory}"] >= 1
+	})
+	if got := metrics(t, a)["ringmaster_agent_reload_errors_total{reason=inconsistent_read}"]; got != 0 {
+		t.Errorf("counted as %v inconsistent reads", got)
+	}
+	if st := a.Status(); st.Epoch != 1 || !strings.Contains(st.LastError, `..data points to "..2026_01_01_00_00_00.gone", which does not exist`) {
+		t.Errorf("Status: epoch %d, LastError %q", st.Epoch, st.LastError)
+	}
+	if n := len(logs.records(t, map[string]string{"msg": rejectedMsg, "reason": "directory"})); n != 1 {
+		t.Errorf("logged %d times, want 1", n)
 	}
 }
