@@ -3,8 +3,8 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -107,13 +107,34 @@ type TLSFacts struct {
 	Error string                  `json:"error,omitempty"`
 }
 
+// certManagerAnnotations are the annotations of a TLS Secret that
+// CertificatePolicy reads: the issuer and the Certificate cert-manager
+// wrote it for.
+var certManagerAnnotations = []string{cmapi.IssuerNameAnnotationKey, cmapi.IssuerKindAnnotationKey, cmapi.IssuerGroupAnnotationKey, cmapi.CertificateNameKey}
+
+// Bounds of what the TLS Secret cache keeps of one Secret beside its
+// certificate's facts (certpolicy.Certificate.Trim bounds those).
+const (
+	// maxLabelBytes bounds a Secret's labels, keys and values together; a
+	// Secret with more keeps none, and is selected as if unlabelled (its
+	// author, who could remove them, gains nothing).
+	maxLabelBytes = 4 << 10
+	// maxNameLen is the longest object name: an annotation naming an
+	// issuer or a Certificate is kept only up to it.
+	maxNameLen = 253
+)
+
 // StripTLSSecret is the cache transform of kubernetes.io/tls Secrets. It
-// keeps what CertificatePolicy reads, their identity, labels, cert-manager's
-// annotations, and the facts of tls.crt's leaf certificate (TLSFactsKey),
-// and drops the rest: tls.key, the certificate chain and any other data
-// never stay in the operator's memory. The certificate is parsed once, here,
-// rather than at each evaluation. Transforming its own output changes
-// nothing.
+// keeps what CertificatePolicy reads, and no more than a bounded amount of
+// it whatever the Secret's size: its identity, its labels (up to 4 KiB),
+// cert-manager's four annotations naming its issuer and Certificate (each
+// up to 253 bytes), and the facts of tls.crt's leaf certificate
+// (TLSFactsKey), with at most certpolicy.MaxDNSNames DNS names and
+// certpolicy.MaxIPAddresses IP addresses and the true counts
+// (certpolicy.Certificate.Trim). tls.key, the certificate chain, any other
+// data or annotation, and the SANs past those bounds never stay in the
+// operator's memory. The certificate is parsed once, here, rather than at
+// each evaluation. Transforming its own output changes nothing.
 func StripTLSSecret(obj any) (any, error) {
 	s, ok := obj.(*corev1.Secret)
 	if !ok {
@@ -129,12 +150,18 @@ func StripTLSSecret(obj any) (any, error) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: s.Name, Namespace: s.Namespace, UID: s.UID,
 			ResourceVersion: s.ResourceVersion, CreationTimestamp: s.CreationTimestamp, DeletionTimestamp: s.DeletionTimestamp,
-			Labels: s.Labels,
 		},
 		Type: s.Type,
 	}
-	for k, v := range s.Annotations {
-		if strings.HasPrefix(k, "cert-manager.io/") {
+	size := 0
+	for k, v := range s.Labels {
+		size += len(k) + len(v)
+	}
+	if size <= maxLabelBytes && len(s.Labels) > 0 {
+		out.Labels = s.Labels
+	}
+	for _, k := range certManagerAnnotations {
+		if v, ok := s.Annotations[k]; ok && len(v) <= maxNameLen {
 			if out.Annotations == nil {
 				out.Annotations = map[string]string{}
 			}
@@ -145,6 +172,7 @@ func StripTLSSecret(obj any) (any, error) {
 	if c, err := certpolicy.Parse(s.Data[corev1.TLSCertKey]); err != nil {
 		facts.Error = err.Error()
 	} else {
+		c = c.Trim()
 		facts.Cert = &c
 	}
 	data, err := json.Marshal(facts)
