@@ -12,7 +12,9 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -217,6 +219,86 @@ func TestStripTLSSecret(t *testing.T) {
 	tomb := toolscache.DeletedFinalStateUnknown{Key: "shop/x"}
 	if got, err := StripTLSSecret(tomb); err != nil || got != tomb {
 		t.Errorf("a tombstone became %v, %v", got, err)
+	}
+}
+
+func TestStripCertificate(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	var names []string
+	for i := range 15000 {
+		names = append(names, fmt.Sprintf("host-%05d.example.com", i))
+	}
+	now := metav1.Now()
+	crt := func(mutate func(*cmapi.Certificate)) *cmapi.Certificate {
+		c := &cmapi.Certificate{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "u1", ResourceVersion: "9", Generation: 3,
+				Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"note": big},
+				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+			Spec: cmapi.CertificateSpec{SecretName: "web-tls", DNSNames: names, CommonName: "web",
+				IssuerRef:  cmmeta.IssuerReference{Name: "ca", Kind: "ClusterIssuer", Group: "cert-manager.io"},
+				Duration:   &metav1.Duration{Duration: 24 * time.Hour},
+				PrivateKey: &cmapi.CertificatePrivateKey{RotationPolicy: cmapi.RotationPolicyNever, Size: 256}},
+			Status: cmapi.CertificateStatus{Revision: ptr.To(4), NotAfter: &now, Conditions: []cmapi.CertificateCondition{
+				{Type: cmapi.CertificateConditionReady, Status: cmmeta.ConditionTrue, Message: big},
+				{Type: cmapi.CertificateConditionIssuing, Status: cmmeta.ConditionTrue, Message: big},
+			}},
+		}
+		if mutate != nil {
+			mutate(c)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name       string
+		in         *cmapi.Certificate
+		wantLabels map[string]string
+		wantIssuer string
+	}{
+		{"a Certificate of 15,000 names and 1 MiB of annotations", crt(nil), map[string]string{"app": "web"}, "ca"},
+		{"labels over 4 KiB, an issuer name no issuer can have", crt(func(c *cmapi.Certificate) {
+			c.Labels = map[string]string{}
+			for i := range 80 {
+				c.Labels[fmt.Sprintf("example.com/label-%02d", i)] = strings.Repeat("v", 63)
+			}
+			c.Spec.IssuerRef.Name = strings.Repeat("i", 300)
+		}), nil, strings.Repeat("i", 253)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := StripCertificate(tc.in.DeepCopy())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := got.(*cmapi.Certificate)
+			f := certpolicy.CertificateFacts(c)
+			want := certpolicy.CertificateFacts(tc.in)
+			if f.Revision != want.Revision || f.Issuing != want.Issuing || *f.Subject.CertManager != *want.Subject.CertManager ||
+				!certpolicy.Manages(c, "web-tls") || !certpolicy.IsCurrent(c, &certpolicy.Certificate{NotAfter: now.Time}) {
+				t.Errorf("facts %+v, want %+v", f, want)
+			}
+			if f.Issuer.Name != tc.wantIssuer || f.Issuer.Kind != "ClusterIssuer" || !maps.Equal(c.Labels, tc.wantLabels) {
+				t.Errorf("issuer %+v, labels %v", f.Issuer, c.Labels)
+			}
+			if c.Name != "web" || c.Namespace != "shop" || c.UID != "u1" || c.ResourceVersion != "9" || c.Generation != 3 {
+				t.Errorf("identity lost: %+v", c.ObjectMeta)
+			}
+			data, err := json.Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(data) > 8<<10 {
+				t.Errorf("kept %d bytes of JSON", len(data))
+			}
+			again, _ := StripCertificate(c.DeepCopy())
+			if !equality.Semantic.DeepEqual(again, c) {
+				t.Errorf("transformed twice, it changed")
+			}
+		})
+	}
+	if got, _ := CacheOptions("ringmaster-system").DefaultTransform(&v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"a": "b"}}}); got.(*v1alpha1.TicketKeyRing).Annotations["a"] != "b" {
+		t.Error("the manager's cache changed a ring")
+	}
+	if got, _ := CacheOptions("ringmaster-system").DefaultTransform(crt(nil)); got.(*cmapi.Certificate).Spec.DNSNames != nil {
+		t.Error("the manager's cache keeps a Certificate's DNS names")
 	}
 }
 
