@@ -268,7 +268,8 @@ type PodsOptions struct {
 // pods one at a time through StripPod (client-go's watch-list), so no
 // moment holds every pod whole.
 type Pods struct {
-	cache cache.Cache
+	cache   cache.Cache
+	started chan struct{} // closed by Start
 
 	mu      sync.Mutex
 	ctx     context.Context // Start's
@@ -301,7 +302,7 @@ func NewPods(cfg *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper, o
 	if err := c.IndexField(context.Background(), &corev1.Pod{}, SecretIndex, secretsOf); err != nil {
 		return nil, fmt.Errorf("index pods by the Secrets they mount: %w", err)
 	}
-	return &Pods{cache: c}, nil
+	return &Pods{cache: c, started: make(chan struct{})}, nil
 }
 
 // NeedLeaderElection: only the leader probes (and will nudge) pods.
@@ -313,6 +314,7 @@ func (p *Pods) Start(ctx context.Context) error {
 	p.mu.Lock()
 	p.ctx = ctx
 	p.mu.Unlock()
+	close(p.started)
 	<-ctx.Done()
 	p.mu.Lock()
 	p.ctx = nil
@@ -321,11 +323,19 @@ func (p *Pods) Start(ctx context.Context) error {
 	return p.err
 }
 
-// errNotRunning: Mounting before Start, or after it returned.
+// errNotRunning: Mounting after Start returned, or while it has not been
+// called.
 var errNotRunning = errors.New("the pod cache is not running: only the leader reads pods")
 
-// run starts the cache on the first call.
-func (p *Pods) run() error {
+// run starts the cache on the first call, once Start has been called
+// (waiting for it within ctx: the manager starts the prober and the cache
+// together).
+func (p *Pods) run(ctx context.Context) error {
+	select {
+	case <-p.started:
+	case <-ctx.Done():
+		return errNotRunning
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.ctx == nil {
@@ -348,9 +358,9 @@ func (p *Pods) run() error {
 
 // Mounting returns the pods of namespace that mount Secret secret, or may
 // (see PodLister), in name order. The first call starts the cache and waits,
-// within ctx, for its first list.
+// within ctx, for its first list; a call before Start waits for it.
 func (p *Pods) Mounting(ctx context.Context, namespace, secret string) ([]corev1.Pod, error) {
-	if err := p.run(); err != nil {
+	if err := p.run(ctx); err != nil {
 		return nil, err
 	}
 	if !p.cache.WaitForCacheSync(ctx) {
