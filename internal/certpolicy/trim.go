@@ -7,13 +7,15 @@ import "fmt"
 // the operator keeps the first ones and the true counts, and a rule that
 // reads the names says when some were not kept.
 const (
-	// MaxDNSNames bounds the DNS SANs kept: Let's Encrypt's limit, so that
-	// a publicly trusted certificate is kept whole.
-	MaxDNSNames = 100
-	// MaxDNSNameBytes bounds the DNS SANs kept, all together.
-	MaxDNSNameBytes = 8 << 10
+	// MaxDNSNames bounds the DNS SANs kept: more than public CAs put in one
+	// certificate (Let's Encrypt 100, others up to 250), so that a
+	// publicly trusted certificate is kept whole.
+	MaxDNSNames = 256
+	// MaxDNSNameBytes bounds the DNS SANs kept, all together: 256 names
+	// of 64 bytes.
+	MaxDNSNameBytes = 16 << 10
 	// MaxIPAddresses bounds the IP address SANs kept.
-	MaxIPAddresses = 100
+	MaxIPAddresses = 256
 	// maxNameLen is the longest DNS name (RFC 1035); a longer SAN names
 	// nothing a client can ask for, and is not kept; a longer common name
 	// is cut to it.

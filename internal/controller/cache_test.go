@@ -150,8 +150,8 @@ func TestStripTLSSecret(t *testing.T) {
 	}{
 		{name: "a certificate of one name", in: secret(small, nil), wantNames: 1, wantCount: 1, wantFirst: "web.example.com",
 			wantLabels: map[string]string{"app": "web"}, wantAnnotations: map[string]string{cmapi.CertificateNameKey: "web", cmapi.IssuerNameAnnotationKey: "ca"}, maxFacts: 1 << 10},
-		{name: "15,500 SANs: the first 100 and the count", in: secret(huge, nil), wantNames: certpolicy.MaxDNSNames, wantCount: 15500, wantFirst: many[0],
-			wantLabels: map[string]string{"app": "web"}, wantAnnotations: map[string]string{cmapi.CertificateNameKey: "web", cmapi.IssuerNameAnnotationKey: "ca"}, maxFacts: 8 << 10},
+		{name: "15,500 SANs: the first 256 and the count", in: secret(huge, nil), wantNames: certpolicy.MaxDNSNames, wantCount: 15500, wantFirst: many[0],
+			wantLabels: map[string]string{"app": "web"}, wantAnnotations: map[string]string{cmapi.CertificateNameKey: "web", cmapi.IssuerNameAnnotationKey: "ca"}, maxFacts: 20 << 10},
 		{name: "cert-manager's annotations: the four read, each if it can name an object", in: secret(small, func(s *corev1.Secret) {
 			s.Annotations = map[string]string{cmapi.AltNamesAnnotationKey: big, cmapi.IssuerNameAnnotationKey: strings.Repeat("i", 254),
 				cmapi.IssuerKindAnnotationKey: "ClusterIssuer", cmapi.IssuerGroupAnnotationKey: "cert-manager.io", "tenant.example/padding": big}
