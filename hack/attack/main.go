@@ -309,7 +309,7 @@ func (b *bench) setup(ctx context.Context, scenario string) (string, error) {
 		policy := &v1alpha1.CertificatePolicy{ObjectMeta: metav1.ObjectMeta{Name: "attack"},
 			Spec: v1alpha1.CertificatePolicySpec{Rules: v1alpha1.CertificateRules{
 				AllowedDNSNames:  []string{"**.example.com"},
-				RequiredDNSNames: []string{"host-00000.tenant.example.com"},
+				RequiredDNSNames: []string{"host-00000.tenant-with-a-long-name.example.com"},
 			}}}
 		if err := c.Create(ctx, policy); err != nil {
 			return fmt.Errorf("create the CertificatePolicy: %w", err)
@@ -320,7 +320,9 @@ func (b *bench) setup(ctx context.Context, scenario string) (string, error) {
 	annotations := func() error {
 		value := strings.Repeat("9", cfg.annotationSize)
 		for i := range cfg.rings {
-			ring := &v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("annotated-%02d", i)}}
+			ring := &v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("annotated-%02d", i)},
+				Spec: v1alpha1.TicketKeyRingSpec{RotationInterval: metav1.Duration{Duration: time.Hour}, RetainedKeys: 3,
+					ActivationDelay: metav1.Duration{Duration: 3 * time.Minute}}}
 			key := v1alpha1.RotateRequestedAtAnnotation
 			if i%2 == 1 {
 				key = v1alpha1.RevokeRequestedAtAnnotation

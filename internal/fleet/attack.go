@@ -131,7 +131,7 @@ func RequestRotation(ctx context.Context, c client.Client, ring *v1alpha1.Ticket
 	return nil
 }
 
-// LargeCertificate issues a certificate with n DNS SANs (about 48 bytes of
+// LargeCertificate issues a certificate with n DNS SANs (about 64 bytes of
 // PEM each: 15,500 make about 1 MB), and returns tls.crt and tls.key.
 func LargeCertificate(n int) (certPEM, keyPEM []byte, err error) {
 	ca, err := testpki.NewCA("ringmaster attack CA")
@@ -140,7 +140,7 @@ func LargeCertificate(n int) (certPEM, keyPEM []byte, err error) {
 	}
 	names := make([]string, n)
 	for i := range names {
-		names[i] = fmt.Sprintf("host-%05d.tenant.example.com", i)
+		names[i] = fmt.Sprintf("host-%05d.tenant-with-a-long-name.example.com", i)
 	}
 	leaf, err := ca.Issue(testpki.Leaf{DNSNames: names, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(90 * 24 * time.Hour)})
 	if err != nil {
