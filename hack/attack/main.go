@@ -314,7 +314,7 @@ func (b *bench) setup(ctx context.Context, scenario string) (string, error) {
 		if err := c.Create(ctx, policy); err != nil {
 			return fmt.Errorf("create the CertificatePolicy: %w", err)
 		}
-		parts = append(parts, fmt.Sprintf("%d TLS Secrets of %d SANs (%s)", cfg.secrets, sans, size2(len(cert))))
+		parts = append(parts, fmt.Sprintf("%d TLS Secrets of %d SAN(s) (%s)", cfg.secrets, sans, size2(len(cert))))
 		return nil
 	}
 	annotations := func() error {
@@ -351,6 +351,7 @@ func (b *bench) setup(ctx context.Context, scenario string) (string, error) {
 		err = annotations()
 	case "all":
 		err = errors.Join(pods(cfg.podSize), tls(b.cert, b.key, cfg.sans), annotations())
+		parts = []string{"pods, tls and annotations at once"}
 	default:
 		err = fmt.Errorf("unknown scenario %q", scenario)
 	}
@@ -426,7 +427,7 @@ func (b *bench) measure(ctx context.Context, bu build, name, scenario string) (r
 		case <-tick.C:
 		}
 		if exited, why := p.Exited(); exited {
-			res.exited = fmt.Errorf("the operator exited: %v\n%s", why, p.LogTail(20))
+			res.exited = fmt.Errorf("the operator exited: %v\n%s", why, p.LogTail(20)) //nolint:errorlint // why is nil for exit 0: shown, not wrapped
 			return res, res.exited
 		}
 		if rss, err := fleet.ProcRSS(p.PID); err == nil {
