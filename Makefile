@@ -123,6 +123,13 @@ bench: ## Run the agent benchmarks and print the ratios against the baselines of
 bench-fleet: envtest servers ## Compare a fleet's resumption and server CPU: ringmaster's staged ring (TLS 1.3 also with X25519 resumption), per-replica keys, shared keys without staging, and nginx with the sidecar or its own keys; TLS 1.3 and 1.2.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/fleet bench $(FLEETFLAGS)
 
+# Flags of make bench-attack, e.g. ATTACKFLAGS='-pods 160 -scenarios idle,pods'; go run ./hack/attack -h lists them.
+ATTACKFLAGS ?=
+
+.PHONY: bench-attack
+bench-attack: envtest ## Measure the operator's memory (RSS and Go heap) under a tenant's large objects: 1 MiB pods under a probing ring, TLS Secrets of 15,500 SANs under a CertificatePolicy, oversized request annotations; this tree's operator beside d37b60f's (before issue 33). Reports figures, asserts none.
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/attack $(ATTACKFLAGS)
+
 # How long make soak runs once its rings are ready, e.g. make soak SOAK_DURATION=1h;
 # SOAKFLAGS reach hack/soak (go run ./hack/soak -h lists them), e.g. SOAKFLAGS='-rings 100'.
 SOAK_DURATION ?= 5m

@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
 )
@@ -30,6 +31,7 @@ func main() {
 	flag.StringVar(&o.ServiceAccount, "service-account-name", "ringmaster", "The operator's service account, in its namespace, for Vault's Kubernetes auth.")
 	flag.IntVar(&o.RingWorkers, "ring-workers", controller.DefaultRingWorkers, "Rings of each kind reconciled at once, so that a slow key source holds up only its own rings.")
 	flag.IntVar(&o.MaxRenewalsPerMinute, "max-renewals-per-minute", controller.DefaultMaxRenewalsPerMinute, "Most cert-manager Certificates that Enforce CertificatePolicies re-issue per minute, across the cluster (bursts of as many).")
+	flag.IntVar(&o.Probing.MaxPods, "confirmation-max-pods", confirm.DefaultMaxPods, "Most pods one ring under spec.confirmation may select; a ring selecting more is not probed, and its staged keys are not confirmed.")
 	exclude := flag.Bool("exclude-secrets-from-backup", true,
 		"Label every Secret that holds keys velero.io/exclude-from-backup=true, so that backups skip them: a key in a backup outlives its expiresAt.")
 	zo := zap.Options{}

@@ -91,6 +91,10 @@ type Certificate struct {
 	CommonName  string
 	DNSNames    []string
 	IPAddresses []netip.Addr
+	// DNSNameCount and IPAddressCount are how many DNS and IP SANs the
+	// certificate carries, when Trim kept fewer (see NamesCut); zero, or
+	// the length of the list, when every one is kept.
+	DNSNameCount, IPAddressCount int
 	// KeyID identifies the public key (see KeyID); equal keys, equal ids.
 	KeyID string
 }
@@ -226,14 +230,23 @@ func Evaluate(p Policy, s Subject, now time.Time) Verdict {
 		if msg, ok := allowedKey(p.KeyAlgorithms, *c); !ok {
 			add(KeyAlgorithms, "%s", msg)
 		}
+		// A rule over names the operator did not keep all of cannot say
+		// they pass: it says what it did not see, as a violation.
+		dnsCut, ipCut := c.dnsCutNote(), c.ipCutNote()
 		if bad := disallowedNames(p.AllowedDNSNames, c.dnsNames()); len(bad) > 0 {
-			add(AllowedDNSNames, "%s not allowed by allowedDNSNames", quoteList(bad))
+			add(AllowedDNSNames, "%s not allowed by allowedDNSNames%s", quoteList(bad), also(dnsCut))
+		} else if len(p.AllowedDNSNames) > 0 && dnsCut != "" {
+			add(AllowedDNSNames, "allowedDNSNames cannot be checked: %s", dnsCut)
 		}
-		if missing := missingNames(p.RequiredDNSNames, c.DNSNames); len(missing) > 0 {
+		if missing := missingNames(p.RequiredDNSNames, c.DNSNames); len(missing) > 0 && dnsCut == "" {
 			add(RequiredDNSNames, "%s required by requiredDNSNames, not among the DNS names", quoteList(missing))
+		} else if len(missing) > 0 {
+			add(RequiredDNSNames, "%s required by requiredDNSNames, not among the DNS names kept: %s", quoteList(missing), dnsCut)
 		}
 		if bad := disallowedIPs(p.AllowedIPRanges, c.IPAddresses); len(bad) > 0 {
-			add(AllowedIPRanges, "%s outside allowedIPRanges", quoteList(bad))
+			add(AllowedIPRanges, "%s outside allowedIPRanges%s", quoteList(bad), also(ipCut))
+		} else if len(p.AllowedIPRanges) > 0 && ipCut != "" {
+			add(AllowedIPRanges, "allowedIPRanges cannot be checked: %s", ipCut)
 		}
 	} else if s.ReadError != "" {
 		add(Readable, "%s", s.ReadError)
@@ -248,7 +261,7 @@ func Evaluate(p Policy, s Subject, now time.Time) Verdict {
 // of a certificate that has no SAN at all (which modern clients reject, but
 // which still names the certificate).
 func (c Certificate) dnsNames() []string {
-	if len(c.DNSNames) > 0 || len(c.IPAddresses) > 0 {
+	if len(c.DNSNames) > 0 || len(c.IPAddresses) > 0 || c.DNSNameCount > 0 || c.IPAddressCount > 0 {
 		return c.DNSNames
 	}
 	if _, err := netip.ParseAddr(c.CommonName); c.CommonName != "" && err != nil {
@@ -311,6 +324,14 @@ func disallowedIPs(ranges []netip.Prefix, ips []netip.Addr) []string {
 		}
 	}
 	return bad
+}
+
+// also appends a note to a message, if there is one.
+func also(note string) string {
+	if note == "" {
+		return ""
+	}
+	return "; " + note
 }
 
 // quoteList quotes up to five items and counts the rest.

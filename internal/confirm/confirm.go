@@ -89,14 +89,8 @@ func TallyECH(ring string, configID uint8, answers []Answer, unreachable []v1alp
 // tally counts the pods whose answer lacks says nothing against.
 func tally(answers []Answer, unreachable []v1alpha1.PodReport, lacks func(agentstatus.Status) string) Result {
 	r := Result{Pods: len(answers) + len(unreachable)}
-	miss := func(rep v1alpha1.PodReport) {
-		r.MissingCount++
-		if len(r.Missing) < MaxMissing {
-			r.Missing = append(r.Missing, rep)
-		}
-	}
 	for _, rep := range unreachable {
-		miss(rep)
+		r.miss(rep)
 	}
 	for _, a := range answers {
 		rep := v1alpha1.PodReport{Namespace: a.Namespace, Name: a.Name, Node: a.Node}
@@ -106,9 +100,18 @@ func tally(answers []Answer, unreachable []v1alpha1.PodReport, lacks func(agents
 			r.Holding++
 			continue
 		}
-		miss(rep)
+		r.miss(rep)
 	}
 	return r
+}
+
+// miss counts a pod that does not confirm, and names it among the first
+// MaxMissing.
+func (r *Result) miss(rep v1alpha1.PodReport) {
+	r.MissingCount++
+	if len(r.Missing) < MaxMissing {
+		r.Missing = append(r.Missing, rep)
+	}
 }
 
 // clip keeps what a pod says short in a status.

@@ -14,9 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -59,7 +59,15 @@ type Budget struct {
 	// Lead is how long before its staged key falls due a ring's pods are
 	// first asked, so that a confirmed key activates on time; 0 means 30s.
 	Lead time.Duration
+	// MaxPods is the most pods one ring may select (in all its
+	// namespaces, among those mounting its projection Secret); 0 means
+	// DefaultMaxPods. A ring selecting more is not probed: its answers say
+	// so (Seen.OverCap) and confirm nothing.
+	MaxPods int
 }
+
+// DefaultMaxPods is Budget.MaxPods's default.
+const DefaultMaxPods = 1000
 
 func (b Budget) withDefaults() Budget {
 	b.PodsPerRing = cmp.Or(b.PodsPerRing, 64)
@@ -72,6 +80,7 @@ func (b Budget) withDefaults() Budget {
 	b.RoundDeadline = cmp.Or(b.RoundDeadline, 10*time.Second)
 	b.Interval = cmp.Or(b.Interval, 5*time.Second)
 	b.Lead = cmp.Or(b.Lead, 30*time.Second)
+	b.MaxPods = cmp.Or(b.MaxPods, DefaultMaxPods)
 	return b
 }
 
@@ -125,6 +134,20 @@ type Seen struct {
 	Result
 	// At is when the round ended, by the ring's clock.
 	At time.Time
+	// OverCap, when not zero, is the cap (Budget.MaxPods) that the pods
+	// the ring selects exceed: no pod was asked, Pods counts those found
+	// before the count stopped (more than OverCap) and none holds the key.
+	// The ring's status should say so (Note).
+	OverCap int
+}
+
+// Note says what the answers mean beyond the counts and the pods named in
+// Missing; empty when there is nothing more to say.
+func (s Seen) Note() string {
+	if s.OverCap == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the ring selects more than %d pods, the most the operator asks (--confirmation-max-pods): none was asked", s.OverCap)
 }
 
 // Confirms reports whether the answers confirm the staged key at now: every
@@ -151,8 +174,9 @@ func Selected(w Want, pods []corev1.Pod) ([]Target, []v1alpha1.PodReport) {
 // answers change. It is a manager Runnable, run by the leader only; no
 // goroutine of its outlives Start.
 type Prober struct {
-	// Reader lists pods.
-	Reader client.Reader
+	// Pods finds the pods that mount a ring's projection Secret: the pod
+	// cache (Pods).
+	Pods PodLister
 	// Clock is the rings' clock: it says when a staged key is due and
 	// stamps the answers. Rounds are paced by real time.
 	Clock clock.PassiveClock
@@ -180,15 +204,17 @@ type probe struct {
 	want     Want
 	wantedAt time.Time // real time of the last Want
 	seen     *Seen
-	answers  map[Target]asked
+	answers  map[Target]verdict
 	next     time.Time // real time of the next round
 	probing  bool
 }
 
-// asked is a pod's last answer, and when (real time) it was asked.
-type asked struct {
-	Answer
-	at time.Time
+// verdict is what a pod's last answer said of the staged key (the reason
+// it does not confirm it; empty when it does), and when (real time) it was
+// asked. Only this is kept of an answer, however large it was.
+type verdict struct {
+	reason string
+	at     time.Time
 }
 
 func (p *Prober) init() {
@@ -233,7 +259,7 @@ func (p *Prober) Want(w Want) (Seen, bool) {
 	defer p.mu.Unlock()
 	pr := p.rings[w.Key]
 	if pr == nil || !pr.want.same(w) {
-		pr = &probe{answers: map[Target]asked{}}
+		pr = &probe{answers: map[Target]verdict{}}
 		p.rings[w.Key] = pr
 	}
 	pr.want, pr.wantedAt = w, time.Now()
@@ -333,6 +359,7 @@ func (p *Prober) round(ctx context.Context, pr *probe) {
 	rctx, cancel := context.WithTimeout(ctx, p.Budget.RoundDeadline)
 	defer cancel()
 	answers, result, err := p.ask(rctx, w, previous)
+	result.At = p.Clock.Now()
 	if err != nil && ctx.Err() == nil {
 		log.FromContext(ctx).Error(err, "Probing a ring's pods failed", "ring", w.Ring)
 	}
@@ -343,8 +370,8 @@ func (p *Prober) round(ctx context.Context, pr *probe) {
 	pr.probing, pr.next = false, time.Now().Add(p.Budget.Interval)
 	changed := false
 	if err == nil && p.rings[w.Key] == pr {
-		changed = pr.seen == nil || result.Confirmed() || !sameResult(pr.seen.Result, result)
-		pr.seen, pr.answers = &Seen{Result: result, At: p.Clock.Now()}, answers
+		changed = pr.seen == nil || result.Confirmed() || !sameResult(pr.seen.Result, result.Result) || pr.seen.OverCap != result.OverCap
+		pr.seen, pr.answers = &result, answers
 	}
 	ch := p.out[w.Kind]
 	p.wake() // a slot is free
@@ -358,32 +385,39 @@ func (p *Prober) round(ctx context.Context, pr *probe) {
 	}
 }
 
-// ask lists and selects the ring's pods, asks those that have not yet
+// ask finds and selects the ring's pods, asks those that have not yet
 // confirmed (the longest unasked first, at most PodsPerRing), and tallies
-// every selected pod by its latest answer.
-func (p *Prober) ask(ctx context.Context, w Want, previous map[Target]asked) (map[Target]asked, Result, error) {
+// every selected pod by its latest answer. A ring selecting more than
+// MaxPods pods is not asked at all.
+func (p *Prober) ask(ctx context.Context, w Want, previous map[Target]verdict) (map[Target]verdict, Seen, error) {
 	sel, err := metav1.LabelSelectorAsSelector(&w.Confirmation.PodSelector)
 	if err != nil {
 		// The API's validation let an invalid selector through: nobody
 		// confirms.
-		return nil, Result{}, fmt.Errorf("spec.confirmation.podSelector: %w", err)
+		return nil, Seen{}, fmt.Errorf("spec.confirmation.podSelector: %w", err)
 	}
 	var pods []corev1.Pod
 	for _, ns := range w.Namespaces {
-		list := &corev1.PodList{}
-		if err := p.Reader.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-			return nil, Result{}, fmt.Errorf("list the pods of namespace %s: %w", ns, err)
+		mounting, err := p.Pods.Mounting(ctx, ns, w.SecretName)
+		if err != nil {
+			return nil, Seen{}, err
 		}
-		pods = append(pods, list.Items...)
+		for _, pod := range mounting {
+			// A pod whose labels the cache cut may be selected: Voters
+			// reports it.
+			if cappedOf(pod, cappedLabels) || sel.Matches(labels.Set(pod.Labels)) {
+				pods = append(pods, pod)
+			}
+		}
+		if len(pods) > p.Budget.MaxPods {
+			return nil, Seen{Result: Result{Pods: len(pods), MissingCount: len(pods)}, OverCap: p.Budget.MaxPods}, nil
+		}
 	}
 	targets, missing := p.Select(w, pods)
 
-	holds := func(a asked) bool {
-		return a.Err == nil && w.tally([]Answer{a.Answer}, nil).Confirmed()
-	}
 	var toAsk []Target
 	for _, t := range targets {
-		if a, ok := previous[t]; !ok || !holds(a) {
+		if v, ok := previous[t]; !ok || v.reason != "" {
 			toAsk = append(toAsk, t)
 		}
 	}
@@ -393,24 +427,44 @@ func (p *Prober) ask(ctx context.Context, w Want, previous map[Target]asked) (ma
 	now := time.Now()
 	// The budget's slots pace the requests (acquire), not the Asker.
 	asker := &Asker{Client: p.Client, Parallel: max(1, len(toAsk)), Acquire: p.acquire}
-	fresh := map[Target]Answer{}
+	fresh := map[Target]string{}
 	for _, a := range asker.Ask(ctx, toAsk) {
-		fresh[a.Target] = a
+		fresh[a.Target] = w.judge(a)
 	}
 
-	answers := map[Target]asked{}
-	all := make([]Answer, 0, len(targets))
-	for _, t := range targets {
-		a, before := previous[t]
-		if f, ok := fresh[t]; ok {
-			a.Answer, a.at = f, now
-		} else if !before {
-			a.Answer = Answer{Target: t, Err: errNotAsked}
-		}
-		answers[t] = a
-		all = append(all, a.Answer)
+	answers := make(map[Target]verdict, len(targets))
+	r := Result{Pods: len(targets) + len(missing)}
+	for _, m := range missing {
+		r.miss(m)
 	}
-	return answers, w.tally(all, missing), nil
+	for _, t := range targets {
+		v, before := previous[t]
+		if reason, ok := fresh[t]; ok {
+			v = verdict{reason: reason, at: now}
+		} else if !before {
+			v = verdict{reason: errNotAsked.Error()}
+		}
+		answers[t] = v
+		if v.reason == "" {
+			r.Holding++
+		} else {
+			r.miss(v1alpha1.PodReport{Namespace: t.Namespace, Name: t.Name, Node: t.Node, Reason: v.reason})
+		}
+	}
+	return answers, Seen{Result: r}, nil
+}
+
+// judge is why one answer does not confirm w's staged key; empty when it
+// does.
+func (w Want) judge(a Answer) string {
+	r := w.tally([]Answer{a}, nil)
+	if r.Confirmed() {
+		return ""
+	}
+	if len(r.Missing) == 0 { // an ECH config id that does not parse
+		return "holds no config " + w.StagedKey
+	}
+	return r.Missing[0].Reason
 }
 
 // tally judges the answers about w's staged key, or its staged config for

@@ -3,10 +3,10 @@ package confirm
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,31 +19,33 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	clocktesting "k8s.io/utils/clock/testing"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/agentstatus"
 	"github.com/ringmaster-io/ringmaster/internal/testing/blackhole"
 )
 
-// pods lists the pods a test placed, by namespace: the Prober's only read
-// of the API.
+// pods stands for the pod cache: it finds the pods a test placed, by
+// namespace, as StripPod keeps them.
 type pods struct {
 	mu  sync.Mutex
 	all map[string][]corev1.Pod
 }
 
-func (p *pods) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
-	return errors.New("not served")
-}
-
-func (p *pods) List(_ context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	o := &client.ListOptions{}
-	o.ApplyOptions(opts)
+func (p *pods) Mounting(_ context.Context, namespace, secret string) ([]corev1.Pod, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	list.(*corev1.PodList).Items = append([]corev1.Pod(nil), p.all[o.Namespace]...)
-	return nil
+	var out []corev1.Pod
+	for _, pod := range p.all[namespace] {
+		kept, err := StripPod(pod.DeepCopy())
+		if err != nil {
+			return nil, err
+		}
+		if slices.Contains(secretsOf(kept.(*corev1.Pod)), secret) {
+			out = append(out, *kept.(*corev1.Pod))
+		}
+	}
+	return out, nil
 }
 
 // place adds n ready pods to ns, named prefix-i, whose status port is addr's.
@@ -156,7 +158,7 @@ func TestProberAsksOnlyWhileDue(t *testing.T) {
 	addr, served := holding(t, "k1", "k2")
 	lister := &pods{}
 	lister.place(t, "shop", "web", 2, addr)
-	p := &Prober{Reader: lister, Clock: clk, Budget: Budget{Interval: 10 * time.Millisecond, Lead: time.Minute}}
+	p := &Prober{Pods: lister, Clock: clk, Budget: Budget{Interval: 10 * time.Millisecond, Lead: time.Minute}}
 	run(t, p)
 
 	w := want("shop", "web", clk.Now().Add(time.Hour))
@@ -197,7 +199,7 @@ func TestProberBudget(t *testing.T) {
 	t.Run("pods per ring", func(t *testing.T) {
 		lister := &pods{}
 		lister.place(t, "attack", "silent", 6, addr)
-		p := &Prober{Reader: lister, Clock: clk, Budget: Budget{PodsPerRing: 3, FetchesPerNamespace: 3,
+		p := &Prober{Pods: lister, Clock: clk, Budget: Budget{PodsPerRing: 3, FetchesPerNamespace: 3,
 			FetchTimeout: 200 * time.Millisecond, RoundDeadline: 5 * time.Second, Interval: 10 * time.Millisecond}}
 		run(t, p)
 		w := want("attack", "web", clk.Now())
@@ -212,7 +214,7 @@ func TestProberBudget(t *testing.T) {
 	t.Run("round deadline", func(t *testing.T) {
 		lister := &pods{}
 		lister.place(t, "attack", "silent", 4, addr)
-		p := &Prober{Reader: lister, Clock: clk, Budget: Budget{FetchesPerNamespace: 1,
+		p := &Prober{Pods: lister, Clock: clk, Budget: Budget{FetchesPerNamespace: 1,
 			FetchTimeout: time.Second, RoundDeadline: 1500 * time.Millisecond, Interval: time.Hour}}
 		run(t, p)
 		start := time.Now()
@@ -227,7 +229,7 @@ func TestProberBudget(t *testing.T) {
 		lister := &pods{}
 		good, _ := holding(t, "k1", "k2")
 		lister.place(t, "shop", "web", 2, good)
-		p := &Prober{Reader: lister, Clock: clk, Budget: Budget{RingsPerNamespace: 2, FetchesPerNamespace: 4, Fetches: 8,
+		p := &Prober{Pods: lister, Clock: clk, Budget: Budget{RingsPerNamespace: 2, FetchesPerNamespace: 4, Fetches: 8,
 			FetchTimeout: 3 * time.Second, RoundDeadline: 20 * time.Second}}
 		// 10 rings over 40 silent pods: each round of one takes at least
 		// 40 / 4 x 3s, were it alone.
@@ -264,6 +266,34 @@ func TestProberBudget(t *testing.T) {
 	})
 }
 
+// A ring selecting more pods than MaxPods is not probed, and says so.
+func TestProberMaxPods(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	addr, served := holding(t, "k1", "k2")
+	lister := &pods{}
+	lister.place(t, "shop", "web", 3, addr)
+	lister.place(t, "shop-2", "web", 2, addr)
+	p := &Prober{Pods: lister, Clock: clk, Budget: Budget{MaxPods: 4, Interval: 10 * time.Millisecond}}
+	run(t, p)
+
+	w := want("shop", "web", clk.Now())
+	s := seen(t, p, w, "one namespace, under the cap", func(s Seen) bool { return s.Confirmed() })
+	if s.Pods != 3 || s.OverCap != 0 || s.Note() != "" {
+		t.Errorf("under the cap: %+v, note %q", s, s.Note())
+	}
+
+	w.Namespaces = []string{"shop", "shop-2"}
+	before := served.Load()
+	s = seen(t, p, w, "two namespaces, over the cap", func(s Seen) bool { return s.OverCap != 0 })
+	if s.OverCap != 4 || s.Pods != 5 || s.Holding != 0 || s.Confirms(clk.Now()) || len(s.Missing) != 0 ||
+		!strings.Contains(s.Note(), "more than 4 pods") {
+		t.Errorf("over the cap: %+v, note %q", s, s.Note())
+	}
+	if n := served.Load(); n != before {
+		t.Errorf("%d pods of a ring over the cap were asked", n-before)
+	}
+}
+
 func TestSeenConfirms(t *testing.T) {
 	t0 := time.Now()
 	all, some := Result{Pods: 2, Holding: 2}, Result{Pods: 2, Holding: 1}
@@ -273,11 +303,11 @@ func TestSeenConfirms(t *testing.T) {
 		now  time.Time
 		want bool
 	}{
-		{"every pod, just now", Seen{all, t0}, t0, true},
-		{"every pod, MaxAge ago", Seen{all, t0}, t0.Add(MaxAge), true},
-		{"every pod, longer ago", Seen{all, t0}, t0.Add(MaxAge + time.Second), false},
-		{"one pod lacks it", Seen{some, t0}, t0, false},
-		{"no ready pod", Seen{Result{}, t0}, t0, true},
+		{"every pod, just now", Seen{Result: all, At: t0}, t0, true},
+		{"every pod, MaxAge ago", Seen{Result: all, At: t0}, t0.Add(MaxAge), true},
+		{"every pod, longer ago", Seen{Result: all, At: t0}, t0.Add(MaxAge + time.Second), false},
+		{"one pod lacks it", Seen{Result: some, At: t0}, t0, false},
+		{"no ready pod", Seen{At: t0}, t0, true},
 	} {
 		if got := c.seen.Confirms(c.now); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)

@@ -25,19 +25,43 @@ import (
 // or a projected volume source. Any other pod holds none of the ring's keys
 // and is left out, neither asked nor counted. A voter whose port cannot be
 // found is reported as missing.
+//
+// The pods may be whole or as the pod cache keeps them (StripPod). A kept
+// pod that StripPod cut (CappedAnnotation) where voting looks is reported
+// as missing, not judged: its labels (it may or may not be selected), its
+// Secrets (it may mount the projection) or its named ports (the port may
+// be among those cut).
 func Voters(pods []corev1.Pod, secretName string, port intstr.IntOrString) (targets []Target, missing []v1alpha1.PodReport) {
 	pods = slices.Clone(pods)
 	slices.SortFunc(pods, func(a, b corev1.Pod) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
 	for _, p := range pods {
-		if !ready(p) || p.Spec.HostNetwork || !Mounts(p, secretName) {
+		if !ready(p) || p.Spec.HostNetwork {
+			continue
+		}
+		mounts := Mounts(p, secretName)
+		if !mounts && !cappedOf(p, cappedSecrets) {
+			continue
+		}
+		miss := func(reason string) {
+			missing = append(missing, v1alpha1.PodReport{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Reason: reason})
+		}
+		switch {
+		case cappedOf(p, cappedLabels):
+			miss(fmt.Sprintf("not judged: its labels exceed the %d bytes the operator keeps", MaxPodLabelBytes))
+			continue
+		case !mounts:
+			miss(fmt.Sprintf("not judged: it mounts more than the %d Secrets the operator keeps", MaxPodSecrets))
 			continue
 		}
 		n, ok := portOf(p, port)
-		if !ok {
-			missing = append(missing, v1alpha1.PodReport{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,
-				Reason: fmt.Sprintf("declares no container port %s", port.String())})
+		switch {
+		case !ok && port.Type == intstr.String && cappedOf(p, cappedPorts):
+			miss(fmt.Sprintf("not judged: it declares more than the %d named ports the operator keeps, none of them %s", MaxPodPorts, port.String()))
+			continue
+		case !ok:
+			miss(fmt.Sprintf("declares no container port %s", port.String()))
 			continue
 		}
 		targets = append(targets, Target{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName,

@@ -3,8 +3,9 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,7 +27,9 @@ import (
 // the operator's namespace. Of the others, which anyone who may create a
 // Secret can make, it keeps what tells them apart from the operator's
 // (KeepOwnedSecrets). Other Secrets, and their key material, never enter the
-// operator's memory.
+// operator's memory. cert-manager Certificates, which any tenant allowed
+// to create them can make large, are kept as CertificatePolicy reads them
+// (StripCertificate).
 func CacheOptions(namespace string) cache.Options {
 	return cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
@@ -35,7 +38,75 @@ func CacheOptions(namespace string) cache.Options {
 				Transform: KeepOwnedSecrets(namespace),
 			},
 		},
+		// Not a ByObject entry: that would need cert-manager's API served
+		// when the operator starts.
+		DefaultTransform: func(obj any) (any, error) {
+			if c, ok := obj.(*cmapi.Certificate); ok {
+				return StripCertificate(c)
+			}
+			return obj, nil
+		},
 	}
+}
+
+// StripCertificate is the cache transform of cert-manager Certificates: it
+// keeps what CertificatePolicy reads, bounded whatever the Certificate's
+// size. Of the metadata: identity, generation, deletion and labels up to
+// 4 KiB; of the spec: secretName, issuerRef, duration and
+// privateKey.rotationPolicy (names cut to 253 bytes); of the status:
+// revision, notAfter and the Issuing condition's status. The DNS names,
+// annotations, managed fields and the rest never stay in the operator's
+// memory. Transforming its own output changes nothing.
+func StripCertificate(obj any) (any, error) {
+	c, ok := obj.(*cmapi.Certificate)
+	if !ok {
+		return obj, nil // a deletion tombstone: passed on as it is
+	}
+	out := &cmapi.Certificate{
+		TypeMeta: c.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: c.Name, Namespace: c.Namespace, UID: c.UID, ResourceVersion: c.ResourceVersion, Generation: c.Generation,
+			CreationTimestamp: c.CreationTimestamp, DeletionTimestamp: c.DeletionTimestamp, Labels: keptLabels(c.Labels),
+		},
+		Spec: cmapi.CertificateSpec{
+			SecretName: cut(c.Spec.SecretName),
+			IssuerRef:  cmmeta.IssuerReference{Name: cut(c.Spec.IssuerRef.Name), Kind: cut(c.Spec.IssuerRef.Kind), Group: cut(c.Spec.IssuerRef.Group)},
+			Duration:   c.Spec.Duration,
+		},
+		Status: cmapi.CertificateStatus{Revision: c.Status.Revision, NotAfter: c.Status.NotAfter},
+	}
+	if pk := c.Spec.PrivateKey; pk != nil {
+		out.Spec.PrivateKey = &cmapi.CertificatePrivateKey{RotationPolicy: pk.RotationPolicy}
+	}
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == cmapi.CertificateConditionIssuing {
+			out.Status.Conditions = []cmapi.CertificateCondition{{Type: cond.Type, Status: cond.Status}}
+			break
+		}
+	}
+	return out, nil
+}
+
+// keptLabels are labels as the caches keep them: all, or none if they are
+// over maxLabelBytes (an object is then selected as if unlabelled, which its
+// author, who could remove them, gains nothing by).
+func keptLabels(l map[string]string) map[string]string {
+	size := 0
+	for k, v := range l {
+		size += len(k) + len(v)
+	}
+	if size > maxLabelBytes || len(l) == 0 {
+		return nil
+	}
+	return l
+}
+
+// cut keeps at most maxNameLen bytes of a name: no object has a longer one.
+func cut(s string) string {
+	if len(s) > maxNameLen {
+		return s[:maxNameLen]
+	}
+	return s
 }
 
 // KeepOwnedSecrets is the cache transform of ringmaster.io/ticket-keys
@@ -107,13 +178,33 @@ type TLSFacts struct {
 	Error string                  `json:"error,omitempty"`
 }
 
+// certManagerAnnotations are the annotations of a TLS Secret that
+// CertificatePolicy reads: the issuer and the Certificate cert-manager
+// wrote it for.
+var certManagerAnnotations = []string{cmapi.IssuerNameAnnotationKey, cmapi.IssuerKindAnnotationKey, cmapi.IssuerGroupAnnotationKey, cmapi.CertificateNameKey}
+
+// Bounds of what the caches keep of a tenant's TLS Secret or Certificate
+// beside a certificate's facts (certpolicy.Certificate.Trim bounds those).
+const (
+	// maxLabelBytes bounds an object's labels, keys and values together;
+	// one with more keeps none (keptLabels).
+	maxLabelBytes = 4 << 10
+	// maxNameLen is the longest object name: an annotation naming an
+	// issuer or a Certificate is kept only up to it.
+	maxNameLen = 253
+)
+
 // StripTLSSecret is the cache transform of kubernetes.io/tls Secrets. It
-// keeps what CertificatePolicy reads, their identity, labels, cert-manager's
-// annotations, and the facts of tls.crt's leaf certificate (TLSFactsKey),
-// and drops the rest: tls.key, the certificate chain and any other data
-// never stay in the operator's memory. The certificate is parsed once, here,
-// rather than at each evaluation. Transforming its own output changes
-// nothing.
+// keeps what CertificatePolicy reads, and no more than a bounded amount of
+// it whatever the Secret's size: its identity, its labels (up to 4 KiB),
+// cert-manager's four annotations naming its issuer and Certificate (each
+// up to 253 bytes), and the facts of tls.crt's leaf certificate
+// (TLSFactsKey), with at most certpolicy.MaxDNSNames DNS names and
+// certpolicy.MaxIPAddresses IP addresses and the true counts
+// (certpolicy.Certificate.Trim). tls.key, the certificate chain, any other
+// data or annotation, and the SANs past those bounds never stay in the
+// operator's memory. The certificate is parsed once, here, rather than at
+// each evaluation. Transforming its own output changes nothing.
 func StripTLSSecret(obj any) (any, error) {
 	s, ok := obj.(*corev1.Secret)
 	if !ok {
@@ -129,12 +220,12 @@ func StripTLSSecret(obj any) (any, error) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: s.Name, Namespace: s.Namespace, UID: s.UID,
 			ResourceVersion: s.ResourceVersion, CreationTimestamp: s.CreationTimestamp, DeletionTimestamp: s.DeletionTimestamp,
-			Labels: s.Labels,
 		},
 		Type: s.Type,
 	}
-	for k, v := range s.Annotations {
-		if strings.HasPrefix(k, "cert-manager.io/") {
+	out.Labels = keptLabels(s.Labels)
+	for _, k := range certManagerAnnotations {
+		if v, ok := s.Annotations[k]; ok && len(v) <= maxNameLen {
 			if out.Annotations == nil {
 				out.Annotations = map[string]string{}
 			}
@@ -145,6 +236,7 @@ func StripTLSSecret(obj any) (any, error) {
 	if c, err := certpolicy.Parse(s.Data[corev1.TLSCertKey]); err != nil {
 		facts.Error = err.Error()
 	} else {
+		c = c.Trim()
 		facts.Cert = &c
 	}
 	data, err := json.Marshal(facts)

@@ -4,18 +4,23 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/certpolicy"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 )
@@ -93,58 +98,207 @@ func TestStripTLSSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := ca.Issue(testpki.Leaf{DNSNames: []string{"web.example.com"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-tls", Labels: map[string]string{"app": "web"},
-			Annotations: map[string]string{"cert-manager.io/certificate-name": "web", "unrelated.io/note": "x"}},
-		Type: corev1.SecretTypeTLS,
-		Data: map[string][]byte{
-			corev1.TLSCertKey:       append(append([]byte{}, leaf.CertPEM...), ca.PEM...),
-			corev1.TLSPrivateKeyKey: leaf.KeyPEM,
-			"ca.crt":                ca.PEM,
-		},
-	}
-	got, err := StripTLSSecret(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := got.(*corev1.Secret)
-	if len(s.Data) != 1 || s.Data[TLSFactsKey] == nil {
-		t.Fatalf("data keys %v, want %s only", keys(s.Data), TLSFactsKey)
-	}
-	for _, leaked := range [][]byte{leaf.KeyPEM, leaf.CertPEM, ca.PEM, leaf.Cert.Raw} {
-		if bytes.Contains(s.Data[TLSFactsKey], leaked) {
-			t.Error("the cached facts hold a key or a certificate")
+	issue := func(names ...string) *testpki.Issued {
+		t.Helper()
+		leaf, err := ca.Issue(testpki.Leaf{DNSNames: names, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
 		}
+		return leaf
 	}
-	facts := tlsFactsOf(s)
-	if facts.Cert == nil || facts.Error != "" {
-		t.Fatalf("facts %+v", facts)
+	// A certificate of 15,500 SANs, about 1 MB as PEM.
+	var many []string
+	for i := range 15500 {
+		many = append(many, fmt.Sprintf("host-%05d.tenant-with-a-long-name.example.com", i))
 	}
-	if c := facts.Cert; c.DNSNames[0] != "web.example.com" || !c.NotAfter.Equal(leaf.Cert.NotAfter.UTC()) || c.Algorithm != "ECDSA" || c.Size != 256 || c.KeyID == "" {
-		t.Errorf("facts of the leaf %+v", c)
+	small, huge := issue("web.example.com"), issue(many...)
+	secret := func(leaf *testpki.Issued, mutate func(*corev1.Secret)) *corev1.Secret {
+		s := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web-tls", UID: "u1", ResourceVersion: "5", Labels: map[string]string{"app": "web"},
+				Annotations:   map[string]string{cmapi.CertificateNameKey: "web", cmapi.IssuerNameAnnotationKey: "ca", "unrelated.io/note": "x"},
+				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "cert-manager"}}},
+			Type: corev1.SecretTypeTLS,
+			Data: map[string][]byte{
+				corev1.TLSCertKey:       append(append([]byte{}, leaf.CertPEM...), ca.PEM...),
+				corev1.TLSPrivateKeyKey: leaf.KeyPEM,
+				"ca.crt":                ca.PEM,
+			},
+		}
+		if mutate != nil {
+			mutate(s)
+		}
+		return s
 	}
-	if len(s.Annotations) != 1 || s.Annotations["cert-manager.io/certificate-name"] != "web" || s.Labels["app"] != "web" {
-		t.Errorf("annotations %v, labels %v", s.Annotations, s.Labels)
+	big := strings.Repeat("x", 1<<20)
+	manyLabels := map[string]string{}
+	for i := range 80 {
+		manyLabels[fmt.Sprintf("example.com/label-%02d", i)] = strings.Repeat("v", 63)
 	}
-	again, err := StripTLSSecret(s.DeepCopy())
-	if err != nil || !bytes.Equal(again.(*corev1.Secret).Data[TLSFactsKey], s.Data[TLSFactsKey]) {
-		t.Errorf("transformed twice: %v, %v", again, err)
+	tests := []struct {
+		name string
+		in   *corev1.Secret
+		// What is kept: the certificate's DNS names (the first ones) and
+		// their true count, or the error; the labels; the annotations.
+		wantNames       int
+		wantCount       int
+		wantFirst       string
+		wantError       string
+		wantLabels      map[string]string
+		wantAnnotations map[string]string
+		// maxFacts bounds the facts' JSON.
+		maxFacts int
+	}{
+		{name: "a certificate of one name", in: secret(small, nil), wantNames: 1, wantCount: 1, wantFirst: "web.example.com",
+			wantLabels: map[string]string{"app": "web"}, wantAnnotations: map[string]string{cmapi.CertificateNameKey: "web", cmapi.IssuerNameAnnotationKey: "ca"}, maxFacts: 1 << 10},
+		{name: "15,500 SANs: the first 256 and the count", in: secret(huge, nil), wantNames: certpolicy.MaxDNSNames, wantCount: 15500, wantFirst: many[0],
+			wantLabels: map[string]string{"app": "web"}, wantAnnotations: map[string]string{cmapi.CertificateNameKey: "web", cmapi.IssuerNameAnnotationKey: "ca"}, maxFacts: 20 << 10},
+		{name: "cert-manager's annotations: the four read, each if it can name an object", in: secret(small, func(s *corev1.Secret) {
+			s.Annotations = map[string]string{cmapi.AltNamesAnnotationKey: big, cmapi.IssuerNameAnnotationKey: strings.Repeat("i", 254),
+				cmapi.IssuerKindAnnotationKey: "ClusterIssuer", cmapi.IssuerGroupAnnotationKey: "cert-manager.io", "tenant.example/padding": big}
+		}), wantNames: 1, wantCount: 1, wantFirst: "web.example.com", wantLabels: map[string]string{"app": "web"},
+			wantAnnotations: map[string]string{cmapi.IssuerKindAnnotationKey: "ClusterIssuer", cmapi.IssuerGroupAnnotationKey: "cert-manager.io"}, maxFacts: 1 << 10},
+		{name: "labels over 4 KiB: none kept", in: secret(small, func(s *corev1.Secret) { s.Labels = manyLabels }),
+			wantNames: 1, wantCount: 1, wantFirst: "web.example.com", wantAnnotations: map[string]string{cmapi.CertificateNameKey: "web", cmapi.IssuerNameAnnotationKey: "ca"}, maxFacts: 1 << 10},
+		{name: "an unparsable tls.crt: the error, quoting nothing", in: secret(small, func(s *corev1.Secret) { s.Data[corev1.TLSCertKey] = []byte(big) }),
+			wantError: "no PEM CERTIFICATE block", wantLabels: map[string]string{"app": "web"},
+			wantAnnotations: map[string]string{cmapi.CertificateNameKey: "web", cmapi.IssuerNameAnnotationKey: "ca"}, maxFacts: 1 << 10},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			leaked := [][]byte{tc.in.Data[corev1.TLSPrivateKeyKey], tc.in.Data[corev1.TLSCertKey], ca.PEM}
+			got, err := StripTLSSecret(tc.in.DeepCopy())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := got.(*corev1.Secret)
+			if len(s.Data) != 1 || s.Data[TLSFactsKey] == nil {
+				t.Fatalf("data keys %v, want %s only", keys(s.Data), TLSFactsKey)
+			}
+			for _, l := range leaked {
+				if bytes.Contains(s.Data[TLSFactsKey], l) {
+					t.Error("the cached facts hold a key or a certificate")
+				}
+			}
+			if n := len(s.Data[TLSFactsKey]); n > tc.maxFacts {
+				t.Errorf("facts of %d bytes, want at most %d", n, tc.maxFacts)
+			}
+			if s.Name != "web-tls" || s.Namespace != "shop" || s.UID != "u1" || s.ResourceVersion != "5" || s.ManagedFields != nil {
+				t.Errorf("identity lost or managed fields kept: %+v", s.ObjectMeta)
+			}
+			if !maps.Equal(s.Labels, tc.wantLabels) || !maps.Equal(s.Annotations, tc.wantAnnotations) {
+				t.Errorf("labels %v, annotations %.80v; want %v, %v", s.Labels, s.Annotations, tc.wantLabels, tc.wantAnnotations)
+			}
+			facts := tlsFactsOf(s)
+			switch {
+			case tc.wantError != "":
+				if facts.Cert != nil || !strings.Contains(facts.Error, tc.wantError) || len(facts.Error) > 200 {
+					t.Errorf("facts %.200v, want the error %q", facts, tc.wantError)
+				}
+			case facts.Cert == nil:
+				t.Fatalf("facts %+v", facts)
+			default:
+				c := facts.Cert
+				if len(c.DNSNames) != tc.wantNames || c.DNSNameCount != tc.wantCount || c.DNSNames[0] != tc.wantFirst {
+					t.Errorf("kept %d DNS names of %d, the first %q", len(c.DNSNames), c.DNSNameCount, c.DNSNames[0])
+				}
+				if c.NotAfter.IsZero() || c.Algorithm != "ECDSA" || c.Size != 256 || c.KeyID == "" {
+					t.Errorf("facts of the leaf %+v", c)
+				}
+			}
+			again, err := StripTLSSecret(s.DeepCopy())
+			if err != nil || !bytes.Equal(again.(*corev1.Secret).Data[TLSFactsKey], s.Data[TLSFactsKey]) ||
+				!maps.Equal(again.(*corev1.Secret).Labels, s.Labels) || !maps.Equal(again.(*corev1.Secret).Annotations, s.Annotations) {
+				t.Errorf("transformed twice: %v, %v", again, err)
+			}
+		})
 	}
 
-	in.Data[corev1.TLSCertKey] = []byte("not a certificate")
-	got, err = StripTLSSecret(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f := tlsFactsOf(got.(*corev1.Secret)); f.Cert != nil || !strings.Contains(f.Error, "no PEM CERTIFICATE block") {
-		t.Errorf("unparsable tls.crt: facts %+v", f)
-	}
 	if f := tlsFactsOf(&corev1.Secret{}); f.Cert != nil || f.Error == "" {
 		t.Errorf("a Secret with no facts: %+v", f)
+	}
+	tomb := toolscache.DeletedFinalStateUnknown{Key: "shop/x"}
+	if got, err := StripTLSSecret(tomb); err != nil || got != tomb {
+		t.Errorf("a tombstone became %v, %v", got, err)
+	}
+}
+
+func TestStripCertificate(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	var names []string
+	for i := range 15000 {
+		names = append(names, fmt.Sprintf("host-%05d.example.com", i))
+	}
+	now := metav1.Now()
+	crt := func(mutate func(*cmapi.Certificate)) *cmapi.Certificate {
+		c := &cmapi.Certificate{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "u1", ResourceVersion: "9", Generation: 3,
+				Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"note": big},
+				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}},
+			Spec: cmapi.CertificateSpec{SecretName: "web-tls", DNSNames: names, CommonName: "web",
+				IssuerRef:  cmmeta.IssuerReference{Name: "ca", Kind: "ClusterIssuer", Group: "cert-manager.io"},
+				Duration:   &metav1.Duration{Duration: 24 * time.Hour},
+				PrivateKey: &cmapi.CertificatePrivateKey{RotationPolicy: cmapi.RotationPolicyNever, Size: 256}},
+			Status: cmapi.CertificateStatus{Revision: ptr.To(4), NotAfter: &now, Conditions: []cmapi.CertificateCondition{
+				{Type: cmapi.CertificateConditionReady, Status: cmmeta.ConditionTrue, Message: big},
+				{Type: cmapi.CertificateConditionIssuing, Status: cmmeta.ConditionTrue, Message: big},
+			}},
+		}
+		if mutate != nil {
+			mutate(c)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name       string
+		in         *cmapi.Certificate
+		wantLabels map[string]string
+		wantIssuer string
+	}{
+		{"a Certificate of 15,000 names and 1 MiB of annotations", crt(nil), map[string]string{"app": "web"}, "ca"},
+		{"labels over 4 KiB, an issuer name no issuer can have", crt(func(c *cmapi.Certificate) {
+			c.Labels = map[string]string{}
+			for i := range 80 {
+				c.Labels[fmt.Sprintf("example.com/label-%02d", i)] = strings.Repeat("v", 63)
+			}
+			c.Spec.IssuerRef.Name = strings.Repeat("i", 300)
+		}), nil, strings.Repeat("i", 253)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := StripCertificate(tc.in.DeepCopy())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := got.(*cmapi.Certificate)
+			f := certpolicy.CertificateFacts(c)
+			want := certpolicy.CertificateFacts(tc.in)
+			if f.Revision != want.Revision || f.Issuing != want.Issuing || *f.Subject.CertManager != *want.Subject.CertManager ||
+				!certpolicy.Manages(c, "web-tls") || !certpolicy.IsCurrent(c, &certpolicy.Certificate{NotAfter: now.Time}) {
+				t.Errorf("facts %+v, want %+v", f, want)
+			}
+			if f.Issuer.Name != tc.wantIssuer || f.Issuer.Kind != "ClusterIssuer" || !maps.Equal(c.Labels, tc.wantLabels) {
+				t.Errorf("issuer %+v, labels %v", f.Issuer, c.Labels)
+			}
+			if c.Name != "web" || c.Namespace != "shop" || c.UID != "u1" || c.ResourceVersion != "9" || c.Generation != 3 {
+				t.Errorf("identity lost: %+v", c.ObjectMeta)
+			}
+			data, err := json.Marshal(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(data) > 8<<10 {
+				t.Errorf("kept %d bytes of JSON", len(data))
+			}
+			again, _ := StripCertificate(c.DeepCopy())
+			if !equality.Semantic.DeepEqual(again, c) {
+				t.Errorf("transformed twice, it changed")
+			}
+		})
+	}
+	if got, _ := CacheOptions("ringmaster-system").DefaultTransform(&v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"a": "b"}}}); got.(*v1alpha1.TicketKeyRing).Annotations["a"] != "b" {
+		t.Error("the manager's cache changed a ring")
+	}
+	if got, _ := CacheOptions("ringmaster-system").DefaultTransform(crt(nil)); got.(*cmapi.Certificate).Spec.DNSNames != nil {
+		t.Error("the manager's cache keeps a Certificate's DNS names")
 	}
 }
 

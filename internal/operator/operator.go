@@ -130,8 +130,17 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 		return nil, fmt.Errorf("create manager: %w", err)
 	}
 	// Pods are asked off the reconcile path, by one prober with a budget
-	// of its own, so that no namespace's pods hold up another's rings.
-	prober := &confirm.Prober{Reader: mgr.GetAPIReader(), Clock: o.Clock, Budget: o.Probing}
+	// of its own, so that no namespace's pods hold up another's rings. It
+	// finds them in a cache of its own that keeps only what voting needs
+	// of each pod, started by the first ring that asks its pods.
+	pods, err := confirm.NewPods(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper(), confirm.PodsOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(pods); err != nil {
+		return nil, fmt.Errorf("add the pod cache: %w", err)
+	}
+	prober := &confirm.Prober{Pods: pods, Clock: o.Clock, Budget: o.Probing}
 	if err := mgr.Add(prober); err != nil {
 		return nil, fmt.Errorf("add the prober: %w", err)
 	}
