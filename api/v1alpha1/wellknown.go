@@ -19,6 +19,13 @@ const (
 	// due, while the ring holds it for its fleet to confirm (RFC 3339).
 	DueAnnotation = "ringmaster.io/due"
 
+	// ExpiresAtAnnotation on a snapshot or projection Secret is when the last
+	// key it holds expires (RFC 3339): the time by which the Secret must be
+	// gone, even when no ring controls it any more (an orphan delete, a ring
+	// removed while the operator was down). It is on the Secret's metadata
+	// so that the operator need not read its keys to know it.
+	ExpiresAtAnnotation = "ringmaster.io/expires-at"
+
 	// SharedVersionAnnotation on a snapshot Secret is the version of the
 	// ring's shared entry in Vault that the epoch serves, for a ring whose
 	// key source shares rings across clusters.
