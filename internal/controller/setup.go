@@ -72,8 +72,8 @@ type Controllers struct {
 }
 
 // Setup registers every controller with the manager: TicketKeyRing,
-// ClusterTicketKeyRing, ECHKeyRing, ClusterKeySource, ClusterDNSZone and
-// CertificatePolicy.
+// ClusterTicketKeyRing, ECHKeyRing, the orphans of all three,
+// ClusterKeySource, ClusterDNSZone and CertificatePolicy.
 func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -98,6 +98,10 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	}
 	if err := setupRings(ctx, mgr, shared, o); err != nil {
 		return nil, err
+	}
+	orphans := &OrphanReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: o.Clock, Namespace: o.Namespace}
+	if err := orphans.SetupWithManager(mgr, o.Registry); err != nil {
+		return nil, fmt.Errorf("set up the orphan controller: %w", err)
 	}
 	ech := &ECHKeyRingReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock,
 		Sources: sources, Prober: o.Prober, Namespace: o.Namespace, KeepInBackups: o.KeepSecretsInBackups}
