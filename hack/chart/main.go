@@ -16,10 +16,11 @@
 //
 //   - templates/admission.yaml from config/admission/policy.yaml: the
 //     admission guard of ringmaster's Secrets behind admissionPolicy.enabled,
-//     with the release's names: the operator's service account
-//     system:serviceaccount:ringmaster-system:ringmaster becomes the chart's
-//     (release namespace, ServiceAccount name), and ringmaster-<x> becomes
-//     <fullname>-<x>, in the messages too.
+//     with the release's names: the variables operatorNamespace and
+//     operatorServiceAccount ('ringmaster-system' and 'ringmaster', which
+//     kustomize replaces from config/admission/operator.yaml) become the
+//     release namespace and the chart's ServiceAccount, and ringmaster-<x>
+//     becomes <fullname>-<x>, in the messages too.
 //
 //     go run ./hack/chart -crds config/crd/bases -rbac config/rbac/role.yaml -admission config/admission/policy.yaml -chart charts/ringmaster
 package main
@@ -264,9 +265,19 @@ func admissionTemplate(path string) ([]byte, error) {
 	if strings.Contains(text, "{{") {
 		return nil, errors.New("holds {{, which Helm would read as a template")
 	}
-	operatorUser := "system:serviceaccount:" + operatorNamespace + ":" + operatorName
-	if !strings.Contains(text, "'"+operatorUser+"'") {
-		return nil, fmt.Errorf("names no operator service account %s in a CEL string", operatorUser)
+	// The operator's service account is named by two variables alone, as
+	// CEL strings; they become the release's.
+	operatorVars := map[string]string{
+		"- name: operatorNamespace\n    expression: \"'" + operatorNamespace + "'\"\n":   "- name: operatorNamespace\n    expression: \"'" + namespace + "'\"\n",
+		"- name: operatorServiceAccount\n    expression: \"'" + operatorName + "'\"\n": "- name: operatorServiceAccount\n    expression: \"'" + saName + "'\"\n",
+	}
+	for from := range operatorVars {
+		if strings.Count(text, from) != 1 {
+			return nil, fmt.Errorf("wants the operator's service account once in the variables operatorNamespace and operatorServiceAccount, as %q", from)
+		}
+	}
+	if strings.Contains(text, "system:serviceaccount:"+operatorNamespace) {
+		return nil, errors.New("names the operator's service account outside the variables operatorNamespace and operatorServiceAccount")
 	}
 	var b strings.Builder
 	b.WriteString("{{- if .Values.admissionPolicy.enabled }}\n")
@@ -297,7 +308,9 @@ func admissionTemplate(path string) ([]byte, error) {
 			return nil, fmt.Errorf("%s: no metadata.name ringmaster-<x> written as %q", obj.Kind, head)
 		}
 		rest := strings.TrimSuffix(doc[i+len(head):], "\n")
-		rest = strings.ReplaceAll(rest, operatorUser, "system:serviceaccount:"+namespace+":"+saName)
+		for from, to := range operatorVars {
+			rest = strings.ReplaceAll(rest, from, to)
+		}
 		rest = strings.ReplaceAll(rest, obj.Metadata.Name, chartName(obj.Metadata.Name))
 		fmt.Fprintf(&b, "---\napiVersion: %s\nkind: %s\nmetadata:\n  name: %s\n  labels:\n    %s\n%s\n",
 			obj.APIVersion, obj.Kind, chartName(obj.Metadata.Name), labels, rest)

@@ -124,6 +124,13 @@ func TestCRDTemplate(t *testing.T) {
 	}
 }
 
+// policyDoc and bindingDoc are the least admission guard the generator
+// takes.
+const (
+	policyDoc  = "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n  name: ringmaster-x\nspec:\n  variables:\n  - name: operatorNamespace\n    expression: \"'ringmaster-system'\"\n  - name: operatorServiceAccount\n    expression: \"'ringmaster'\"\n"
+	bindingDoc = "---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata:\n  name: ringmaster-x\nspec:\n  policyName: ringmaster-x\n"
+)
+
 func TestAdmissionTemplate(t *testing.T) {
 	out, err := admissionTemplate(filepath.Join("..", "..", "config", "admission", "policy.yaml"))
 	if err != nil {
@@ -136,9 +143,10 @@ func TestAdmissionTemplate(t *testing.T) {
 		"kind: ValidatingAdmissionPolicyBinding\nmetadata:\n  name: {{ include \"ringmaster.fullname\" . }}-secrets\n",
 		"  policyName: {{ include \"ringmaster.fullname\" . }}-secrets\n",
 		// The operator is the chart's service account, in the release namespace.
-		"request.userInfo.username == 'system:serviceaccount:{{ .Release.Namespace }}:{{ include \"ringmaster.serviceAccountName\" . }}'",
+		"- name: operatorNamespace\n    expression: \"'{{ .Release.Namespace }}'\"\n",
+		"- name: operatorServiceAccount\n    expression: \"'{{ include \"ringmaster.serviceAccountName\" . }}'\"\n",
 		// The messages name the release's policy.
-		"'{{ include \"ringmaster.fullname\" . }}-secrets: only the ringmaster operator (system:serviceaccount:{{ .Release.Namespace }}:",
+		"'{{ include \"ringmaster.fullname\" . }}-secrets: only the ringmaster operator (' + variables.operatorUser",
 		"\n{{- end }}\n",
 	} {
 		if !strings.Contains(got, want) {
@@ -152,10 +160,19 @@ func TestAdmissionTemplate(t *testing.T) {
 	}
 
 	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte(policyDoc+bindingDoc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admissionTemplate(good); err != nil {
+		t.Fatalf("the least guard: %v", err)
+	}
 	for name, doc := range map[string]string{
-		"templated":   "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n  name: ringmaster-x\nspec:\n  x: '{{ y }}' 'system:serviceaccount:ringmaster-system:ringmaster'\n",
+		"templated":   policyDoc + "  x: '{{ y }}'\n",
 		"no operator": "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n  name: ringmaster-x\n",
-		"no binding":  "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n  name: ringmaster-x\nspec:\n  x: 'system:serviceaccount:ringmaster-system:ringmaster'\n",
+		"no binding":  policyDoc,
+		"the operator named outside the variables": policyDoc + "  - name: other\n    expression: \"request.userInfo.username == 'system:serviceaccount:ringmaster-system:ringmaster'\"\n" + bindingDoc,
+		"the operator named twice": policyDoc + "  - name: operatorNamespace\n    expression: \"'ringmaster-system'\"\n" + bindingDoc,
 	} {
 		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
 		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
