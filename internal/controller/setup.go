@@ -63,11 +63,16 @@ type Options struct {
 	// Prober asks rings' pods what they hold (spec.confirmation); the
 	// manager must run it.
 	Prober *confirm.Prober
+	// NoCertificatePolicy leaves the CertificatePolicy controller out, and
+	// with it every read of Secrets other than ringmaster's own: the
+	// operator then needs no cluster-wide Secret read (docs/security.md).
+	NoCertificatePolicy bool
 }
 
 // Controllers are the controllers Setup registered, for what tests observe
 // of them.
 type Controllers struct {
+	// CertificatePolicy is nil under Options.NoCertificatePolicy.
 	CertificatePolicy *CertificatePolicyReconciler
 }
 
@@ -126,6 +131,9 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	dnsZones := &ClusterDNSZoneReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, Namespace: o.Namespace}
 	if err := dnsZones.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the ClusterDNSZone controller: %w", err)
+	}
+	if o.NoCertificatePolicy {
+		return &Controllers{}, nil
 	}
 	cpol := &CertificatePolicyReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock,
