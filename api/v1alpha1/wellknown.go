@@ -19,11 +19,12 @@ const (
 	// due, while the ring holds it for its fleet to confirm (RFC 3339).
 	DueAnnotation = "ringmaster.io/due"
 
-	// ExpiresAtAnnotation on a snapshot or projection Secret is when the last
-	// key it holds expires (RFC 3339): the time by which the Secret must be
-	// gone, even when no ring controls it any more (an orphan delete, a ring
-	// removed while the operator was down). It is on the Secret's metadata
-	// so that the operator need not read its keys to know it.
+	// ExpiresAtAnnotation on a snapshot or projection Secret is when the
+	// first key it holds expires (RFC 3339): the time by which the Secret
+	// must be gone (a live ring rewrites or deletes it then), even when no
+	// ring controls it any more (an orphan delete, a ring removed while the
+	// operator was down). It is on the Secret's metadata so that the
+	// operator need not read its keys to know it.
 	ExpiresAtAnnotation = "ringmaster.io/expires-at"
 
 	// SharedVersionAnnotation on a snapshot Secret is the version of the

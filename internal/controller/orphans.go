@@ -28,20 +28,21 @@ import (
 
 // orphansDeletedTotal counts the Secrets of ringmaster's that no live ring
 // controlled and that the orphan controller destroyed. Labels: component
-// ("snapshot" or "projection"), reason ("expired": its last key's
-// expiresAt passed, or it held no key a reader accepts; "superseded": a
+// ("snapshot" or "projection"), reason ("expired": the expiresAt of a key
+// it held passed, or it held no key a reader accepts; "superseded": a
 // ring of its name took its place).
 var orphansDeletedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "ringmaster_orphaned_secrets_deleted_total",
-	Help: "Snapshot and projection Secrets that no live ring controlled (an orphan delete, a ring removed while the operator was down), destroyed at their last key's expiry or when a ring of their name took their place.",
+	Help: "Snapshot and projection Secrets that no live ring controlled (an orphan delete, a ring removed while the operator was down), destroyed when a key they held expired or when a ring of their name took their place.",
 }, []string{"component", "reason"})
 
 // OrphanReconciler destroys the Secrets of ringmaster's that no live ring
 // controls (distribute.OrphanOf): what `kubectl delete --cascade=orphan`
 // leaves once the garbage collector has stripped the owner references, and
 // what a ring removed while the operator was down leaves to the garbage
-// collector. Each goes no later than the expiresAt of the last key it
-// holds, at once when it holds only expired keys, and at once when a ring
+// collector. Each goes no later than the expiresAt of the first key it
+// holds to expire (a live ring would rewrite or delete it then), and at
+// once when a ring
 // of its kind and name lives again (which takes its place: see
 // distribute.Owner.Predecessor). Only the operator may write such Secrets
 // where the admission guard is installed, so they are its to remove.
@@ -163,7 +164,7 @@ func (r *OrphanReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	return reconcile.Result{}, nil
 }
 
-// expiry is when the last key s holds expires: from its annotation, read
+// expiry is when the first key s holds expires: from its annotation, read
 // with its metadata alone, or from its ring file when it has none. Zero
 // means it holds no key a reader accepts. A ring created again takes the
 // Secret's place whatever its keys, so nothing is read for it.

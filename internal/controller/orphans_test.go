@@ -29,12 +29,12 @@ var _ = Describe("Secrets no live ring controls", func() {
 	var ctx context.Context
 	BeforeEach(func() { ctx = context.Background() })
 
-	It("are destroyed at the last key's expiresAt after an orphan delete, not before", func() {
+	It("are destroyed when a key they hold expires after an orphan delete, not before", func() {
 		ns := newNamespace(ctx)
 		ring := createRing(ctx, ns, "web", nil)
 		waitEpoch(ctx, ring, 1)
 		snapshot, projection := getSecret(ctx, ns, "web-e1"), getSecret(ctx, ns, "web-ticket-keys")
-		expiry := lastKeyExpiry(decode(snapshot))
+		expiry := firstKeyExpiry(decode(snapshot))
 		stamp := expiry.UTC().Truncate(time.Second).Format(time.RFC3339)
 		Expect(snapshot.Annotations).To(HaveKeyWithValue(v1alpha1.ExpiresAtAnnotation, stamp))
 		Expect(projection.Annotations).To(HaveKeyWithValue(v1alpha1.ExpiresAtAnnotation, stamp))
@@ -47,7 +47,7 @@ var _ = Describe("Secrets no live ring controls", func() {
 			Expect(left.Data).To(Equal(s.Data), "kept while its keys live: pods may still mount it")
 		}
 
-		By("a minute before the last key expires, both are still there")
+		By("a minute before their first key expires, both are still there")
 		fakeClock.SetTime(expiry.Add(-time.Minute))
 		touch(ctx, snapshot, projection)
 		flushOrphans(ctx, ns)
@@ -87,7 +87,7 @@ var _ = Describe("Secrets no live ring controls", func() {
 		ring := createRing(ctx, ns, "web", nil)
 		waitEpoch(ctx, ring, 1)
 		snapshot, projection := getSecret(ctx, ns, "web-e1"), getSecret(ctx, ns, "web-ticket-keys")
-		expiry := lastKeyExpiry(decode(snapshot))
+		expiry := firstKeyExpiry(decode(snapshot))
 
 		stopManager()
 		// No garbage collector runs here: the Secrets keep their owner
@@ -133,15 +133,15 @@ var _ = Describe("Secrets no live ring controls", func() {
 	})
 })
 
-// lastKeyExpiry is the latest expiresAt of r's keys.
-func lastKeyExpiry(r keyring.Ring) time.Time {
-	var last time.Time
+// firstKeyExpiry is the earliest expiresAt of r's keys.
+func firstKeyExpiry(r keyring.Ring) time.Time {
+	first := r.Keys[0].ExpiresAt
 	for _, k := range r.Keys {
-		if k.ExpiresAt.After(last) {
-			last = k.ExpiresAt
+		if k.ExpiresAt.Before(first) {
+			first = k.ExpiresAt
 		}
 	}
-	return last
+	return first
 }
 
 // orphanDelete deletes a ring as `kubectl delete --cascade=orphan` does, and

@@ -146,7 +146,7 @@ func (o Owner) Owns(s *corev1.Secret) bool {
 //     that no ring controls: what an orphan delete (kubectl delete
 //     --cascade=orphan) leaves once the garbage collector has stripped its
 //     owner references. The orphan controller destroys such a Secret at
-//     its last key's expiry; a ring of the name takes its place at once.
+//     first key's expiry; a ring of the name takes its place at once.
 //
 // The ring deletes it now rather than wedge on the name. A Secret of anyone
 // else is never one: not of ringmaster's type, labelled for another ring,
@@ -222,8 +222,8 @@ func Snapshot(o Owner, r keyring.Ring, req Requests) (*corev1.Secret, error) {
 	if !r.Due.IsZero() {
 		ann[v1alpha1.DueAnnotation] = r.Due.UTC().Format(time.RFC3339)
 	}
-	if last := lastExpiry(r); !last.IsZero() {
-		ann[v1alpha1.ExpiresAtAnnotation] = formatExpiry(last)
+	if first := firstExpiry(r); !first.IsZero() {
+		ann[v1alpha1.ExpiresAtAnnotation] = formatExpiry(first)
 	}
 	if len(ann) > 0 {
 		s.Annotations = ann

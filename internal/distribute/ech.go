@@ -40,8 +40,8 @@ func ECHSnapshot(o Owner, r echring.Ring) (*corev1.Secret, error) {
 		Data:      map[string][]byte{echring.FileName: file},
 	}
 	s.Labels[v1alpha1.EpochLabel] = strconv.FormatInt(r.Epoch, 10)
-	if last := lastECHExpiry(r); !last.IsZero() {
-		s.Annotations = map[string]string{v1alpha1.ExpiresAtAnnotation: formatExpiry(last)}
+	if first := firstECHExpiry(r); !first.IsZero() {
+		s.Annotations = map[string]string{v1alpha1.ExpiresAtAnnotation: formatExpiry(first)}
 	}
 	return s, nil
 }

@@ -18,8 +18,10 @@ import (
 // (kubectl delete --cascade=orphan) leaves a ring's snapshots and
 // projections behind with their owner references stripped, and a ring
 // removed while the operator was down leaves them to the garbage collector.
-// Nothing may outlive its expiresAt, so the operator destroys such a Secret
-// by its last key's expiry, and at once when a ring of its name lives again
+// No key may outlive its expiresAt, so the operator destroys such a Secret
+// when the first key it holds expires (a live ring would rewrite or delete
+// it then: it cannot drop one key from a Secret it no longer serves), and
+// at once when a ring of its name lives again
 // (that ring takes its place). This file decides which Secrets those are,
 // and when each must go.
 //
@@ -120,7 +122,7 @@ func OrphanOf(s *corev1.Secret, home string, live types.UID) (Orphan, bool) {
 // Deadline is when an orphan must be gone: at once when a ring of its name
 // has taken its place, or when its keys' expiry is unknown (expiry zero:
 // its data holds nothing a reader accepts); otherwise at expiry, the
-// expiresAt of the last key it holds, and never later.
+// expiresAt of the first key it holds to expire, and never later.
 func (o Orphan) Deadline(expiry, now time.Time) time.Time {
 	if o.Superseded || expiry.IsZero() || expiry.Before(now) {
 		return now
@@ -144,8 +146,8 @@ func AnnotatedExpiry(s metav1.Object) (time.Time, bool) {
 	return t, true
 }
 
-// DataExpiry is the expiresAt of the last key a snapshot or projection
-// Secret holds, read from its ring file (ticketkeys.json, or echkeys.json
+// DataExpiry is the expiresAt of the first key a snapshot or projection
+// Secret holds to expire, read from its ring file (ticketkeys.json, or echkeys.json
 // for an ECH ring's): for a Secret written before ExpiresAtAnnotation
 // existed. An error says that its data holds no ring a reader accepts, and
 // so nothing to wait for; it names the Secret, never the data.
@@ -155,47 +157,47 @@ func DataExpiry(s *corev1.Secret) (time.Time, error) {
 		if err != nil {
 			return time.Time{}, fmt.Errorf("secret %s/%s: %w", s.Namespace, s.Name, err)
 		}
-		last := lastECHExpiry(r)
+		first := firstECHExpiry(r)
 		for i := range r.Configs {
 			clear(r.Configs[i].PrivateKey)
 		}
-		return last, nil
+		return first, nil
 	}
 	r, err := keyring.Decode(s.Data[keyring.FileName])
 	if err != nil {
 		return time.Time{}, fmt.Errorf("secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
-	last := lastExpiry(r)
+	first := firstExpiry(r)
 	for i := range r.Keys {
 		clear(r.Keys[i].Secret[:])
 	}
-	return last, nil
+	return first, nil
 }
 
-// lastExpiry is the latest expiresAt of r's keys; zero for none.
-func lastExpiry(r keyring.Ring) time.Time {
-	var last time.Time
+// firstExpiry is the earliest expiresAt of r's keys; zero for none.
+func firstExpiry(r keyring.Ring) time.Time {
+	var first time.Time
 	for _, k := range r.Keys {
-		if k.ExpiresAt.After(last) {
-			last = k.ExpiresAt
+		if !k.ExpiresAt.IsZero() && (first.IsZero() || k.ExpiresAt.Before(first)) {
+			first = k.ExpiresAt
 		}
 	}
-	return last
+	return first
 }
 
-// lastECHExpiry is the latest expiresAt of r's configs; zero for none.
-func lastECHExpiry(r echring.Ring) time.Time {
-	var last time.Time
+// firstECHExpiry is the earliest expiresAt of r's configs; zero for none.
+func firstECHExpiry(r echring.Ring) time.Time {
+	var first time.Time
 	for _, c := range r.Configs {
-		if c.ExpiresAt.After(last) {
-			last = c.ExpiresAt
+		if !c.ExpiresAt.IsZero() && (first.IsZero() || c.ExpiresAt.Before(first)) {
+			first = c.ExpiresAt
 		}
 	}
-	return last
+	return first
 }
 
 // formatExpiry writes an expiry to the second, rounded down: the Secret
-// goes no later than its last key.
+// goes no later than its key.
 func formatExpiry(t time.Time) string {
 	return t.UTC().Truncate(time.Second).Format(time.RFC3339)
 }
