@@ -93,7 +93,9 @@ var _ = Describe("Secrets no live ring controls", func() {
 		// No garbage collector runs here: the Secrets keep their owner
 		// references to a ring that no longer exists.
 		Expect(k8s.Delete(ctx, getRing(ctx, ring))).To(Succeed())
-		Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(ring), &v1alpha1.TicketKeyRing{})) }, timeout, poll).Should(BeTrue())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(ring), &v1alpha1.TicketKeyRing{}))
+		}, timeout, poll).Should(BeTrue())
 		fakeClock.SetTime(expiry.Add(time.Second))
 		startManager()
 
@@ -173,7 +175,9 @@ func orphanDelete(ctx context.Context, ring *v1alpha1.TicketKeyRing) {
 	patch := client.MergeFrom(going.DeepCopy())
 	going.Finalizers = nil
 	Expect(gc.Patch(ctx, going, patch)).To(Succeed())
-	Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(ring), &v1alpha1.TicketKeyRing{})) }, timeout, poll).Should(BeTrue())
+	Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(ring), &v1alpha1.TicketKeyRing{}))
+	}, timeout, poll).Should(BeTrue())
 }
 
 // touch updates each Secret's metadata, so that the operator judges it
