@@ -210,6 +210,9 @@ var _ = Describe("ringmaster installed with its Helm chart", Ordered, func() {
 	It("runs config/samples as shipped: nginx and HAProxy with the sidecar, behind their Services, resume sessions under the sample certificate",
 		samplesAsShipped, NodeTimeout(4*time.Minute))
 
+	It("admits only the operator's pods to the agents' status port under config/samples' NetworkPolicy, enforced by kube-router; the fleet still confirms a rotation",
+		Label("netpol"), statusPortGuarded, NodeTimeout(6*time.Minute))
+
 	// Faults during rotation (faults_test.go), each under load on a fleet
 	// of its own; make test runs those that fit its time, make test-faults
 	// the others.
