@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -52,9 +53,15 @@ func statusPortGuarded(ctx SpecContext) {
 		// specs after this one run on the plain bridge again.
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
+		// --cleanup-config cleans the NetworkPolicy controller's rules, then
+		// panics in v2.1.0 in the service proxy's, which never ran here:
+		// what counts is that no chain of its is left.
 		cleanup := exec.CommandContext(ctx, "nsenter", "--net="+nsPath, "--", router, "--cleanup-config")
 		cleanup.Stdout, cleanup.Stderr = GinkgoWriter, GinkgoWriter
-		Expect(cleanup.Run()).To(Succeed())
+		_ = cleanup.Run()
+		out, err := exec.CommandContext(ctx, "nsenter", "--net="+nsPath, "--", "iptables-save", "-t", "filter").Output()
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(out)).NotTo(ContainSubstring("KUBE-ROUTER"), "kube-router's chains removed")
 	})
 	Eventually(func() string {
 		out, _ := exec.CommandContext(ctx, "nsenter", "--net="+nsPath, "--", "iptables-save", "-t", "filter").Output()
@@ -106,7 +113,7 @@ func statusPortGuarded(ctx SpecContext) {
 		g.Expect(cl.Client.Get(ctx, key(elsewhere, "client"), client)).To(Succeed())
 		g.Expect(podReady(*client)).To(BeTrue())
 	}).WithContext(ctx).WithTimeout(time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
-	from := netns.Dialer{Path: podNetns(ctx, client.Status.PodIP)}
+	from := netns.Dialer{Path: podNetns(client.UID)}
 	reach := func(pod corev1.Pod, port string) error {
 		dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
@@ -182,19 +189,19 @@ func agentLikeDeployment(ns string, replicas int32) *appsv1.Deployment {
 	}
 }
 
-// podNetns is the network namespace (bound by the CNI plugin under
-// /run/netns) holding a pod's address: where a connection from that pod
-// starts.
-func podNetns(ctx context.Context, ip string) string {
+// podNetns is the network namespace of a pod, found through a process of
+// it (the kubelet's cgroupfs driver names a pod's cgroup pod<uid>): where a
+// connection from that pod starts.
+func podNetns(uid types.UID) string {
 	GinkgoHelper()
-	paths, err := filepath.Glob("/run/netns/cni-*")
+	cgroups, err := filepath.Glob("/proc/[0-9]*/cgroup")
 	Expect(err).NotTo(HaveOccurred())
-	for _, p := range paths {
-		out, err := exec.CommandContext(ctx, "nsenter", "--net="+p, "--", "ip", "-o", "-4", "addr", "show").Output()
-		if err == nil && strings.Contains(string(out), " "+ip+"/") {
-			return p
+	for _, c := range cgroups {
+		data, err := os.ReadFile(c)
+		if err == nil && (strings.Contains(string(data), "pod"+string(uid)) || strings.Contains(string(data), "pod"+strings.ReplaceAll(string(uid), "-", "_"))) {
+			return filepath.Join(filepath.Dir(c), "ns", "net")
 		}
 	}
-	Fail("no network namespace holds " + ip)
+	Fail("no process of pod " + string(uid))
 	return ""
 }
