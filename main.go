@@ -32,12 +32,23 @@ func main() {
 	flag.IntVar(&o.RingWorkers, "ring-workers", controller.DefaultRingWorkers, "Rings of each kind reconciled at once, so that a slow key source holds up only its own rings.")
 	flag.IntVar(&o.MaxRenewalsPerMinute, "max-renewals-per-minute", controller.DefaultMaxRenewalsPerMinute, "Most cert-manager Certificates that Enforce CertificatePolicies re-issue per minute, across the cluster (bursts of as many).")
 	flag.IntVar(&o.Probing.MaxPods, "confirmation-max-pods", confirm.DefaultMaxPods, "Most pods one ring under spec.confirmation may select; a ring selecting more is not probed, and its staged keys are not confirmed.")
+	certificatePolicy := flag.Bool("certificate-policy", true,
+		"Run the CertificatePolicy audit, which reads kubernetes.io/tls Secrets cluster-wide; without it the operator reads no Secret but ringmaster's own.")
+	watch := flag.String("watch-namespaces", "",
+		"Namespaces whose rings, Secrets and pods the operator serves, comma-separated (its own namespace always); empty: every namespace. RBAC may then grant Secrets and pods by RoleBindings there alone.")
 	exclude := flag.Bool("exclude-secrets-from-backup", true,
 		"Label every Secret that holds keys velero.io/exclude-from-backup=true, so that backups skip them: a key in a backup outlives its expiresAt.")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
 	o.KeepSecretsInBackups = !*exclude
+	o.NoCertificatePolicy = !*certificatePolicy
+	namespaces, err := operator.ParseNamespaces(*watch)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	o.WatchNamespaces = namespaces
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
 
 	if err := run(o); err != nil {
@@ -60,6 +71,6 @@ func run(o operator.Options) error {
 		return err
 	}
 	ctrl.Log.WithName("setup").Info("Starting operator", "namespace", o.Namespace, "leaderElection", o.LeaderElection,
-		"metrics", cmp.Or(o.MetricsAddr, "0"))
+		"metrics", cmp.Or(o.MetricsAddr, "0"), "watchNamespaces", o.WatchNamespaces, "certificatePolicy", !o.NoCertificatePolicy)
 	return op.Start(ctx)
 }

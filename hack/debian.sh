@@ -22,6 +22,7 @@ command_of() {
 	openssl) echo /usr/bin/openssl ;;
 	knot) echo /usr/sbin/knotd ;;
 	knot-dnsutils) echo /usr/bin/kdig ;;
+	ipset) echo /usr/sbin/ipset ;;
 	*) echo "" ;;
 	esac
 }

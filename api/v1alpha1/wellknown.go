@@ -24,6 +24,14 @@ const (
 	// its ceiling without every pod reporting it.
 	PublishedUnconfirmedAnnotation = "ringmaster.io/published-unconfirmed"
 
+	// ExpiresAtAnnotation on a snapshot or projection Secret is when the
+	// first key it holds expires (RFC 3339): the time by which the Secret
+	// must be gone (a live ring rewrites or deletes it then), even when no
+	// ring controls it any more (an orphan delete, a ring removed while the
+	// operator was down). It is on the Secret's metadata so that the
+	// operator need not read its keys to know it.
+	ExpiresAtAnnotation = "ringmaster.io/expires-at"
+
 	// SharedVersionAnnotation on a snapshot Secret is the version of the
 	// ring's shared entry in Vault that the epoch serves, for a ring whose
 	// key source shares rings across clusters.

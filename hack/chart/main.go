@@ -7,7 +7,9 @@
 //
 //   - templates/rbac.yaml from config/rbac/role.yaml: the ClusterRole and
 //     the namespaced Roles controller-gen wrote from the +kubebuilder:rbac
-//     markers, each with a binding to the chart's ServiceAccount. A Role in
+//     markers, each with a binding to the chart's ServiceAccount; the
+//     ClusterRole's rules split by the values certificatePolicy.enabled and
+//     watchNamespaces (see classify). A Role in
 //     the namespace ringmaster-system (the markers' stand-in for "the
 //     operator's namespace") goes into the release namespace; a
 //     resourceNames entry "ringmaster" on serviceaccounts becomes the
@@ -16,10 +18,11 @@
 //
 //   - templates/admission.yaml from config/admission/policy.yaml: the
 //     admission guard of ringmaster's Secrets behind admissionPolicy.enabled,
-//     with the release's names: the operator's service account
-//     system:serviceaccount:ringmaster-system:ringmaster becomes the chart's
-//     (release namespace, ServiceAccount name), and ringmaster-<x> becomes
-//     <fullname>-<x>, in the messages too.
+//     with the release's names: the variables operatorNamespace and
+//     operatorServiceAccount ('ringmaster-system' and 'ringmaster', which
+//     kustomize replaces from config/admission/operator.yaml) become the
+//     release namespace and the chart's ServiceAccount, and ringmaster-<x>
+//     becomes <fullname>-<x>, in the messages too.
 //
 //     go run ./hack/chart -crds config/crd/bases -rbac config/rbac/role.yaml -admission config/admission/policy.yaml -chart charts/ringmaster
 package main
@@ -182,7 +185,7 @@ func rbacTemplate(path string) ([]byte, error) {
 			if err := yaml.UnmarshalStrict([]byte(doc), &r); err != nil {
 				return nil, err
 			}
-			if err := writeRole(&b, "ClusterRole", r.Name, "", r.Rules); err != nil {
+			if err := writeClusterRole(&b, r); err != nil {
 				return nil, err
 			}
 		case "Role":
@@ -204,15 +207,145 @@ func rbacTemplate(path string) ([]byte, error) {
 	return []byte(b.String()), nil
 }
 
-func writeRole(b *strings.Builder, kind, name, ns string, rules []rbacv1.PolicyRule) error {
-	name = chartName(name)
-	switch ns {
-	case "":
-	case operatorNamespace:
-		ns = namespace
-	default:
-		ns = fmt.Sprintf("%q", ns)
+// The rules of the generated ClusterRole fall in three classes, by the
+// resources they name, and the chart grants each as its values choose:
+//
+//   - ring: what rings need in the namespaces they serve, their Secrets and
+//     the pods they ask (ringResources). By default the ClusterRole holds
+//     them; with watchNamespaces, a Role and RoleBinding <fullname>-rings in
+//     each listed namespace and the release's do instead, and the operator
+//     watches those alone (--watch-namespaces);
+//   - certificatePolicy: what only the CertificatePolicy audit needs
+//     (certificatePolicyResources), granted with certificatePolicy.enabled
+//     (--certificate-policy). The audit reads kubernetes.io/tls Secrets in
+//     every namespace, so with watchNamespaces it keeps the read verbs of
+//     the ring class's Secret rule cluster-wide;
+//   - everything else, always.
+//
+// A rule naming resources of two classes is split. Off both switches, the
+// chart grants exactly what config/rbac/role.yaml does.
+var (
+	ringResources              = map[string][]string{"": {"secrets", "pods"}}
+	certificatePolicyResources = map[string][]string{"cert-manager.io": {"certificates", "certificates/status"}, "ringmaster.io": {"certificatepolicies", "certificatepolicies/status"}}
+	readVerbs                  = []string{"get", "list", "watch"}
+)
+
+// classify splits rules into the three classes above.
+func classify(rules []rbacv1.PolicyRule) (always, ring, certificatePolicy []rbacv1.PolicyRule) {
+	in := func(classes map[string][]string, groups []string, resource string) bool {
+		for _, g := range groups {
+			if slices.Contains(classes[g], resource) {
+				return true
+			}
+		}
+		return false
 	}
+	for _, r := range rules {
+		var a, rg, cp []string
+		for _, res := range r.Resources {
+			switch {
+			case len(r.APIGroups) == 1 && in(ringResources, r.APIGroups, res):
+				rg = append(rg, res)
+			case len(r.APIGroups) == 1 && in(certificatePolicyResources, r.APIGroups, res):
+				cp = append(cp, res)
+			default:
+				a = append(a, res)
+			}
+		}
+		for _, part := range []struct {
+			resources []string
+			into      *[]rbacv1.PolicyRule
+		}{{a, &always}, {rg, &ring}, {cp, &certificatePolicy}} {
+			if len(part.resources) > 0 || (len(r.Resources) == 0 && part.into == &always) {
+				x := *r.DeepCopy()
+				x.Resources = part.resources
+				*part.into = append(*part.into, x)
+			}
+		}
+	}
+	return always, ring, certificatePolicy
+}
+
+// secretReads are the read verbs of the ring class's Secret rules: what the
+// CertificatePolicy audit keeps cluster-wide under watchNamespaces.
+func secretReads(ring []rbacv1.PolicyRule) []rbacv1.PolicyRule {
+	var out []rbacv1.PolicyRule
+	for _, r := range ring {
+		if !slices.Contains(r.Resources, "secrets") || len(r.ResourceNames) > 0 {
+			continue
+		}
+		var verbs []string
+		for _, v := range r.Verbs {
+			if slices.Contains(readVerbs, v) {
+				verbs = append(verbs, v)
+			}
+		}
+		if len(verbs) > 0 {
+			out = append(out, rbacv1.PolicyRule{APIGroups: r.APIGroups, Resources: []string{"secrets"}, Verbs: verbs})
+		}
+	}
+	return out
+}
+
+// writeClusterRole writes the operator's ClusterRole, its classes of rules
+// behind the values that choose them, and the ring class's Roles in the
+// watched namespaces.
+func writeClusterRole(b *strings.Builder, r rbacv1.ClusterRole) error {
+	always, ring, cpol := classify(r.Rules)
+	if len(always) == 0 || len(ring) == 0 {
+		return fmt.Errorf("ClusterRole %s: want rules for rings' Secrets and pods and others", r.Name)
+	}
+	text := func(rules []rbacv1.PolicyRule) (string, error) {
+		if len(rules) == 0 {
+			return "", nil
+		}
+		return ruleText(rules)
+	}
+	alwaysText, err := text(always)
+	if err != nil {
+		return err
+	}
+	ringText, err := text(ring)
+	if err != nil {
+		return err
+	}
+	cpolText, err := text(cpol)
+	if err != nil {
+		return err
+	}
+	readText, err := text(secretReads(ring))
+	if err != nil {
+		return err
+	}
+	name := chartName(r.Name)
+	var rules strings.Builder
+	rules.WriteString(alwaysText)
+	if cpolText != "" {
+		rules.WriteString("{{- if .Values.certificatePolicy.enabled }}\n" + cpolText + "{{- end }}\n")
+	}
+	rules.WriteString("{{- if not .Values.watchNamespaces }}\n" + ringText)
+	if readText != "" {
+		rules.WriteString("{{- else if .Values.certificatePolicy.enabled }}\n" + readText)
+	}
+	rules.WriteString("{{- end }}\n")
+	writeObject(b, "ClusterRole", name, "", rules.String())
+	writeBinding(b, "ClusterRole", name, "")
+
+	// Under watchNamespaces, the ring class in each namespace served and the
+	// release's (cluster rings' snapshots, key sources' Secrets).
+	ringsName := chartName(operatorName + "-rings")
+	b.WriteString("{{- if .Values.watchNamespaces }}\n")
+	b.WriteString("{{- range $ns := uniq (append .Values.watchNamespaces .Release.Namespace) }}\n")
+	in := func(s string) string { return strings.ReplaceAll(s, " . }}", " $ }}") }
+	writeObject(b, "Role", in(ringsName), "{{ $ns }}", in(ringText))
+	writeBinding(b, "Role", in(ringsName), "{{ $ns }}")
+	b.WriteString("{{- end }}\n{{- end }}\n")
+	return nil
+}
+
+// ruleText is rules as YAML, the operator's ServiceAccount in resourceNames
+// become the chart's.
+func ruleText(rules []rbacv1.PolicyRule) (string, error) {
 	rules = slices.Clone(rules)
 	for i, r := range rules {
 		if i := slices.Index(r.ResourceNames, operatorName); i >= 0 && slices.ContainsFunc(r.Resources, func(s string) bool {
@@ -225,29 +358,64 @@ func writeRole(b *strings.Builder, kind, name, ns string, rules []rbacv1.PolicyR
 	}
 	ruleYAML, err := yaml.Marshal(rules)
 	if err != nil {
-		return err
+		return "", err
 	}
-	ruleText := strings.ReplaceAll(string(ruleYAML), sentinel, saName)
+	return strings.ReplaceAll(string(ruleYAML), sentinel, saName), nil
+}
 
+// writeObject writes a Role or ClusterRole whose rules are already YAML.
+func writeObject(b *strings.Builder, kind, name, ns, rules string) {
 	b.WriteString("---\napiVersion: rbac.authorization.k8s.io/v1\n")
 	fmt.Fprintf(b, "kind: %s\nmetadata:\n  name: %s\n", kind, name)
 	if ns != "" {
 		fmt.Fprintf(b, "  namespace: %s\n", ns)
 	}
-	b.WriteString("  labels:\n    " + labels + "\nrules:\n" + ruleText)
+	b.WriteString("  labels:\n    " + labelsOf(ns) + "\nrules:\n" + rules)
+}
 
+// writeBinding binds a role to the chart's ServiceAccount.
+func writeBinding(b *strings.Builder, kind, name, ns string) {
 	binding := "ClusterRoleBinding"
 	if kind == "Role" {
 		binding = "RoleBinding"
+	}
+	sa, release := saName, namespace
+	if ns == "{{ $ns }}" {
+		sa, release = strings.ReplaceAll(sa, " . }}", " $ }}"), "{{ $.Release.Namespace }}"
 	}
 	b.WriteString("---\napiVersion: rbac.authorization.k8s.io/v1\n")
 	fmt.Fprintf(b, "kind: %s\nmetadata:\n  name: %s\n", binding, name)
 	if ns != "" {
 		fmt.Fprintf(b, "  namespace: %s\n", ns)
 	}
-	b.WriteString("  labels:\n    " + labels + "\n")
+	b.WriteString("  labels:\n    " + labelsOf(ns) + "\n")
 	fmt.Fprintf(b, "roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: %s\n  name: %s\n", kind, name)
-	fmt.Fprintf(b, "subjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n", saName, namespace)
+	fmt.Fprintf(b, "subjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n", sa, release)
+}
+
+// labelsOf is the chart's labels, inside a range over namespaces too.
+func labelsOf(ns string) string {
+	if ns == "{{ $ns }}" {
+		return strings.ReplaceAll(labels, " . |", " $ |")
+	}
+	return labels
+}
+
+func writeRole(b *strings.Builder, kind, name, ns string, rules []rbacv1.PolicyRule) error {
+	name = chartName(name)
+	switch ns {
+	case "":
+	case operatorNamespace:
+		ns = namespace
+	default:
+		ns = fmt.Sprintf("%q", ns)
+	}
+	text, err := ruleText(rules)
+	if err != nil {
+		return err
+	}
+	writeObject(b, kind, name, ns, text)
+	writeBinding(b, kind, name, ns)
 	return nil
 }
 
@@ -264,9 +432,19 @@ func admissionTemplate(path string) ([]byte, error) {
 	if strings.Contains(text, "{{") {
 		return nil, errors.New("holds {{, which Helm would read as a template")
 	}
-	operatorUser := "system:serviceaccount:" + operatorNamespace + ":" + operatorName
-	if !strings.Contains(text, "'"+operatorUser+"'") {
-		return nil, fmt.Errorf("names no operator service account %s in a CEL string", operatorUser)
+	// The operator's service account is named by two variables alone, as
+	// CEL strings; they become the release's.
+	operatorVars := map[string]string{
+		"- name: operatorNamespace\n    expression: \"'" + operatorNamespace + "'\"\n": "- name: operatorNamespace\n    expression: \"'" + namespace + "'\"\n",
+		"- name: operatorServiceAccount\n    expression: \"'" + operatorName + "'\"\n": "- name: operatorServiceAccount\n    expression: \"'" + saName + "'\"\n",
+	}
+	for from := range operatorVars {
+		if strings.Count(text, from) != 1 {
+			return nil, fmt.Errorf("wants the operator's service account once in the variables operatorNamespace and operatorServiceAccount, as %q", from)
+		}
+	}
+	if strings.Contains(text, "system:serviceaccount:"+operatorNamespace) {
+		return nil, errors.New("names the operator's service account outside the variables operatorNamespace and operatorServiceAccount")
 	}
 	var b strings.Builder
 	b.WriteString("{{- if .Values.admissionPolicy.enabled }}\n")
@@ -297,7 +475,9 @@ func admissionTemplate(path string) ([]byte, error) {
 			return nil, fmt.Errorf("%s: no metadata.name ringmaster-<x> written as %q", obj.Kind, head)
 		}
 		rest := strings.TrimSuffix(doc[i+len(head):], "\n")
-		rest = strings.ReplaceAll(rest, operatorUser, "system:serviceaccount:"+namespace+":"+saName)
+		for from, to := range operatorVars {
+			rest = strings.ReplaceAll(rest, from, to)
+		}
 		rest = strings.ReplaceAll(rest, obj.Metadata.Name, chartName(obj.Metadata.Name))
 		fmt.Fprintf(&b, "---\napiVersion: %s\nkind: %s\nmetadata:\n  name: %s\n  labels:\n    %s\n%s\n",
 			obj.APIVersion, obj.Kind, chartName(obj.Metadata.Name), labels, rest)

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	rbacv1 "k8s.io/api/rbac/v1"
 )
 
 const roleYAML = `---
@@ -16,7 +18,35 @@ rules:
 - apiGroups:
   - ""
   resources:
+  - namespaces
+  verbs:
+  - get
+- apiGroups:
+  - ""
+  resources:
+  - pods
+  verbs:
+  - list
+- apiGroups:
+  - ""
+  resources:
   - secrets
+  verbs:
+  - create
+  - get
+  - list
+  - watch
+- apiGroups:
+  - cert-manager.io
+  resources:
+  - certificates
+  verbs:
+  - get
+- apiGroups:
+  - ringmaster.io
+  resources:
+  - certificatepolicies
+  - ticketkeyrings
   verbs:
   - get
 ---
@@ -88,8 +118,67 @@ func TestRBACTemplate(t *testing.T) {
 	if !strings.Contains(got, "  resourceNames:\n  - ringmaster\n  resources:\n  - configmaps\n") {
 		t.Errorf("a ConfigMap's resourceNames changed:\n%s", got)
 	}
-	if n := strings.Count(got, "\nkind: "); n != 6 {
-		t.Errorf("%d objects, want 3 roles and 3 bindings", n)
+	if n := strings.Count(got, "\nkind: "); n != 8 {
+		t.Errorf("%d objects, want 3 roles and 3 bindings, and a role and binding per watched namespace", n)
+	}
+
+	// The ClusterRole's rules, by class.
+	cluster := got[strings.Index(got, "kind: ClusterRole\n"):strings.Index(got, "kind: ClusterRoleBinding\n")]
+	for _, want := range []string{
+		// Always: namespaces, and the ring kinds split from the CertificatePolicy's.
+		"rules:\n- apiGroups:\n  - \"\"\n  resources:\n  - namespaces\n",
+		"- apiGroups:\n  - ringmaster.io\n  resources:\n  - ticketkeyrings\n  verbs:\n  - get\n{{- if .Values.certificatePolicy.enabled }}\n",
+		// The audit's, behind its switch.
+		"{{- if .Values.certificatePolicy.enabled }}\n- apiGroups:\n  - cert-manager.io\n  resources:\n  - certificates\n  verbs:\n  - get\n- apiGroups:\n  - ringmaster.io\n  resources:\n  - certificatepolicies\n  verbs:\n  - get\n{{- end }}\n",
+		// Rings' Secrets and pods cluster-wide unless namespaces are listed;
+		// then only the audit's reads of Secrets, if it runs.
+		"{{- if not .Values.watchNamespaces }}\n- apiGroups:\n  - \"\"\n  resources:\n  - pods\n  verbs:\n  - list\n- apiGroups:\n  - \"\"\n  resources:\n  - secrets\n  verbs:\n  - create\n  - get\n  - list\n  - watch\n" +
+			"{{- else if .Values.certificatePolicy.enabled }}\n- apiGroups:\n  - \"\"\n  resources:\n  - secrets\n  verbs:\n  - get\n  - list\n  - watch\n{{- end }}\n",
+	} {
+		if !strings.Contains(cluster, want) {
+			t.Errorf("the ClusterRole misses\n%s\nin\n%s", want, cluster)
+		}
+	}
+	// Under watchNamespaces, rings' Secrets and pods by Roles in each.
+	for _, want := range []string{
+		"{{- if .Values.watchNamespaces }}\n{{- range $ns := uniq (append .Values.watchNamespaces .Release.Namespace) }}\n---\n",
+		"kind: Role\nmetadata:\n  name: {{ include \"ringmaster.fullname\" $ }}-rings\n  namespace: {{ $ns }}\n  labels:\n    {{- include \"ringmaster.labels\" $ | nindent 4 }}\nrules:\n- apiGroups:\n  - \"\"\n  resources:\n  - pods\n",
+		"kind: RoleBinding\nmetadata:\n  name: {{ include \"ringmaster.fullname\" $ }}-rings\n  namespace: {{ $ns }}\n",
+		"subjects:\n- kind: ServiceAccount\n  name: {{ include \"ringmaster.serviceAccountName\" $ }}\n  namespace: {{ $.Release.Namespace }}\n{{- end }}\n{{- end }}\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing\n%s\nin\n%s", want, got)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	rule := func(group string, verbs []string, resources ...string) rbacv1.PolicyRule {
+		return rbacv1.PolicyRule{APIGroups: []string{group}, Resources: resources, Verbs: verbs}
+	}
+	get := []string{"get"}
+	tests := []struct {
+		name               string
+		rules              []rbacv1.PolicyRule
+		always, ring, cpol int
+	}{
+		{"Secrets and pods are the rings'", []rbacv1.PolicyRule{rule("", get, "secrets"), rule("", get, "pods")}, 0, 2, 0},
+		{"namespaces are always needed", []rbacv1.PolicyRule{rule("", get, "namespaces")}, 1, 0, 0},
+		{"a rule naming ring kinds and CertificatePolicies is split", []rbacv1.PolicyRule{rule("ringmaster.io", get, "certificatepolicies", "ticketkeyrings")}, 1, 0, 1},
+		{"cert-manager's Certificates are the audit's", []rbacv1.PolicyRule{rule("cert-manager.io", get, "certificates", "certificates/status")}, 0, 0, 1},
+		{"a secrets resource of another group is not the core's", []rbacv1.PolicyRule{rule("example.com", get, "secrets")}, 1, 0, 0},
+		{"non-resource URLs are always needed", []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: get}}, 1, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, r, c := classify(tt.rules)
+			if len(a) != tt.always || len(r) != tt.ring || len(c) != tt.cpol {
+				t.Errorf("classify = %d always, %d ring, %d certificatePolicy; want %d, %d, %d", len(a), len(r), len(c), tt.always, tt.ring, tt.cpol)
+			}
+		})
+	}
+	if got := secretReads([]rbacv1.PolicyRule{rule("", []string{"create", "delete", "get", "list", "update", "watch"}, "secrets"), rule("", []string{"list"}, "pods")}); len(got) != 1 || strings.Join(got[0].Verbs, ",") != "get,list,watch" {
+		t.Errorf("secretReads = %+v, want get, list and watch of secrets alone", got)
 	}
 }
 
@@ -124,6 +213,13 @@ func TestCRDTemplate(t *testing.T) {
 	}
 }
 
+// policyDoc and bindingDoc are the least admission guard the generator
+// takes.
+const (
+	policyDoc  = "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n  name: ringmaster-x\nspec:\n  variables:\n  - name: operatorNamespace\n    expression: \"'ringmaster-system'\"\n  - name: operatorServiceAccount\n    expression: \"'ringmaster'\"\n"
+	bindingDoc = "---\napiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata:\n  name: ringmaster-x\nspec:\n  policyName: ringmaster-x\n"
+)
+
 func TestAdmissionTemplate(t *testing.T) {
 	out, err := admissionTemplate(filepath.Join("..", "..", "config", "admission", "policy.yaml"))
 	if err != nil {
@@ -136,9 +232,10 @@ func TestAdmissionTemplate(t *testing.T) {
 		"kind: ValidatingAdmissionPolicyBinding\nmetadata:\n  name: {{ include \"ringmaster.fullname\" . }}-secrets\n",
 		"  policyName: {{ include \"ringmaster.fullname\" . }}-secrets\n",
 		// The operator is the chart's service account, in the release namespace.
-		"request.userInfo.username == 'system:serviceaccount:{{ .Release.Namespace }}:{{ include \"ringmaster.serviceAccountName\" . }}'",
+		"- name: operatorNamespace\n    expression: \"'{{ .Release.Namespace }}'\"\n",
+		"- name: operatorServiceAccount\n    expression: \"'{{ include \"ringmaster.serviceAccountName\" . }}'\"\n",
 		// The messages name the release's policy.
-		"'{{ include \"ringmaster.fullname\" . }}-secrets: only the ringmaster operator (system:serviceaccount:{{ .Release.Namespace }}:",
+		"'{{ include \"ringmaster.fullname\" . }}-secrets: only the ringmaster operator (' + variables.operatorUser",
 		"\n{{- end }}\n",
 	} {
 		if !strings.Contains(got, want) {
@@ -152,10 +249,19 @@ func TestAdmissionTemplate(t *testing.T) {
 	}
 
 	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte(policyDoc+bindingDoc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admissionTemplate(good); err != nil {
+		t.Fatalf("the least guard: %v", err)
+	}
 	for name, doc := range map[string]string{
-		"templated":   "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n  name: ringmaster-x\nspec:\n  x: '{{ y }}' 'system:serviceaccount:ringmaster-system:ringmaster'\n",
+		"templated":   policyDoc + "  x: '{{ y }}'\n",
 		"no operator": "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n  name: ringmaster-x\n",
-		"no binding":  "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n  name: ringmaster-x\nspec:\n  x: 'system:serviceaccount:ringmaster-system:ringmaster'\n",
+		"no binding":  policyDoc,
+		"the operator named outside the variables": policyDoc + "  - name: other\n    expression: \"request.userInfo.username == 'system:serviceaccount:ringmaster-system:ringmaster'\"\n" + bindingDoc,
+		"the operator named twice":                 policyDoc + "  - name: operatorNamespace\n    expression: \"'ringmaster-system'\"\n" + bindingDoc,
 	} {
 		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
 		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {

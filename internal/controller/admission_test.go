@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -162,6 +163,72 @@ var _ = Describe("The admission guard of ringmaster's Secrets", Ordered, func() 
 		nsc, err := env.As("system:serviceaccount:kube-system:namespace-controller", "system:serviceaccounts", "system:serviceaccounts:kube-system")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(nsc.Delete(ctx, getSecret(ctx, ns, "web-e1"))).To(Succeed())
+	})
+
+	It("lets the garbage collector strip owner references, as an orphan delete has it do, and change nothing else", func() {
+		ring := createRing(ctx, ns, "gc", nil)
+		waitEpoch(ctx, ring, 1)
+		gc, err := env.As("system:serviceaccount:kube-system:generic-garbage-collector", "system:serviceaccounts", "system:serviceaccounts:kube-system")
+		Expect(err).NotTo(HaveOccurred())
+		snapshot := getSecret(ctx, ns, "gc-e1")
+
+		relabelled := snapshot.DeepCopy()
+		relabelled.OwnerReferences = nil
+		relabelled.Labels[v1alpha1.EpochLabel] = "2"
+		refused("the collector relabelling while it strips", gc.Update(ctx, relabelled), onlyOperator+"update Secret "+ns+"/gc-e1")
+		annotated := snapshot.DeepCopy()
+		annotated.Annotations["collector.example/x"] = "y"
+		refused("the collector annotating", gc.Update(ctx, annotated), onlyOperator+"update")
+		finalized := snapshot.DeepCopy()
+		finalized.Finalizers = []string{"example.com/keep"}
+		refused("the collector adding a finalizer", gc.Update(ctx, finalized), onlyOperator+"update")
+		swapped := snapshot.DeepCopy()
+		swapped.OwnerReferences[0].UID = "uid-of-another"
+		refused("the collector swapping an owner", gc.Update(ctx, swapped), onlyOperator+"update")
+
+		stripped := snapshot.DeepCopy()
+		stripped.OwnerReferences = nil
+		Expect(gc.Update(ctx, stripped)).To(Succeed(), "stripping the owner references alone")
+		Expect(getSecret(ctx, ns, "gc-e1").Data).To(Equal(snapshot.Data))
+	})
+
+	It("lets a user granted repair in a namespace delete ringmaster's Secrets there, and nothing more", func() {
+		ring := createRing(ctx, ns, "fix", nil)
+		waitEpoch(ctx, ring, 1)
+		elsewhere := newNamespace(ctx)
+		other := createRing(ctx, elsewhere, "fix", nil)
+		waitEpoch(ctx, other, 1)
+		Expect(env.Apply(ctx, filepath.Join(testenv.Root(), "config", "rbac", "repair_role.yaml"))).To(Succeed())
+		for _, n := range []string{ns, elsewhere} {
+			// RBAC's own Secret verbs in both namespaces; repair in ns alone.
+			Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Namespace: n, Name: "repairer-secrets"},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "repairer-secrets"},
+				Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "repairer"}},
+			})).To(Succeed())
+		}
+		Expect(k8s.Create(ctx, &rbacv1.ClusterRole{
+			ObjectMeta: metav1.ObjectMeta{Name: "repairer-secrets"},
+			Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "create", "update", "delete"}}},
+		})).To(Succeed())
+		Expect(k8s.Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ringmaster-repair"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "ringmaster-secret-repairer"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "repairer"}},
+		})).To(Succeed())
+		repairer, err := env.As("repairer")
+		Expect(err).NotTo(HaveOccurred())
+
+		snapshot := getSecret(ctx, ns, "fix-e1")
+		edited := snapshot.DeepCopy()
+		edited.Labels[v1alpha1.EpochLabel] = "9"
+		refused("a repairer editing", repairer.Update(ctx, edited), onlyOperator+"update Secret "+ns+"/fix-e1")
+		forged := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fix-e9", Labels: edited.Labels}, Type: distribute.SecretType, Data: snapshot.Data}
+		refused("a repairer creating", repairer.Create(ctx, forged), onlyOperator+"create Secret "+ns+"/fix-e9")
+		refused("a repairer deleting in another namespace", repairer.Delete(ctx, getSecret(ctx, elsewhere, "fix-e1")),
+			onlyOperator+"delete Secret "+elsewhere+"/fix-e1: it is of type ringmaster.io/ticket-keys or labelled ringmaster.io/ring, cluster-ring, ech-ring, component or epoch, before or after the change (or whoever may repair ringmaster.io/secrets in "+elsewhere+")")
+		Eventually(func() error { return repairer.Delete(ctx, getSecret(ctx, ns, "fix-e1")) }, timeout, poll).Should(Succeed(), "deleting in the namespace of the binding (once the authorizer sees it)")
+		Expect(trySecret(ctx, elsewhere, "fix-e1").UID).NotTo(BeEmpty())
 	})
 
 	It("refuses the operator any write to a Secret of another type", func() {

@@ -67,17 +67,22 @@ type Options struct {
 	// DNS writes and checks ECH records off the reconcile path; the
 	// manager must run it.
 	DNS *dnswork.Worker
+	// NoCertificatePolicy leaves the CertificatePolicy controller out, and
+	// with it every read of Secrets other than ringmaster's own: the
+	// operator then needs no cluster-wide Secret read (docs/security.md).
+	NoCertificatePolicy bool
 }
 
 // Controllers are the controllers Setup registered, for what tests observe
 // of them.
 type Controllers struct {
+	// CertificatePolicy is nil under Options.NoCertificatePolicy.
 	CertificatePolicy *CertificatePolicyReconciler
 }
 
 // Setup registers every controller with the manager: TicketKeyRing,
-// ClusterTicketKeyRing, ECHKeyRing, ClusterKeySource, ClusterDNSZone and
-// CertificatePolicy.
+// ClusterTicketKeyRing, ECHKeyRing, the orphans of all three,
+// ClusterKeySource, ClusterDNSZone and CertificatePolicy.
 func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -109,6 +114,10 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	if err := setupRings(ctx, mgr, shared, o); err != nil {
 		return nil, err
 	}
+	orphans := &OrphanReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: o.Clock, Namespace: o.Namespace}
+	if err := orphans.SetupWithManager(mgr, o.Registry); err != nil {
+		return nil, fmt.Errorf("set up the orphan controller: %w", err)
+	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.ECHKeyRing{}, zoneRefIndex, func(o client.Object) []string {
 		return []string{o.(*v1alpha1.ECHKeyRing).Spec.DNS.ZoneRef.Name}
 	}); err != nil {
@@ -137,6 +146,9 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	dnsZones := &ClusterDNSZoneReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, DNS: o.DNS, Namespace: o.Namespace}
 	if err := dnsZones.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the ClusterDNSZone controller: %w", err)
+	}
+	if o.NoCertificatePolicy {
+		return &Controllers{}, nil
 	}
 	cpol := &CertificatePolicyReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock,

@@ -138,14 +138,29 @@ func (o Owner) Owns(s *corev1.Secret) bool {
 }
 
 // Predecessor reports whether s was left by a ring deleted before this one
-// was created under its name: s is labelled as the ring's, and its
-// controller is a ring of the same kind and name with another UID. Names
-// are unique, so that ring no longer exists, and the garbage collector
-// deletes s in its own time; the ring deletes it now rather than wedge on
-// the name until then. A Secret of anyone else is never one.
+// was created under its name, so that this ring takes its place:
+//   - s is labelled as the ring's, and its controller is a ring of the same
+//     kind and name with another UID. Names are unique, so that ring no
+//     longer exists, and the garbage collector deletes s in its own time;
+//   - or s is a Secret of ringmaster's (ClaimOf) that claims this ring and
+//     that no ring controls: what an orphan delete (kubectl delete
+//     --cascade=orphan) leaves once the garbage collector has stripped its
+//     owner references. The orphan controller destroys such a Secret at
+//     first key's expiry; a ring of the name takes its place at once.
+//
+// The ring deletes it now rather than wedge on the name. A Secret of anyone
+// else is never one: not of ringmaster's type, labelled for another ring,
+// or owned by anything but a ring of this kind and name.
 func (o Owner) Predecessor(s *corev1.Secret) bool {
 	ref := metav1.GetControllerOfNoCopy(s)
-	return s.Type == SecretType && ref != nil && ref.UID != o.UID && ref.Kind == o.Kind && ref.Name == o.Name &&
+	if s.Type != SecretType {
+		return false
+	}
+	if ref == nil {
+		c, ok := ClaimOf(s, o.Home)
+		return ok && c.Kind == o.Kind && c.Ring.Name == o.Name && (o.Namespace == "" || s.Namespace == o.Namespace)
+	}
+	return ref.UID != o.UID && ref.Kind == o.Kind && ref.Name == o.Name &&
 		ref.APIVersion == v1alpha1.GroupVersion.String() && s.Labels[o.ringLabel()] == o.Name
 }
 
@@ -210,6 +225,9 @@ func Snapshot(o Owner, r keyring.Ring, req Requests) (*corev1.Secret, error) {
 	if !r.Due.IsZero() {
 		ann[v1alpha1.DueAnnotation] = r.Due.UTC().Format(time.RFC3339)
 	}
+	if first := firstExpiry(r); !first.IsZero() {
+		ann[v1alpha1.ExpiresAtAnnotation] = formatExpiry(first)
+	}
 	if len(ann) > 0 {
 		s.Annotations = ann
 	}
@@ -247,12 +265,17 @@ func Projection(o Owner, snapshot *corev1.Secret, ns string) *corev1.Secret {
 			clear(r.Keys[i].Secret[:])
 		}
 	}
+	ann := map[string]string{v1alpha1.EpochAnnotation: snapshot.Labels[v1alpha1.EpochLabel]}
+	if exp, ok := snapshot.Annotations[v1alpha1.ExpiresAtAnnotation]; ok {
+		// The copy holds the snapshot's keys, and goes when they do.
+		ann[v1alpha1.ExpiresAtAnnotation] = exp
+	}
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:            o.SecretName,
 			Namespace:       ns,
 			Labels:          o.labelled(o.ProjectionLabels()),
-			Annotations:     map[string]string{v1alpha1.EpochAnnotation: snapshot.Labels[v1alpha1.EpochLabel]},
+			Annotations:     ann,
 			OwnerReferences: []metav1.OwnerReference{o.ownerRef()},
 		},
 		Type: SecretType,

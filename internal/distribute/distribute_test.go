@@ -216,7 +216,14 @@ func TestDecide(t *testing.T) {
 	claimed.Labels = map[string]string{"app": "mine"}
 	retypedPredecessor := Projection(other, e1, "shop")
 	retypedPredecessor.Type = corev1.SecretTypeOpaque
+	foreignOpaque := foreign.DeepCopy()
+	foreignOpaque.Type = corev1.SecretTypeOpaque
+	ownedElsewhere := foreign.DeepCopy()
+	ownedElsewhere.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "mine", UID: "uid-cm"}}
 	neighbour := Projection(OwnerOf(&v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "api", UID: "uid-api"}}), e1, "shop")
+
+	foreignNeighbour := neighbour.DeepCopy()
+	foreignNeighbour.OwnerReferences = nil
 
 	tests := []struct {
 		name       string
@@ -230,7 +237,10 @@ func TestDecide(t *testing.T) {
 		{"the same epoch with other content: edited by hand", edited, Update, true},
 		{"labels edited away: still ours by owner reference", relabelled, Update, true},
 		{"an Opaque Secret squatting the name with our owner reference: not ours to delete", retyped, Conflict, false},
-		{"a Secret nobody owns", foreign, Conflict, false},
+		{"a Secret of ringmaster's labelled as the ring's that no ring controls (an orphan delete's): removed, the ring takes its place", foreign, Recreate, false},
+		{"a Secret nobody owns, of another type", foreignOpaque, Conflict, false},
+		{"a Secret nobody owns, labelled for another ring", foreignNeighbour, Conflict, false},
+		{"a Secret of ringmaster's type something else owns", ownedElsewhere, Conflict, false},
 		{"a Secret of a deleted ring of the same name (another UID): removed, as the garbage collector would", Projection(other, e1, "shop"), Recreate, false},
 		{"a Secret naming a deleted ring of this name without its labels", claimed, Conflict, false},
 		{"a deleted ring's Secret of another type: not ours to delete", retypedPredecessor, Conflict, false},

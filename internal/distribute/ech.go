@@ -44,8 +44,14 @@ func ECHSnapshot(o Owner, r echring.Ring, unconfirmed *uint8) (*corev1.Secret, e
 		Data:      map[string][]byte{echring.FileName: file},
 	}
 	s.Labels[v1alpha1.EpochLabel] = strconv.FormatInt(r.Epoch, 10)
+	if first := firstECHExpiry(r); !first.IsZero() {
+		s.Annotations = map[string]string{v1alpha1.ExpiresAtAnnotation: formatExpiry(first)}
+	}
 	if unconfirmed != nil {
-		s.Annotations = map[string]string{v1alpha1.PublishedUnconfirmedAnnotation: strconv.Itoa(int(*unconfirmed))}
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[v1alpha1.PublishedUnconfirmedAnnotation] = strconv.Itoa(int(*unconfirmed))
 	}
 	return s, nil
 }

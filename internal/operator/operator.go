@@ -7,15 +7,20 @@ package operator
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -60,6 +65,12 @@ type Options struct {
 	// LeaderElection elects one replica to reconcile, with a Lease named
 	// LeaderElectionID in the operator's namespace.
 	LeaderElection bool
+	// WatchNamespaces, when set, are the only namespaces whose rings,
+	// Secrets and pods the operator reads and writes (its own namespace is
+	// always one): its cache watches those alone, so that RBAC may grant
+	// it Secrets and pods by RoleBindings there rather than cluster-wide.
+	// Empty means every namespace.
+	WatchNamespaces []string
 
 	controller.Options
 	// Probing bounds how the operator asks pods what they hold
@@ -93,6 +104,49 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
+// cacheOptions narrows the manager's cache (controller.CacheOptions) to the
+// watched namespaces and the operator's own, when they are listed.
+// Cluster-scoped objects are read as ever. The CertificatePolicy audit
+// judges Certificates in every namespace, as it does TLS Secrets (its own
+// cache): its RBAC stays cluster-wide, and so does its cache of them.
+func cacheOptions(o Options) cache.Options {
+	co := controller.CacheOptions(o.Namespace)
+	if len(o.WatchNamespaces) == 0 {
+		return co
+	}
+	co.DefaultNamespaces = map[string]cache.Config{o.Namespace: {}}
+	for _, ns := range o.WatchNamespaces {
+		co.DefaultNamespaces[ns] = cache.Config{}
+	}
+	if !o.NoCertificatePolicy {
+		if co.ByObject == nil {
+			co.ByObject = map[client.Object]cache.ByObject{}
+		}
+		co.ByObject[&cmapi.Certificate{}] = cache.ByObject{Namespaces: map[string]cache.Config{cache.AllNamespaces: {}}}
+	}
+	return co
+}
+
+// ParseNamespaces reads the value of --watch-namespaces: namespace names
+// separated by commas, each a valid name, none twice. Empty is none.
+func ParseNamespaces(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, ns := range strings.Split(s, ",") {
+		ns = strings.TrimSpace(ns)
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return nil, fmt.Errorf("--watch-namespaces: %q is no namespace name: %s", ns, strings.Join(errs, "; "))
+		}
+		if slices.Contains(out, ns) {
+			return nil, fmt.Errorf("--watch-namespaces: %q is listed twice", ns)
+		}
+		out = append(out, ns)
+	}
+	return out, nil
+}
+
 // New builds the operator against cfg. Run it with Start.
 func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 	scheme, err := Scheme()
@@ -119,7 +173,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       o.Namespace,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controller.CacheOptions(o.Namespace),
+		Cache:                         cacheOptions(o),
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.SkipNameValidation)},
 	}
 	if o.LeaseDuration > 0 {

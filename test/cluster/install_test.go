@@ -199,6 +199,9 @@ var _ = Describe("ringmaster installed with its Helm chart", Ordered, func() {
 	It("guards ringmaster's Secrets: a tenant's forged snapshot, forged projection and ring-labelled Secret are refused, naming the policy; the operator still rotates, and garbage collection and namespace deletion still remove them",
 		guardsRingmastersSecrets, NodeTimeout(5*time.Minute))
 
+	It("destroys what an orphan delete leaves, with the real garbage collector, when its first key expires; a ring created again under the name takes its place",
+		orphansDestroyed, NodeTimeout(5*time.Minute))
+
 	It("keeps no plaintext copy of any key in etcd's files: Secrets are encrypted at rest", func(ctx SpecContext) {
 		minted, destroyed := keysAtRest(ctx)
 		GinkgoWriter.Printf("etcd's files hold none of the %d keys minted (%d destroyed) in plaintext\n", minted, destroyed)
@@ -206,6 +209,9 @@ var _ = Describe("ringmaster installed with its Helm chart", Ordered, func() {
 
 	It("runs config/samples as shipped: nginx and HAProxy with the sidecar, behind their Services, resume sessions under the sample certificate",
 		samplesAsShipped, NodeTimeout(4*time.Minute))
+
+	It("admits only the operator's pods to the agents' status port under config/samples' NetworkPolicy, enforced by kube-router; the fleet still confirms a rotation",
+		Label("netpol"), statusPortGuarded, NodeTimeout(6*time.Minute))
 
 	// Faults during rotation (faults_test.go), each under load on a fleet
 	// of its own; make test runs those that fit its time, make test-faults
