@@ -15,6 +15,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
+	"github.com/ringmaster-io/ringmaster/internal/version"
 )
 
 func main() {
@@ -32,9 +33,14 @@ func main() {
 	flag.IntVar(&o.MaxRenewalsPerMinute, "max-renewals-per-minute", controller.DefaultMaxRenewalsPerMinute, "Most cert-manager Certificates that Enforce CertificatePolicies re-issue per minute, across the cluster (bursts of as many).")
 	exclude := flag.Bool("exclude-secrets-from-backup", true,
 		"Label every Secret that holds keys velero.io/exclude-from-backup=true, so that backups skip them: a key in a backup outlives its expiresAt.")
+	printVersion := flag.Bool("version", false, "Print the version and exit.")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if *printVersion {
+		fmt.Println(version.String("ringmaster"))
+		return
+	}
 	o.KeepSecretsInBackups = !*exclude
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
 
@@ -57,7 +63,7 @@ func run(o operator.Options) error {
 	if err != nil {
 		return err
 	}
-	ctrl.Log.WithName("setup").Info("Starting operator", "namespace", o.Namespace, "leaderElection", o.LeaderElection,
+	ctrl.Log.WithName("setup").Info("Starting operator", "version", version.Version(), "namespace", o.Namespace, "leaderElection", o.LeaderElection,
 		"metrics", cmp.Or(o.MetricsAddr, "0"))
 	return op.Start(ctx)
 }
