@@ -49,15 +49,23 @@ const (
 )
 
 var (
-	// imageTag is the tag make images gave the images (the chart's
-	// appVersion).
+	// imageTag is the tag make images gave the images (VERSION, the
+	// chart's appVersion).
 	imageTag string
-	root     string
-	helmBin  string
-	images   string
-	cl       *fleet.Cluster
-	dialer   netns.Dialer
-	env      []string // RINGMASTER_CLUSTER for the scripts, KUBECONFIG for helm
+	// registry is the cluster's registry's loopback address, pushed holds
+	// what was pushed to it (reference -> index digest), operatorDigest the
+	// operator's image index.
+	registry       string
+	pushed         map[string]string
+	operatorDigest string
+	// chartRef is the chart in the registry (oci://), at chartVersion.
+	chartRef, chartVersion string
+	root                   string
+	helmBin                string
+	images                 string
+	cl                     *fleet.Cluster
+	dialer                 netns.Dialer
+	env                    []string // RINGMASTER_CLUSTER for the scripts, KUBECONFIG for helm
 )
 
 func TestCluster(t *testing.T) {
@@ -89,12 +97,39 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	env = append(env, "KUBECONFIG="+kubeconfig, "KUBECACHEDIR="+GinkgoT().TempDir())
 	dialer = netns.Dialer{Path: "/run/netns/" + clusterName}
 
+	// The images reach the node as users' do, from a registry: the
+	// cluster's own (hack/cluster/up.sh), which containerd pulls every
+	// image from. examples/server's takes the air-gapped path instead, a
+	// tar file imported into containerd by hack/cluster/load.sh, which
+	// the fleet's pods then use without pulling.
 	tars, err := filepath.Glob(filepath.Join(images, "*.tar"))
 	Expect(err).NotTo(HaveOccurred())
-	Expect(tars).To(ContainElements(filepath.Join(images, "ringmaster.tar"), filepath.Join(images, "example-server.tar")),
-		"make images writes the operator's and examples/server's images into %s", images)
-	_, err = run(ctx, filepath.Join(root, "hack/cluster/load.sh"), tars...)
+	Expect(tars).To(ContainElements(filepath.Join(images, "ringmaster.tar"), filepath.Join(images, "example-server.tar"), filepath.Join(images, "ringmaster-agent.tar")),
+		"make images writes the operator's, the sidecar's and examples/server's images into %s", images)
+	addr, err := os.ReadFile(filepath.Join(filepath.Dir(kubeconfig), "registry"))
+	Expect(err).NotTo(HaveOccurred(), "hack/cluster/up.sh writes the registry's loopback address beside the kubeconfig")
+	registry = strings.TrimSpace(string(addr))
+	out, err = run(ctx, "go", append([]string{"run", "./hack/images", "push", "-registry", registry}, tars...)...)
 	Expect(err).NotTo(HaveOccurred())
+	pushed = map[string]string{}
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 {
+			pushed[f[0]] = f[1]
+		}
+	}
+	operatorDigest = pushed[registry+"/ringmaster-io/ringmaster:"+imageTag]
+	Expect(operatorDigest).To(HavePrefix("sha256:"), "hack/images push printed %q", out)
+	_, err = run(ctx, filepath.Join(root, "hack/cluster/load.sh"), filepath.Join(images, "example-server.tar"))
+	Expect(err).NotTo(HaveOccurred())
+
+	By("pushing the chart to the registry as an OCI artifact")
+	dir := GinkgoT().TempDir()
+	_, err = helm(ctx, "package", filepath.Join(root, "charts/ringmaster"), "-d", dir)
+	Expect(err).NotTo(HaveOccurred())
+	chartVersion = strings.TrimPrefix(imageTag, "v")
+	out, err = helm(ctx, "push", filepath.Join(dir, "ringmaster-"+chartVersion+".tgz"), "oci://"+registry+"/charts", "--plain-http")
+	Expect(err).NotTo(HaveOccurred(), "the chart's version is the images' tag without the v")
+	chartRef = "oci://" + registry + "/charts/ringmaster"
 
 	cl, err = fleet.NewCluster(kubeconfig, filepath.Join(root, "bin/cluster-bin/kubectl"))
 	Expect(err).NotTo(HaveOccurred())
