@@ -51,8 +51,13 @@ mkdir -p "$OUT"
 work="$(mktemp -d)"
 regpid=""
 cleanup() {
-	[[ -n "$regpid" ]] && kill "$regpid" 2>/dev/null && wait "$regpid" 2>/dev/null
+	local status=$?
+	if [[ -n "$regpid" ]]; then
+		kill "$regpid" 2>/dev/null || true
+		wait "$regpid" 2>/dev/null || true
+	fi
 	rm -rf "$work"
+	exit "$status"
 }
 trap cleanup EXIT
 
