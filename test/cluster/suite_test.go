@@ -2,8 +2,10 @@
 
 // Package cluster_test installs ringmaster the way its users will, into a
 // real single-node cluster (hack/cluster: kubelet, containerd, runc, CNI,
-// kube-proxy), with its Helm chart and the locally built images, and drives
-// it end to end: leader election as its own ServiceAccount with the chart's
+// kube-proxy), with its Helm chart and the locally built images, both
+// pushed to the cluster's own registry and installed from it (helm install
+// oci:// by digest, the node pulling the image index), and drives it end to
+// end: leader election as its own ServiceAccount with the chart's
 // RBAC, helm test, a fleet of examples/server pods mounting the ring through
 // the kubelet's projected volume and resuming TLS sessions across replicas
 // through rotations and the loss of the leader, helm upgrade and uninstall.
@@ -127,7 +129,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	_, err = helm(ctx, "package", filepath.Join(root, "charts/ringmaster"), "-d", dir)
 	Expect(err).NotTo(HaveOccurred())
 	chartVersion = strings.TrimPrefix(imageTag, "v")
-	out, err = helm(ctx, "push", filepath.Join(dir, "ringmaster-"+chartVersion+".tgz"), "oci://"+registry+"/charts", "--plain-http")
+	_, err = helm(ctx, "push", filepath.Join(dir, "ringmaster-"+chartVersion+".tgz"), "oci://"+registry+"/charts", "--plain-http")
 	Expect(err).NotTo(HaveOccurred(), "the chart's version is the images' tag without the v")
 	chartRef = "oci://" + registry + "/charts/ringmaster"
 
