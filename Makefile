@@ -90,11 +90,11 @@ test-integration: envtest vault cert-manager servers helm sbom-tool cosign regis
 	$(TOOLS_ENV) go test -tags integration $(PKG) -count=1 $(TESTFLAGS)
 
 .PHONY: test-cluster
-test-cluster: manifests generate servers helm images cluster-build ## Run only the cluster suite (make test runs it too, last): install the chart into a real single-node cluster and drive a fleet through it. Needs root.
+test-cluster: manifests generate servers helm images cosign cluster-build ## Run only the cluster suite (make test runs it too, last): install the chart into a real single-node cluster and drive a fleet through it. Needs root.
 	@$(MAKE) --no-print-directory run-test-cluster
 
 .PHONY: test-faults
-test-faults: manifests generate servers helm images cluster-build vault ## Run the cluster suite's fault specs make test leaves out for time (containerd restarted, Vault unreachable, helm upgrade, node restart, each during a rotation under load, invariants checked). Needs root.
+test-faults: manifests generate servers helm images cosign cluster-build vault ## Run the cluster suite's fault specs make test leaves out for time (containerd restarted, Vault unreachable, helm upgrade, node restart, each during a rotation under load, invariants checked). Needs root.
 	@RINGMASTER_VAULT="$$(hack/vault.sh)" $(MAKE) --no-print-directory run-test-cluster CLUSTER_LABELS=faults-long
 
 # The cluster suite's specs that make test and make test-cluster run: all
@@ -107,7 +107,7 @@ CLUSTER_LABELS ?= !faults-long && !measure
 # it. Its cluster is stopped afterwards even if the test binary was killed.
 .PHONY: run-test-cluster
 run-test-cluster:
-	status=0; SYNC_FREQUENCY=$(SYNC_FREQUENCY) RINGMASTER_HELM=$(HELM) RINGMASTER_IMAGES=$(BIN)/images RINGMASTER_IMAGE_TAG=$(IMAGE_TAG) go test -tags cluster ./test/cluster/ -count=1 -timeout $(CLUSTER_TIMEOUT) -v -ginkgo.v -ginkgo.label-filter='$(CLUSTER_LABELS)' $(TESTFLAGS) || status=$$?; \
+	status=0; SYNC_FREQUENCY=$(SYNC_FREQUENCY) RINGMASTER_HELM=$(HELM) RINGMASTER_COSIGN="$$(hack/cosign.sh)" RINGMASTER_COSIGN_KEY="$$(hack/cosign.sh test-key)/cosign.key" RINGMASTER_IMAGES=$(BIN)/images RINGMASTER_IMAGE_TAG=$(IMAGE_TAG) go test -tags cluster ./test/cluster/ -count=1 -timeout $(CLUSTER_TIMEOUT) -v -ginkgo.v -ginkgo.label-filter='$(CLUSTER_LABELS)' $(TESTFLAGS) || status=$$?; \
 		RINGMASTER_CLUSTER=ringmaster-e2e hack/cluster/down.sh; exit $$status
 
 # The cluster suite's measurements (label measure) are left out of make test:
@@ -116,7 +116,7 @@ SYNC_FREQUENCY ?= 10s
 CLUSTER_TIMEOUT ?= 30m
 
 .PHONY: measure-cluster
-measure-cluster: manifests generate servers helm images cluster-build ## Measure in the real single-node cluster (root; about 30 minutes): revoke latency with the suite's kubelet (syncFrequency 10s), then with the kubelet's default (1m) the refresh lag and resumption of a fleet through rotations under the API's default activationDelay, and revoke latency again. Figures in the log.
+measure-cluster: manifests generate servers helm images cosign cluster-build ## Measure in the real single-node cluster (root; about 30 minutes): revoke latency with the suite's kubelet (syncFrequency 10s), then with the kubelet's default (1m) the refresh lag and resumption of a fleet through rotations under the API's default activationDelay, and revoke latency again. Figures in the log.
 	@$(MAKE) --no-print-directory run-test-cluster SYNC_FREQUENCY=10s CLUSTER_LABELS='measure && revoke' CLUSTER_TIMEOUT=20m
 	@$(MAKE) --no-print-directory run-test-cluster SYNC_FREQUENCY=1m CLUSTER_LABELS='measure' CLUSTER_TIMEOUT=60m
 

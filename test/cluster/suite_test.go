@@ -31,6 +31,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -132,6 +134,21 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	_, err = helm(ctx, "push", filepath.Join(dir, "ringmaster-"+chartVersion+".tgz"), "oci://"+registry+"/charts", "--plain-http")
 	Expect(err).NotTo(HaveOccurred(), "the chart's version is the images' tag without the v")
 	chartRef = "oci://" + registry + "/charts/ringmaster"
+
+	By("signing the operator's index and the chart in the registry with the test key, and verifying them as a policy engine would")
+	cosign, key := os.Getenv("RINGMASTER_COSIGN"), os.Getenv("RINGMASTER_COSIGN_KEY")
+	Expect(cosign).NotTo(BeEmpty(), "RINGMASTER_COSIGN is unset: run this suite with make test or make test-cluster, which build cosign")
+	Expect(key).NotTo(BeEmpty(), "RINGMASTER_COSIGN_KEY is unset: run this suite with make test or make test-cluster (hack/cosign.sh test-key)")
+	chart, err := name.ParseReference(registry + "/charts/ringmaster:" + chartVersion)
+	Expect(err).NotTo(HaveOccurred())
+	chartDesc, err := remote.Head(chart, remote.WithContext(ctx))
+	Expect(err).NotTo(HaveOccurred())
+	for _, ref := range []string{registry + "/ringmaster-io/ringmaster@" + operatorDigest, registry + "/charts/ringmaster@" + chartDesc.Digest.String()} {
+		_, err = runEnv(ctx, []string{"COSIGN_PASSWORD="}, cosign, "sign", "--key", key, "--tlog-upload=false", "--use-signing-config=false", "--yes", "--recursive", ref)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = run(ctx, cosign, "verify", "--key", filepath.Join(filepath.Dir(key), "cosign.pub"), "--insecure-ignore-tlog=true", ref)
+		Expect(err).NotTo(HaveOccurred())
+	}
 
 	cl, err = fleet.NewCluster(kubeconfig, filepath.Join(root, "bin/cluster-bin/kubectl"))
 	Expect(err).NotTo(HaveOccurred())
