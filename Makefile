@@ -10,9 +10,18 @@ GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(BIN)/golangci-lint
 HELM_VERSION := v3.22.0
 HELM := $(BIN)/helm
-# Tag of the images make images builds: the chart's appVersion, which the
-# chart and config/samples use by default, so both start on these images.
-IMAGE_TAG ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' charts/ringmaster/Chart.yaml)
+# The release version, written in internal/version/VERSION only: the
+# binaries' --version, the images' tag, the chart's version (without the v)
+# and appVersion (a test keeps Chart.yaml and config/samples in step).
+VERSION := $(shell cat internal/version/VERSION)
+# Tag of the images make images builds: the version, which the chart and
+# config/samples use by default, so both start on these images.
+IMAGE_TAG ?= $(VERSION)
+# cyclonedx-gomod, which writes the images' SBOMs.
+CYCLONEDX_GOMOD_VERSION := v1.10.0
+CYCLONEDX_GOMOD := $(BIN)/cyclonedx-gomod
+# Where make release writes the release.
+RELEASE_DIR ?= $(BIN)/release
 # Helm built from source assumes Kubernetes v1.20 unless told.
 # The Kubernetes version, written in hack/tools/kube/go.mod only (hack/lib.sh
 # reads it there too).
@@ -22,7 +31,8 @@ TESTFLAGS ?=
 # The packages a test target runs; e.g. make test-unit PKG=./internal/keyring/.
 PKG ?= ./...
 # The real components the integration suites use (each built and cached by hack/).
-TOOLS_ENV = KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_CERT_MANAGER="$$(hack/certmanager.sh)" RINGMASTER_HELM=$(HELM)
+TOOLS_ENV = KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" RINGMASTER_VAULT="$$(hack/vault.sh)" RINGMASTER_CERT_MANAGER="$$(hack/certmanager.sh)" RINGMASTER_HELM=$(HELM) \
+	RINGMASTER_CYCLONEDX_GOMOD=$(CYCLONEDX_GOMOD) RINGMASTER_COSIGN="$$(hack/cosign.sh)" RINGMASTER_COSIGN_KEY="$$(hack/cosign.sh test-key)/cosign.key" RINGMASTER_REGISTRY="$$(hack/registry.sh)"
 # Flags of make bench-fleet and make demo, e.g. FLEETFLAGS='-n 8 -clients 32 -tls 1.2';
 # go run ./hack/fleet bench -h (or demo -h) lists them.
 FLEETFLAGS ?=
@@ -62,7 +72,7 @@ vet: ## Run go vet.
 	go vet -tags integration,e2e,cluster ./...
 
 .PHONY: test
-test: manifests generate vet envtest vault cert-manager servers helm images cluster-build kube-router ## Run every test: unit, integration and end to end (one go test run; real Vault, cert-manager, nginx and HAProxy), then the chart in a real single-node cluster (root). The README's and CI's test command.
+test: manifests generate vet envtest vault cert-manager servers helm images cosign registry cluster-build kube-router ## Run every test: unit, integration and end to end (one go test run; real Vault, cert-manager, nginx and HAProxy), then the chart in a real single-node cluster (root). The README's and CI's test command.
 	$(TOOLS_ENV) go test -tags integration,e2e $(PKG) -count=1 $(TESTFLAGS)
 	@$(MAKE) --no-print-directory test-caddy
 	@$(MAKE) --no-print-directory run-test-cluster
@@ -76,15 +86,15 @@ test-unit: ## Run the pure tests: domain packages, the agent over real TLS, the 
 	go test $(PKG) -count=1 $(TESTFLAGS)
 
 .PHONY: test-integration
-test-integration: envtest vault cert-manager servers ## Run the unit tests and the suites on a real API server, with a real Vault and real cert-manager controllers.
+test-integration: envtest vault cert-manager servers helm sbom-tool cosign registry ## Run the unit tests and the suites on a real API server, with a real Vault and real cert-manager controllers; and the images' and the release's tests (cross builds, SBOMs, cosign, a registry).
 	$(TOOLS_ENV) go test -tags integration $(PKG) -count=1 $(TESTFLAGS)
 
 .PHONY: test-cluster
-test-cluster: manifests generate servers helm images cluster-build kube-router ## Run only the cluster suite (make test runs it too, last): install the chart into a real single-node cluster and drive a fleet through it. Needs root.
+test-cluster: manifests generate servers helm images cosign cluster-build kube-router ## Run only the cluster suite (make test runs it too, last): install the chart into a real single-node cluster and drive a fleet through it. Needs root.
 	@$(MAKE) --no-print-directory run-test-cluster
 
 .PHONY: test-faults
-test-faults: manifests generate servers helm images cluster-build vault kube-router ## Run the cluster suite's fault specs make test leaves out for time (containerd restarted, Vault unreachable, helm upgrade, node restart, each during a rotation under load, invariants checked). Needs root.
+test-faults: manifests generate servers helm images cosign cluster-build vault kube-router ## Run the cluster suite's fault specs make test leaves out for time (containerd restarted, Vault unreachable, helm upgrade, node restart, each during a rotation under load, invariants checked). Needs root.
 	@RINGMASTER_VAULT="$$(hack/vault.sh)" $(MAKE) --no-print-directory run-test-cluster CLUSTER_LABELS=faults-long
 
 # The cluster suite's specs that make test and make test-cluster run: all
@@ -97,7 +107,7 @@ CLUSTER_LABELS ?= !faults-long && !measure
 # it. Its cluster is stopped afterwards even if the test binary was killed.
 .PHONY: run-test-cluster
 run-test-cluster:
-	status=0; SYNC_FREQUENCY=$(SYNC_FREQUENCY) RINGMASTER_HELM=$(HELM) RINGMASTER_KUBE_ROUTER=$(BIN)/kube-router RINGMASTER_IMAGES=$(BIN)/images RINGMASTER_IMAGE_TAG=$(IMAGE_TAG) go test -tags cluster ./test/cluster/ -count=1 -timeout $(CLUSTER_TIMEOUT) -v -ginkgo.v -ginkgo.label-filter='$(CLUSTER_LABELS)' $(TESTFLAGS) || status=$$?; \
+	status=0; SYNC_FREQUENCY=$(SYNC_FREQUENCY) RINGMASTER_HELM=$(HELM) RINGMASTER_KUBE_ROUTER=$(BIN)/kube-router RINGMASTER_COSIGN="$$(hack/cosign.sh)" RINGMASTER_COSIGN_KEY="$$(hack/cosign.sh test-key)/cosign.key" RINGMASTER_IMAGES=$(BIN)/images RINGMASTER_IMAGE_TAG=$(IMAGE_TAG) go test -tags cluster ./test/cluster/ -count=1 -timeout $(CLUSTER_TIMEOUT) -v -ginkgo.v -ginkgo.label-filter='$(CLUSTER_LABELS)' $(TESTFLAGS) || status=$$?; \
 		RINGMASTER_CLUSTER=ringmaster-e2e hack/cluster/down.sh; exit $$status
 
 # The cluster suite's measurements (label measure) are left out of make test:
@@ -106,7 +116,7 @@ SYNC_FREQUENCY ?= 10s
 CLUSTER_TIMEOUT ?= 30m
 
 .PHONY: measure-cluster
-measure-cluster: manifests generate servers helm images cluster-build kube-router ## Measure in the real single-node cluster (root; about 30 minutes): revoke latency with the suite's kubelet (syncFrequency 10s), then with the kubelet's default (1m) the refresh lag and resumption of a fleet through rotations under the API's default activationDelay, and revoke latency again. Figures in the log.
+measure-cluster: manifests generate servers helm images cosign cluster-build kube-router ## Measure in the real single-node cluster (root; about 30 minutes): revoke latency with the suite's kubelet (syncFrequency 10s), then with the kubelet's default (1m) the refresh lag and resumption of a fleet through rotations under the API's default activationDelay, and revoke latency again. Figures in the log.
 	@$(MAKE) --no-print-directory run-test-cluster SYNC_FREQUENCY=10s CLUSTER_LABELS='measure && revoke' CLUSTER_TIMEOUT=20m
 	@$(MAKE) --no-print-directory run-test-cluster SYNC_FREQUENCY=1m CLUSTER_LABELS='measure' CLUSTER_TIMEOUT=60m
 
@@ -171,8 +181,12 @@ build-plugin: ## Build the kubectl plugin into bin/kubectl-ringmaster; with bin/
 	go build -o $(BIN)/kubectl-ringmaster ./cmd/kubectl-ringmaster
 
 .PHONY: images
-images: ## Build the operator, ringmaster-agent (sidecar) and examples/server images without Docker: reproducible OCI tarballs in bin/images, tagged IMAGE_TAG (default: the chart's appVersion, which the chart and config/samples use).
-	go run ./hack/images -out $(BIN)/images -tag $(IMAGE_TAG)
+images: sbom-tool ## Build the operator, ringmaster-agent (sidecar) and examples/server images without Docker: reproducible OCI layouts in tar files in bin/images, each one image index for linux/amd64 and linux/arm64 with an SBOM per platform, tagged IMAGE_TAG (default: VERSION, which the chart and config/samples use).
+	go run ./hack/images -out $(BIN)/images -tag $(IMAGE_TAG) -sbom $(CYCLONEDX_GOMOD)
+
+.PHONY: release
+release: helm sbom-tool cosign registry ## Build and sign a release into RELEASE_DIR (bin/release): image layouts with indexes, SBOMs and signatures, the chart .tgz and its signature, cosign.pub, SHA256SUMS; prints versions and digests. Signs with COSIGN_KEY (COSIGN_PASSWORD), else the test key.
+	RINGMASTER_HELM=$(HELM) RINGMASTER_CYCLONEDX_GOMOD=$(CYCLONEDX_GOMOD) hack/release.sh $(RELEASE_DIR)
 
 .PHONY: run
 run: manifests generate ## Run the operator against the current kubeconfig.
@@ -207,16 +221,16 @@ uninstall: manifests ## Remove the CRDs.
 ##@ Single-node cluster (root)
 
 .PHONY: cluster
-cluster: images ## Start a real single-node cluster in network namespace ringmaster-node and load the images (bin/ringmaster-node/kubeconfig).
+cluster: images ## Start a real single-node cluster in network namespace ringmaster-node, with its registry, and push the images to it (bin/ringmaster-node/kubeconfig, bin/ringmaster-node/registry).
 	RINGMASTER_LOADING=1 hack/cluster/up.sh >/dev/null
-	hack/cluster/load.sh $(BIN)/images/*.tar
+	go run ./hack/images push -registry "$$(cat $(BIN)/ringmaster-node/registry)" $(BIN)/images/*.tar
 
 .PHONY: cluster-down
 cluster-down: ## Stop the single-node cluster and remove everything it created.
 	hack/cluster/down.sh
 
 .PHONY: cluster-build
-cluster-build: ## Build kubelet, kube-controller-manager, kube-scheduler, kube-proxy and containerd (cached), and install runc, CNI plugins, iptables and conntrack from Debian if missing.
+cluster-build: ## Build kubelet, kube-controller-manager, kube-scheduler, kube-proxy, containerd and the registry (cached), and install runc, CNI plugins, iptables and conntrack from Debian if missing.
 	@hack/cluster/build.sh >/dev/null
 
 ##@ Tools
@@ -236,6 +250,18 @@ cert-manager: ## Build cert-manager's controllers for the certificate tests (cac
 .PHONY: helm
 helm: ## Build Helm (cached).
 	@hack/gotool.sh helm helm.sh/helm/v3/cmd/helm $(HELM_VERSION) >/dev/null
+
+.PHONY: sbom-tool
+sbom-tool: ## Build cyclonedx-gomod, which writes the images' SBOMs (cached).
+	@hack/gotool.sh cyclonedx-gomod github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod $(CYCLONEDX_GOMOD_VERSION) >/dev/null
+
+.PHONY: cosign
+cosign: ## Build cosign, which signs and verifies the images and the chart (cached; hack/cosign.sh test-key makes the tests' key).
+	@hack/cosign.sh >/dev/null
+
+.PHONY: registry
+registry: ## Build the CNCF distribution registry, the single-node cluster's and make release's (cached).
+	@hack/registry.sh >/dev/null
 
 .PHONY: golangci-kal
 golangci-kal: ## Build golangci-lint with the kube-api-linter plugin (hack/tools/golangci-kal; cached).

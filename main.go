@@ -16,6 +16,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
+	"github.com/ringmaster-io/ringmaster/internal/version"
 )
 
 func main() {
@@ -38,9 +39,14 @@ func main() {
 		"Namespaces whose rings, Secrets and pods the operator serves, comma-separated (its own namespace always); empty: every namespace. RBAC may then grant Secrets and pods by RoleBindings there alone.")
 	exclude := flag.Bool("exclude-secrets-from-backup", true,
 		"Label every Secret that holds keys velero.io/exclude-from-backup=true, so that backups skip them: a key in a backup outlives its expiresAt.")
+	printVersion := flag.Bool("version", false, "Print the version and exit.")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
 	flag.Parse()
+	if *printVersion {
+		fmt.Println(version.String("ringmaster"))
+		return
+	}
 	o.KeepSecretsInBackups = !*exclude
 	o.NoCertificatePolicy = !*certificatePolicy
 	namespaces, err := operator.ParseNamespaces(*watch)
@@ -70,7 +76,7 @@ func run(o operator.Options) error {
 	if err != nil {
 		return err
 	}
-	ctrl.Log.WithName("setup").Info("Starting operator", "namespace", o.Namespace, "leaderElection", o.LeaderElection,
+	ctrl.Log.WithName("setup").Info("Starting operator", "version", version.Version(), "namespace", o.Namespace, "leaderElection", o.LeaderElection,
 		"metrics", cmp.Or(o.MetricsAddr, "0"), "watchNamespaces", o.WatchNamespaces, "certificatePolicy", !o.NoCertificatePolicy)
 	return op.Start(ctx)
 }

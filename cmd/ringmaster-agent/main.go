@@ -70,6 +70,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ringmaster-io/ringmaster/internal/version"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 
@@ -110,6 +111,7 @@ type config struct {
 	probeAddr, probeServerName           string
 	listen                               string
 	interval, timeout, reloadWindow      time.Duration
+	version                              bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -135,8 +137,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.interval, "interval", 10*time.Second, "how often to check that the server still holds the keys served, and catch a restarted server")
 	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long the server has to take new keys before the attempt counts as failed")
 	fs.DurationVar(&c.reloadWindow, "reload-window", 5*time.Second, "nginx: how long a new staged key may wait to be taken with the next reload, and how early a key that expires within it goes with one; 0 reloads at every change")
+	fs.BoolVar(&c.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.version {
+		return c, nil
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -191,6 +197,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if c.version {
+		fmt.Fprintln(stdout, version.String("ringmaster-agent"))
+		return nil
 	}
 	if fi, err := os.Stat(c.outDir); err != nil {
 		return fmt.Errorf("--out-dir: %w", err)

@@ -30,13 +30,19 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/version"
 )
 
 func main() {
 	ns := flag.String("namespace", os.Getenv("POD_NAMESPACE"), "namespace of the test ring (default $POD_NAMESPACE)")
 	name := flag.String("name", "", "name of the test ring, which the test's Role names (default ringmaster-check-<random>)")
 	timeout := flag.Duration("timeout", 2*time.Minute, "how long to wait for the operator")
+	printVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
+	if *printVersion {
+		fmt.Println(version.String("ringmaster-check"))
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	if *name == "" {

@@ -10,6 +10,8 @@
 #     kube-apiserver and kubectl;
 #   - containerd v2.4.2, its runc shim and ctr from hack/tools/containerd
 #     (Debian's containerd 1.6 is too old: kubelet >= 1.36 refuses 1.x);
+#   - the CNCF distribution registry (hack/registry.sh), the node's only
+#     image source;
 #   - from Debian, if missing: runc (crun 1.8 rejects containerd 2.4's
 #     runtime spec), containernetworking-plugins (bridge, host-local,
 #     loopback), iptables and conntrack for kube-proxy.
@@ -68,6 +70,7 @@ install_debs() {
 }
 
 assets="$("$ROOT/hack/envtest.sh")"
+registry="$("$ROOT/hack/registry.sh")"
 with_lock cluster-node build_node
 with_lock cluster-containerd build_containerd
 with_lock apt install_debs
@@ -77,4 +80,5 @@ mkdir -p "$OUT"
 for f in kubelet kube-controller-manager kube-scheduler kube-proxy; do ln -sfn "$NODE/$f" "$OUT/$f"; done
 for f in containerd containerd-shim-runc-v2 ctr; do ln -sfn "$CONTAINERD/$f" "$OUT/$f"; done
 for f in kube-apiserver etcd kubectl; do ln -sfn "$(readlink -f "$assets/$f")" "$OUT/$f"; done
+ln -sfn "$(readlink -f "$registry")" "$OUT/registry"
 echo "$OUT"

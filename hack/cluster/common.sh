@@ -16,6 +16,7 @@ NODE_IP=10.240.0.2             # on node0, a veth whose peer is also in the netn
 POD_CIDR=10.244.0.0/24         # the CNI bridge cni0
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1           # the kubernetes Service
+REGISTRY_ADDR=$NODE_IP:5000    # the image registry, in the namespace
 # The kernel settings the kubelet changes at start (protectKernelDefaults is
 # false); up.sh saves them and down.sh puts them back.
 KUBELET_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)

@@ -70,8 +70,9 @@ if ((KEEP == 0)) && [[ -f "$RUN/pids/kubelet" ]] && pid_alive "$RUN/pids/kubelet
 	done
 fi
 
-for c in forward kube-proxy kubelet kube-controller-manager kube-scheduler; do stop "$c"; done
+for c in forward registry-forward kube-proxy kubelet kube-controller-manager kube-scheduler; do stop "$c"; done
 stop containerd 20
+stop registry
 # Whatever the kubelet left running (a failed start, a crash): end each
 # container process and shim by its pid.
 for sig in TERM KILL; do

@@ -18,6 +18,16 @@
 # (a duration, e.g. SYNC_FREQUENCY=1m) sets it, as make measure-cluster does
 # to measure a default kubelet.
 #
+# It runs an image registry too, the CNCF distribution registry (built by
+# hack/registry.sh), in the namespace at $NODE_IP:5000 (REGISTRY_ADDR),
+# storing under /var/lib/$RINGMASTER_CLUSTER/registry. containerd pulls every
+# image from it, whatever registry the image names (ghcr.io/... included):
+# its hosts directory has only _default/hosts.toml, whose server is that
+# registry, so no pull ever leaves the namespace. A second forwarder on
+# loopback reaches it from the machine: bin/$NAME/registry holds that
+# address, where make images' tars are pushed (go run ./hack/images push)
+# and the chart (helm push --plain-http).
+#
 # Stop it with hack/cluster/down.sh (make cluster-down), which removes every
 # process, mount, namespace, cgroup and file this script created. If this
 # script fails midway, it runs down.sh itself.
@@ -184,6 +194,8 @@ state = "$RUN/containerd"
   socket_dir = "$RUN/s"
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "$STATE/certs.d"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "localhost/ringmaster-pause:dev"
 [plugins.'io.containerd.cri.v1.runtime']
@@ -201,6 +213,24 @@ state = "$RUN/containerd"
     conf_dir = "$STATE/cni/net.d"
 [plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = "127.0.0.1"
+EOF
+
+# Every pull goes to the cluster's registry, over plain HTTP inside the
+# namespace: the only hosts file is _default's.
+mkdir -p "$STATE/certs.d/_default" "$STATE/registry"
+cat >"$STATE/certs.d/_default/hosts.toml" <<EOF
+server = "http://$REGISTRY_ADDR"
+EOF
+cat >"$STATE/registry.yml" <<EOF
+version: 0.1
+log:
+  level: warn
+  accesslog: {disabled: true}
+storage:
+  filesystem: {rootdirectory: $STATE/registry}
+  delete: {enabled: true}
+http:
+  addr: $REGISTRY_ADDR
 EOF
 
 cat >"$STATE/kubelet.yaml" <<EOF
@@ -289,6 +319,9 @@ start kube-apiserver "$BINS/kube-apiserver" --etcd-servers http://127.0.0.1:2379
 	--encryption-provider-config "$ENCRYPTION"
 wait_for "kube-apiserver /readyz" 90 kc get --raw /readyz
 
+log "Starting the registry at $REGISTRY_ADDR"
+start registry "$BINS/registry" serve "$STATE/registry.yml"
+
 log "Starting kube-controller-manager, kube-scheduler and containerd"
 start kube-controller-manager "$BINS/kube-controller-manager" --kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
 	--authentication-kubeconfig "$STATE/kube-controller-manager.kubeconfig" --authorization-kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
@@ -302,7 +335,7 @@ PATH="$BINS:$PATH" start containerd "$BINS/containerd" --config "$STATE/containe
 wait_for "containerd" 30 "$BINS/ctr" --address "$RUN/containerd.sock" version
 
 log "Importing the pause image"
-(cd "$ROOT" && go run ./hack/images -out "$RUN/images" -tag dev pause >/dev/null)
+(cd "$ROOT" && go run ./hack/images -out "$RUN/images" -tag dev -arch "$(go env GOARCH)" pause >/dev/null)
 "$BINS/ctr" --address "$RUN/containerd.sock" -n k8s.io images import --local "$RUN/images/pause.tar" >/dev/null
 
 log "Starting kubelet and kube-proxy"
@@ -325,14 +358,30 @@ done
 echo "$addr" >"$STATE/forward-addr"
 kubeconfig admin "https://$addr" >"$INFO/kubeconfig"
 
+# The registry, from the machine's loopback.
+listen=127.0.0.1:0
+before=$(grep -c '^forwarding' "$INFO/logs/registry-forward.log" 2>/dev/null || true)
+((REUSE == 1)) && [[ -f "$STATE/registry-forward-addr" ]] && listen=$(cat "$STATE/registry-forward-addr")
+start_host registry-forward "$RUN/bin/forward" -netns "$NSPATH" -to "$REGISTRY_ADDR" -listen "$listen"
+raddr=""
+for _ in $(seq 100); do
+	raddr=$(awk -v n="${before:-0}" '/^forwarding/ && ++i > n {print $2; exit}' "$INFO/logs/registry-forward.log")
+	[[ -n "$raddr" ]] && break
+	sleep 0.1
+done
+[[ -n "$raddr" ]] || { echo "the registry's forwarder did not start" >&2; exit 1; }
+echo "$raddr" >"$STATE/registry-forward-addr"
+echo "$raddr" >"$INFO/registry"
+wait_for "the registry" 30 in_netns bash -c "exec 3<>/dev/tcp/${REGISTRY_ADDR%:*}/${REGISTRY_ADDR#*:}"
+
 wait_for "node $NAME Ready" 120 kc wait --for=condition=Ready "node/$NAME" --timeout=1s
 wait_for "the default ServiceAccount" 60 kc get serviceaccount default -n default
 
 printf '%s\n' "$BINS" >"$RUN/bins"
 log "Cluster $NAME is up in $(awk -v s="$started" -v e="$(date +%s.%N)" 'BEGIN {printf "%.1f", e - s}') s (after the builds)"
 # make cluster loads the images itself and says so (RINGMASTER_LOADING=1).
-load_hint="  hack/cluster/load.sh bin/images/*.tar  # load images (imagePullPolicy: Never)"
-[[ "${RINGMASTER_LOADING:-}" == 1 ]] && load_hint="  # make cluster loads bin/images/*.tar next (imagePullPolicy: Never)"
+load_hint="  go run ./hack/images push -registry $raddr bin/images/*.tar   # the images, into the cluster's registry"
+[[ "${RINGMASTER_LOADING:-}" == 1 ]] && load_hint="  # make cluster pushes bin/images/*.tar to the cluster's registry ($raddr) next"
 cat >&2 <<EOF
   export KUBECONFIG=$INFO/kubeconfig     # kube-apiserver through the loopback forwarder
 $load_hint

@@ -78,9 +78,7 @@ func ensureInstalled(ctx context.Context) {
 	if _, err := helm(ctx, "status", release, "--namespace", releaseNS); err == nil {
 		return
 	}
-	_, err := helm(ctx, "install", release, root+"/charts/ringmaster", "--namespace", releaseNS, "--create-namespace",
-		"--set", "image.tag="+imageTag, "--set", "image.pullPolicy=Never", "--wait", "--timeout", "3m")
-	Expect(err).NotTo(HaveOccurred())
+	installFromRegistry(ctx)
 	waitLeader(ctx, "")
 }
 

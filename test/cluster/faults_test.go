@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -194,21 +196,19 @@ func containerdRestarted(ctx SpecContext) {
 func helmUpgradeWhileStaged(ctx SpecContext) {
 	r := startFaultRun(ctx, getFaultFleet(ctx))
 	defer r.stop()
-	const repo = "ghcr.io/ringmaster-io/ringmaster"
+	// A new tag of the same index, in the cluster's registry: a new image
+	// reference for the pods, pulled by the node.
 	newTag := imageTag + "-faults"
-	var from string
-	for _, name := range strings.Fields(ctr(ctx, "images", "ls", "-q")) {
-		if name == repo+":"+imageTag || strings.HasSuffix(name, "/"+repo+":"+imageTag) {
-			from = name
-		}
-	}
-	Expect(from).NotTo(BeEmpty(), "the operator's image %s:%s is loaded", repo, imageTag)
-	ctr(ctx, "images", "tag", "--force", from, strings.TrimSuffix(from, imageTag)+newTag)
+	src, err := name.ParseReference(registry + "/ringmaster-io/ringmaster@" + operatorDigest)
+	Expect(err).NotTo(HaveOccurred())
+	desc, err := remote.Get(src, remote.WithContext(ctx))
+	Expect(err).NotTo(HaveOccurred())
+	Expect(remote.Tag(src.Context().Tag(newTag), desc, remote.WithContext(ctx))).To(Succeed())
 
 	due := r.nextDue(ctx, 50*time.Second)
 	start := time.Now()
-	_, err := helm(ctx, "upgrade", release, root+"/charts/ringmaster", "--namespace", releaseNS, "--reuse-values",
-		"--set", "image.tag="+newTag, "--wait", "--timeout", "3m")
+	_, err = helm(ctx, "upgrade", release, chartRef, "--version", chartVersion, "--plain-http", "--namespace", releaseNS, "--reuse-values",
+		"--set", "image.digest=", "--set", "image.tag="+newTag, "--wait", "--timeout", "3m")
 	Expect(err).NotTo(HaveOccurred())
 	took := time.Since(start)
 	Eventually(func(g Gomega) {

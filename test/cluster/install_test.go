@@ -60,15 +60,18 @@ var _ = Describe("ringmaster installed with its Helm chart", Ordered, func() {
 		})
 	})
 
-	It("installs: the operator's pods become Ready, one holds the lease, and helm test passes", func(ctx SpecContext) {
-		_, err := helm(ctx, "install", release, root+"/charts/ringmaster", "--namespace", releaseNS, "--create-namespace",
-			"--set", "image.tag="+imageTag, "--set", "image.pullPolicy=Never", "--wait", "--timeout", "3m")
-		Expect(err).NotTo(HaveOccurred())
+	It("installs from the registry as users do: helm install oci:// by digest, the node pulls; the operator's pods become Ready, one holds the lease, and helm test passes", func(ctx SpecContext) {
+		installFromRegistry(ctx)
 
 		pods := operatorPods(ctx)
 		Expect(pods).To(HaveLen(2))
+		want := "ghcr.io/ringmaster-io/ringmaster@" + operatorDigest
 		for _, p := range pods {
 			Expect(podReady(p)).To(BeTrue(), "pod %s is not Ready", p.Name)
+			Expect(p.Spec.Containers[0].Image).To(Equal(want), "the chart pins the image by digest")
+			Expect(p.Spec.Containers[0].ImagePullPolicy).NotTo(Equal(corev1.PullNever))
+			// The node pulled the index and took its own platform's image.
+			Expect(p.Status.ContainerStatuses[0].ImageID).To(HaveSuffix("@"+operatorDigest), "pod %s runs %s", p.Name, p.Status.ContainerStatuses[0].ImageID)
 			Expect(p.Spec.ServiceAccountName).To(Equal(release))
 			c := p.Spec.Containers[0]
 			Expect(c.SecurityContext.ReadOnlyRootFilesystem).To(Equal(ptr.To(true)))
@@ -226,7 +229,7 @@ var _ = Describe("ringmaster installed with its Helm chart", Ordered, func() {
 	It("keeps a rotation's invariants through a node restart on the same etcd data", Label(faultsLabel, faultsLong), nodeRestarted, NodeTimeout(8*time.Minute))
 
 	It("upgrades to a changed value, and the new pods take over", func(ctx SpecContext) {
-		_, err := helm(ctx, "upgrade", release, root+"/charts/ringmaster", "--namespace", releaseNS, "--reuse-values",
+		_, err := helm(ctx, "upgrade", release, chartRef, "--version", chartVersion, "--plain-http", "--namespace", releaseNS, "--reuse-values",
 			"--set", "logLevel=debug", "--wait", "--timeout", "3m")
 		Expect(err).NotTo(HaveOccurred())
 		dep := &appsv1.Deployment{}
@@ -270,6 +273,19 @@ var _ = Describe("ringmaster installed with its Helm chart", Ordered, func() {
 	}, NodeTimeout(4*time.Minute))
 })
 
+// installFromRegistry installs the release the way users do: the chart
+// from the registry as an OCI artifact at its version, the operator's
+// image pinned by its index's digest (the chart's default repository,
+// ghcr.io/ringmaster-io/ringmaster, which the node's containerd resolves
+// through the cluster's registry), pulled by the node.
+func installFromRegistry(ctx context.Context) {
+	GinkgoHelper()
+	_, err := helm(ctx, "install", release, chartRef, "--version", chartVersion, "--plain-http",
+		"--namespace", releaseNS, "--create-namespace",
+		"--set", "image.digest="+operatorDigest, "--wait", "--timeout", "3m")
+	Expect(err).NotTo(HaveOccurred())
+}
+
 // serverDeployment is the fleet: examples/server pods mounting the ring's
 // projection Secret and the TLS Secret through one projected volume, with
 // no subPath, so that the kubelet swaps both atomically.
@@ -288,7 +304,9 @@ func serverDeployment() *appsv1.Deployment {
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 					},
 					Containers: []corev1.Container{{
-						Name:            "server",
+						Name: "server",
+						// Imported from make images' tar file by
+						// hack/cluster/load.sh, the air-gapped path.
 						Image:           "ghcr.io/ringmaster-io/ringmaster-example-server:" + imageTag,
 						ImagePullPolicy: corev1.PullNever,
 						// The status port is apart from the TLS port, which

@@ -61,11 +61,10 @@ var _ = Describe("measurements with the kubelet's syncFrequency", Label("measure
 				dumpCluster(ctx)
 			}
 		})
-		_, err := helm(ctx, "install", release, root+"/charts/ringmaster", "--namespace", releaseNS, "--create-namespace",
-			"--set", "image.tag="+imageTag, "--set", "image.pullPolicy=Never", "--wait", "--timeout", "3m")
-		Expect(err).NotTo(HaveOccurred())
+		installFromRegistry(ctx)
 		waitLeader(ctx, "")
 
+		var err error
 		pki, err = fleet.NewPKI(fleet.ECDSAP256)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(cl.CreateNamespace(ctx, shopNS)).To(Succeed())

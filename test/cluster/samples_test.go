@@ -35,8 +35,9 @@ const samplesNS = "samples"
 
 // sampleServers are the servers of config/samples' agent samples: the image
 // each pins, and the Debian binary of the same version (the machine's, which
-// the integration suites run too) that stands in for it, the cluster having
-// no registry.
+// the integration suites run too) that stands in for it, imported by
+// hack/cluster/load.sh: the official images cannot be had here. The
+// sidecar's image the samples pin comes from the cluster's registry.
 var sampleServers = []struct {
 	service, file, image, binary string
 	entrypoint, cmd              []string

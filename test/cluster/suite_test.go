@@ -2,8 +2,10 @@
 
 // Package cluster_test installs ringmaster the way its users will, into a
 // real single-node cluster (hack/cluster: kubelet, containerd, runc, CNI,
-// kube-proxy), with its Helm chart and the locally built images, and drives
-// it end to end: leader election as its own ServiceAccount with the chart's
+// kube-proxy), with its Helm chart and the locally built images, both
+// pushed to the cluster's own registry and installed from it (helm install
+// oci:// by digest, the node pulling the image index), and drives it end to
+// end: leader election as its own ServiceAccount with the chart's
 // RBAC, helm test, a fleet of examples/server pods mounting the ring through
 // the kubelet's projected volume and resuming TLS sessions across replicas
 // through rotations and the loss of the leader, helm upgrade and uninstall.
@@ -29,6 +31,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -49,15 +53,23 @@ const (
 )
 
 var (
-	// imageTag is the tag make images gave the images (the chart's
-	// appVersion).
+	// imageTag is the tag make images gave the images (VERSION, the
+	// chart's appVersion).
 	imageTag string
-	root     string
-	helmBin  string
-	images   string
-	cl       *fleet.Cluster
-	dialer   netns.Dialer
-	env      []string // RINGMASTER_CLUSTER for the scripts, KUBECONFIG for helm
+	// registry is the cluster's registry's loopback address, pushed holds
+	// what was pushed to it (reference -> index digest), operatorDigest the
+	// operator's image index.
+	registry       string
+	pushed         map[string]string
+	operatorDigest string
+	// chartRef is the chart in the registry (oci://), at chartVersion.
+	chartRef, chartVersion string
+	root                   string
+	helmBin                string
+	images                 string
+	cl                     *fleet.Cluster
+	dialer                 netns.Dialer
+	env                    []string // RINGMASTER_CLUSTER for the scripts, KUBECONFIG for helm
 )
 
 func TestCluster(t *testing.T) {
@@ -89,12 +101,54 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	env = append(env, "KUBECONFIG="+kubeconfig, "KUBECACHEDIR="+GinkgoT().TempDir())
 	dialer = netns.Dialer{Path: "/run/netns/" + clusterName}
 
+	// The images reach the node as users' do, from a registry: the
+	// cluster's own (hack/cluster/up.sh), which containerd pulls every
+	// image from. examples/server's takes the air-gapped path instead, a
+	// tar file imported into containerd by hack/cluster/load.sh, which
+	// the fleet's pods then use without pulling.
 	tars, err := filepath.Glob(filepath.Join(images, "*.tar"))
 	Expect(err).NotTo(HaveOccurred())
-	Expect(tars).To(ContainElements(filepath.Join(images, "ringmaster.tar"), filepath.Join(images, "example-server.tar")),
-		"make images writes the operator's and examples/server's images into %s", images)
-	_, err = run(ctx, filepath.Join(root, "hack/cluster/load.sh"), tars...)
+	Expect(tars).To(ContainElements(filepath.Join(images, "ringmaster.tar"), filepath.Join(images, "example-server.tar"), filepath.Join(images, "ringmaster-agent.tar")),
+		"make images writes the operator's, the sidecar's and examples/server's images into %s", images)
+	addr, err := os.ReadFile(filepath.Join(filepath.Dir(kubeconfig), "registry"))
+	Expect(err).NotTo(HaveOccurred(), "hack/cluster/up.sh writes the registry's loopback address beside the kubeconfig")
+	registry = strings.TrimSpace(string(addr))
+	out, err = run(ctx, "go", append([]string{"run", "./hack/images", "push", "-registry", registry}, tars...)...)
 	Expect(err).NotTo(HaveOccurred())
+	pushed = map[string]string{}
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 {
+			pushed[f[0]] = f[1]
+		}
+	}
+	operatorDigest = pushed[registry+"/ringmaster-io/ringmaster:"+imageTag]
+	Expect(operatorDigest).To(HavePrefix("sha256:"), "hack/images push printed %q", out)
+	_, err = run(ctx, filepath.Join(root, "hack/cluster/load.sh"), filepath.Join(images, "example-server.tar"))
+	Expect(err).NotTo(HaveOccurred())
+
+	By("pushing the chart to the registry as an OCI artifact")
+	dir := GinkgoT().TempDir()
+	_, err = helm(ctx, "package", filepath.Join(root, "charts/ringmaster"), "-d", dir)
+	Expect(err).NotTo(HaveOccurred())
+	chartVersion = strings.TrimPrefix(imageTag, "v")
+	_, err = helm(ctx, "push", filepath.Join(dir, "ringmaster-"+chartVersion+".tgz"), "oci://"+registry+"/charts", "--plain-http")
+	Expect(err).NotTo(HaveOccurred(), "the chart's version is the images' tag without the v")
+	chartRef = "oci://" + registry + "/charts/ringmaster"
+
+	By("signing the operator's index and the chart in the registry with the test key, and verifying them as a policy engine would")
+	cosign, key := os.Getenv("RINGMASTER_COSIGN"), os.Getenv("RINGMASTER_COSIGN_KEY")
+	Expect(cosign).NotTo(BeEmpty(), "RINGMASTER_COSIGN is unset: run this suite with make test or make test-cluster, which build cosign")
+	Expect(key).NotTo(BeEmpty(), "RINGMASTER_COSIGN_KEY is unset: run this suite with make test or make test-cluster (hack/cosign.sh test-key)")
+	chart, err := name.ParseReference(registry + "/charts/ringmaster:" + chartVersion)
+	Expect(err).NotTo(HaveOccurred())
+	chartDesc, err := remote.Head(chart, remote.WithContext(ctx))
+	Expect(err).NotTo(HaveOccurred())
+	for _, ref := range []string{registry + "/ringmaster-io/ringmaster@" + operatorDigest, registry + "/charts/ringmaster@" + chartDesc.Digest.String()} {
+		_, err = runEnv(ctx, []string{"COSIGN_PASSWORD="}, cosign, "sign", "--key", key, "--tlog-upload=false", "--use-signing-config=false", "--yes", "--recursive", ref)
+		Expect(err).NotTo(HaveOccurred())
+		_, err = run(ctx, cosign, "verify", "--key", filepath.Join(filepath.Dir(key), "cosign.pub"), "--insecure-ignore-tlog=true", ref)
+		Expect(err).NotTo(HaveOccurred())
+	}
 
 	cl, err = fleet.NewCluster(kubeconfig, filepath.Join(root, "bin/cluster-bin/kubectl"))
 	Expect(err).NotTo(HaveOccurred())

@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/ringmaster-io/ringmaster/internal/version"
 )
 
 // ExitError ends the plugin with a status other than 1, and a message
@@ -79,6 +81,8 @@ public certificate) is decoded.`,
   kubectl ringmaster probe shop.example.com:443`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		// --version prints it.
+		Version: version.Version(),
 		// Installed as kubectl-ringmaster, it is run as kubectl ringmaster.
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl ringmaster"},
 	}
