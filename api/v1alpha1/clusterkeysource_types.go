@@ -51,6 +51,7 @@ type VaultSource struct {
 	// +kubebuilder:default="sys/tools/random"
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:Pattern=`^(sys/tools/random|[a-zA-Z0-9_.-]+(/[a-zA-Z0-9_.-]+)*/random)$`
+	// +kubebuilder:validation:XValidation:rule="!self.split('/').exists(s, s == '.' || s == '..')",message="randomPath may not hold . or .. segments: it names one Vault endpoint, and Vault would resolve them to another"
 	// +optional
 	RandomPath string `json:"randomPath,omitempty"`
 

@@ -350,6 +350,12 @@ type ConfirmationStatus struct {
 	Missing []PodReport `json:"missing,omitempty"`
 	// checkedAt is when the pods were last asked.
 	CheckedAt metav1.Time `json:"checkedAt"`
+	// note says what the counts do not: for one, that the ring selects
+	// more pods than the operator asks (--confirmation-max-pods), so none
+	// was asked and the key is not confirmed.
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Note string `json:"note,omitempty"`
 }
 
 // PodReport is a pod that did not confirm the staged key.

@@ -299,7 +299,7 @@ func (r *ECHKeyRingReconciler) confirm(ekr *v1alpha1.ECHKeyRing, owner distribut
 		return false, nil
 	}
 	return seen.Confirms(rd.Now), &v1alpha1.ConfirmationStatus{StagedKey: id, Due: &metav1.Time{Time: due}, Pods: int32(seen.Pods), Holding: int32(seen.Holding),
-		Missing: seen.Missing, CheckedAt: metav1.NewTime(seen.At.Truncate(time.Second))}
+		Missing: seen.Missing, CheckedAt: metav1.NewTime(seen.At.Truncate(time.Second)), Note: seen.Note()}
 }
 
 // askDNS hands what the record must hold to the DNS worker, and returns its

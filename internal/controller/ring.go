@@ -35,7 +35,6 @@ import (
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=ringmaster.io,resources=clusterkeysources,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list
 
 // rings reconciles TicketKeyRings and ClusterTicketKeyRings.
 type rings struct {
@@ -189,7 +188,7 @@ func (r *rings) confirm(in ring, policy keyring.Policy, now time.Time, cur keyri
 	if ok {
 		shown = &v1alpha1.ConfirmationStatus{
 			StagedKey: cur.Keys[0].ID, Due: &metav1.Time{Time: cur.Due}, Pods: int32(seen.Pods), Holding: int32(seen.Holding),
-			Missing: seen.Missing, CheckedAt: metav1.NewTime(seen.At.Truncate(time.Second)),
+			Missing: seen.Missing, CheckedAt: metav1.NewTime(seen.At.Truncate(time.Second)), Note: seen.Note(),
 		}
 	}
 	return confirmed, shown, ringplan.Overdue(now, cur, policy.Confirm.Timeout, confirmed, shown)

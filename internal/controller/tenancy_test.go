@@ -170,6 +170,11 @@ var _ = Describe("Tenancy", func() {
 			"mountPath may not hold a . or .. segment"),
 		Entry("a mount path with a . segment", func(c *v1alpha1.ClusterKeySource) { c.Spec.Vault.Auth.Kubernetes.MountPath = "kubernetes/." },
 			"mountPath may not hold a . or .. segment"),
+		Entry("a random path that climbs out of its mount", func(c *v1alpha1.ClusterKeySource) { c.Spec.Vault.RandomPath = "transit/../sys/random" },
+			"randomPath may not hold . or .. segments"),
+		Entry("a random path with a . segment", func(c *v1alpha1.ClusterKeySource) { c.Spec.Vault.RandomPath = "transit/./random" },
+			"randomPath may not hold . or .. segments"),
+		Entry("a valid transit random path", func(c *v1alpha1.ClusterKeySource) { c.Spec.Vault.RandomPath = "transit/random" }, ""),
 		Entry("an absolute mount path", func(c *v1alpha1.ClusterKeySource) { c.Spec.Vault.Auth.Kubernetes.MountPath = "/kubernetes" },
 			"spec.vault.auth.kubernetes.mountPath in body should match"),
 		Entry("an AppRole mount path with a query", func(c *v1alpha1.ClusterKeySource) {

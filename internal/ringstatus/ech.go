@@ -165,7 +165,11 @@ func missingPods(s *v1alpha1.ConfirmationStatus) string {
 	for _, m := range s.Missing {
 		names = append(names, fmt.Sprintf("%s (%s)", m.Name, m.Reason))
 	}
-	return fmt.Sprintf(" %d of %d pods hold it; missing: %s", s.Holding, s.Pods, strings.Join(names, ", "))
+	msg := fmt.Sprintf(" %d of %d pods hold it; missing: %s", s.Holding, s.Pods, strings.Join(names, ", "))
+	if s.Note != "" {
+		msg += ". Note: " + s.Note
+	}
+	return msg
 }
 
 func timeOrNil(t time.Time) *metav1.Time {

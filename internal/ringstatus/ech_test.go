@@ -92,6 +92,15 @@ func TestBuildECH(t *testing.T) {
 					t.Errorf("ConfirmationOverdue %+v", c)
 				}
 			}},
+		{name: "a ring selecting more pods than are asked says so", edit: func(o *ringstatus.ECHOutcome) {
+			o.Overdue = true
+			o.Seen = &v1alpha1.ConfirmationStatus{StagedKey: "2", Pods: 1001, Note: "the ring selects more than 1000 pods"}
+		}, ready: v1alpha1.ReasonPublished, overdue: v1alpha1.ReasonAwaitingPods,
+			check: func(t *testing.T, s v1alpha1.ECHKeyRingStatus) {
+				if c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionConfirmationOverdue); !strings.Contains(c.Message, "more than 1000 pods") {
+					t.Errorf("ConfirmationOverdue %q does not carry the note", c.Message)
+				}
+			}},
 		{name: "the record written is reported", edit: func(o *ringstatus.ECHOutcome) {
 			o.Record = &v1alpha1.ECHDNSRecord{Zone: "z", Name: "www.example.test", ECHConfigList: "AAA="}
 		}, ready: v1alpha1.ReasonPublished, overdue: v1alpha1.ReasonPublishedUnconfirmed,

@@ -232,6 +232,9 @@ func confirmationOverdue(s *v1alpha1.TicketKeyRingStatus, o Outcome) {
 		c.Message = fmt.Sprintf("Key %s has waited for its fleet since %s; %d of %d pod(s) hold it; key %s keeps encrypting. Not holding it: %s",
 			o.Confirmation.StagedKey, o.Overdue.UTC().Format(time.RFC3339), o.Confirmation.Holding, o.Confirmation.Pods,
 			activeID(o.Ring, o.Now), strings.Join(names, "; "))
+		if o.Confirmation.Note != "" {
+			c.Message += ". Note: " + o.Confirmation.Note
+		}
 	}
 	meta.SetStatusCondition(&s.Conditions, c)
 }
