@@ -505,6 +505,66 @@ func TestLayoutMatchesTheTree(t *testing.T) {
 	if n < 10 {
 		t.Fatalf("the layout lists only %d directories", n)
 	}
+	// And the other way: every package of internal/ and pkg/ is listed by
+	// itself, every other package under a listed directory, and every
+	// top-level directory is listed.
+	listed := map[string]bool{}
+	for _, line := range strings.Split(block, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasSuffix(f[0], "/") {
+			listed[strings.TrimSuffix(f[0], "/")] = true
+		}
+	}
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		name := d.Name()
+		if rel != "." && (strings.HasPrefix(name, ".") || name == "bin" || name == "testdata" || name == "node_modules") {
+			return filepath.SkipDir
+		}
+		if rel == "." {
+			return nil
+		}
+		if !strings.Contains(rel, "/") {
+			under := false
+			for l := range listed {
+				under = under || l == rel || strings.HasPrefix(l, rel+"/")
+			}
+			if !under {
+				t.Errorf("the layout lists no %s/, a top-level directory of the tree", rel)
+			}
+			return nil
+		}
+		if !hasGo(path) || listed[rel] {
+			return nil
+		}
+		if strings.HasPrefix(rel, "internal/") || strings.HasPrefix(rel, "pkg/") {
+			t.Errorf("the layout lists no %s/, a package", rel)
+			return nil
+		}
+		for dir := filepath.Dir(rel); dir != "."; dir = filepath.Dir(dir) {
+			if listed[dir] {
+				return nil
+			}
+		}
+		t.Errorf("the layout lists neither %s/, a package, nor a directory above it", rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hasGo reports whether dir holds a Go file that is not a test.
+func hasGo(dir string) bool {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".go") && !strings.HasSuffix(e.Name(), "_test.go") {
+			return true
+		}
+	}
+	return false
 }
 
 var alertName = regexp.MustCompile(`(?m)^\s*- alert: (\S+)`)

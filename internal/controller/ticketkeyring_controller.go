@@ -1,7 +1,12 @@
-// Package controllers holds one thin controller per ringmaster kind. The
-// domain decisions live in pure packages (internal/keyring,
-// internal/distribute, internal/ringstatus, internal/certpolicy);
-// controllers read, call them, and write what they decided.
+// Package controller holds one thin controller per ringmaster kind. The
+// decisions live in pure packages: what a ring's reconcile writes in
+// internal/ringplan (for both ring kinds), rotation in internal/keyring and
+// internal/echring, statuses in internal/ringstatus, who owns a DNS name in
+// internal/dnszone, certificate verdicts in internal/certpolicy. The
+// controllers read, call them, and write what they decided: both ring kinds
+// through one write layer (ringSecrets). Slow I/O runs off the reconcile
+// path, in the prober (internal/confirm) and the DNS worker
+// (internal/dnswork).
 package controller
 
 import (

@@ -1,5 +1,9 @@
-// Package mint holds the sources of new ticket key secrets: in-cluster
-// crypto/rand (the default) and, later, Vault. Controllers see only Source.
+// Package mint holds the sources of new key secrets, for ticket keys and
+// ECH configs' seeds alike: in-cluster crypto/rand (the default) and Vault
+// (a ClusterKeySource: sys/tools/random or a transit mount), under each key
+// source's budget and timeout, with errors a ring's status may show
+// (ForTenant). Controllers see only Sources and Source; with
+// internal/sharedring/vaultstore, it is the only user of vault/api.
 package mint
 
 import (
