@@ -37,6 +37,7 @@ import (
 var _ = Describe("A fleet serving Encrypted Client Hello", Ordered, func() {
 	const (
 		ns, ringName  = "ech", "web"
+		rivalNS       = "ech-rival"
 		ttl           = 3 * time.Second
 		margin        = 3 * time.Second
 		interval      = 10 * time.Second
@@ -67,8 +68,9 @@ var _ = Describe("A fleet serving Encrypted Client Hello", Ordered, func() {
 		Expect(c.Create(ctx, tsig)).To(Succeed())
 		Expect(c.Create(ctx, &v1alpha1.ClusterDNSZone{ObjectMeta: metav1.ObjectMeta{Name: "example-test"}, Spec: v1alpha1.ClusterDNSZoneSpec{
 			Zone: "example.test", Primary: srv.Addr, TSIGSecretRef: &v1alpha1.SecretReference{Name: tsig.Name},
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
-			AllowedNames:      []string{"www.example.test"},
+			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{ns, rivalNS}}}},
+			AllowedNames: []string{"www.example.test"},
 		}})).To(Succeed())
 		Expect(c.Create(ctx, &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ringName}, Spec: v1alpha1.ECHKeyRingSpec{
 			PublicName:       fleet.ServerName,
@@ -134,15 +136,39 @@ var _ = Describe("A fleet serving Encrypted Client Hello", Ordered, func() {
 			}
 		}()
 
-		By("running clients through rotations")
+		By("running clients through rotations, while a ring of another namespace claims the same name")
 		load := startECHLoad(ctx, f, srv, echClients, ttl)
 		defer load.stop()
+		Expect(env.Cluster.CreateNamespace(ctx, rivalNS)).To(Succeed())
+		rival := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: rivalNS, Name: ringName}, Spec: *getRing(ctx).Spec.DeepCopy()}
+		rival.Spec.DNS.TTL = 5 // another TTL: the record's stays the owner's
+		Expect(env.Cluster.Client.Create(ctx, rival)).To(Succeed())
+		getRival := func() *v1alpha1.ECHKeyRing {
+			r := &v1alpha1.ECHKeyRing{}
+			Expect(env.Cluster.Client.Get(ctx, client.ObjectKeyFromObject(rival), r)).To(Succeed())
+			return r
+		}
+		Eventually(func() string {
+			c := meta.FindStatusCondition(getRival().Status.Conditions, v1alpha1.ConditionReady)
+			if c == nil {
+				return ""
+			}
+			return c.Reason
+		}, 30*time.Second, 200*time.Millisecond).Should(Equal(v1alpha1.ReasonDNSNameClaimed))
 		start := getRing(ctx)
 		startPublished := *start.Status.PublishedConfig
 		Eventually(func() int {
 			return publications(getRing(ctx), startPublished)
 		}, 3*time.Minute, 250*time.Millisecond).Should(BeNumerically(">=", wantRotations))
 		ring := getRing(ctx)
+
+		By("the rival published nothing, and the record's TTL is the owner's")
+		Expect(getRival().Status.PublishedConfig).To(BeNil())
+		Expect(getRival().Status.Epoch).To(BeZero(), "the rival staged nothing")
+		rrs, err := srv.Query(ctx, "www.example.test.", dns.TypeHTTPS)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(rrs).NotTo(BeEmpty())
+		Expect(rrs[0].Header().Ttl).To(BeEquivalentTo(ttl / time.Second))
 
 		By("checking that each config reached DNS only after the lagging replica held it")
 		for _, c := range ring.Status.Configs {
