@@ -81,6 +81,15 @@ test: manifests generate vet envtest vault cert-manager servers helm images cosi
 test-caddy: ## Run the Caddy STEK provider's tests (its own module, ./caddy): builds Caddy with tls.stek.ringmaster and runs two instances on one ring.
 	cd caddy && go test ./... -count=1 $(TESTFLAGS)
 
+.PHONY: test-gateways
+test-gateways: ## Run the gateway modules' tests, each a Go module of its own: Envoy Gateway's translator on docs/gateways.md's manifests (./gateways/envoygateway), Cilium's agent code serving a ring's cilium projection over SDS (./gateways/cilium).
+	cd gateways/envoygateway && go test ./... -count=1 $(TESTFLAGS)
+	cd gateways/cilium && go test ./... -count=1 $(TESTFLAGS)
+
+.PHONY: measure-gateways
+measure-gateways: servers ## Measure resumption across 3 real HAProxy instances in the ingress controllers' shape through 10 rotations: the ring through the sidecar, HAProxy's own keys, tickets off, side by side (MEASURE lines; docs/gateways.md quotes them).
+	go test -tags integration ./cmd/ringmaster-agent/ -run '^TestHAProxyIngressFleet$$' -count=1 -v -args -ingress-rotations=10 | grep -E '^(=== RUN|--- |ok|FAIL|PASS)|MEASURE|Error|error'
+
 .PHONY: test-unit
 test-unit: ## Run the pure tests: domain packages, the agent over real TLS, the chart generator. Needs nothing built; seconds.
 	go test $(PKG) -count=1 $(TESTFLAGS)

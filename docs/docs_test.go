@@ -589,3 +589,43 @@ func TestDocsNameEveryAlert(t *testing.T) {
 		}
 	}
 }
+
+// recipeBlock is a YAML block of a page whose first line names the file
+// it shows: "# gateways/<module>/manifests/<file>.yaml: …".
+var recipeBlock = regexp.MustCompile("(?ms)^```yaml\n(# (gateways/[^\\s:]+):.*?\n)```")
+
+// TestGatewayRecipesAreTheTestedFiles: every recipe the gateway pages show
+// is, byte for byte, the manifest that gateways/'s modules test (make
+// test-gateways), and every such manifest is shown in docs/gateways.md.
+func TestGatewayRecipesAreTheTestedFiles(t *testing.T) {
+	shown := map[string]bool{}
+	for _, rel := range []string{"docs/gateways.md", "docs/sidecar.md"} {
+		for _, m := range recipeBlock.FindAllStringSubmatch(docPage(t, rel), -1) {
+			block, path := m[1], m[2]
+			if rel == "docs/gateways.md" {
+				shown[path] = true
+			}
+			b, err := os.ReadFile(filepath.Join(root, path))
+			if err != nil {
+				t.Errorf("%s shows %s: %v", rel, path, err)
+				continue
+			}
+			if string(b) != block {
+				t.Errorf("%s shows %s, but not as the file is: copy the file into the page", rel, path)
+			}
+		}
+	}
+	files, err := filepath.Glob(filepath.Join(root, "gateways", "*", "manifests", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no manifest under gateways/*/manifests")
+	}
+	for _, f := range files {
+		rel, _ := filepath.Rel(root, f)
+		if !shown[filepath.ToSlash(rel)] {
+			t.Errorf("docs/gateways.md does not show %s", filepath.ToSlash(rel))
+		}
+	}
+}

@@ -6,7 +6,7 @@ import (
 )
 
 // KeyFormat is a server's ticket key file format.
-// +kubebuilder:validation:Enum=go;nginx;haproxy;envoy
+// +kubebuilder:validation:Enum=go;nginx;haproxy;envoy;cilium
 type KeyFormat string
 
 // KeyState is where a key stands in its life.
@@ -185,11 +185,16 @@ type Distribution struct {
 
 	// formats are written beside ticketkeys.json: "go" (ticketkeys.json
 	// alone, read by pkg/agent), "nginx" (nginx.N.key, 80 bytes each, the
-	// first encrypts), "haproxy" (haproxy.keys for tls-ticket-keys) and
-	// "envoy" (envoy.N.key). Each derived format uses keys of its own, derived
-	// with HKDF-SHA256.
+	// first encrypts), "haproxy" (haproxy.keys for tls-ticket-keys),
+	// "envoy" (envoy.N.key) and "cilium" (Cilium's layout for Envoy:
+	// tls.sessionticket.key, the key that encrypts, then
+	// tls.sessionticket.key.1 to .9, the staged key first, then the
+	// decrypt-only keys newest first; ordered as of the epoch's publication,
+	// and the operator publishes an epoch whenever a key activates or
+	// expires). Each derived format uses keys of its own, derived with
+	// HKDF-SHA256.
 	// +kubebuilder:default={go}
-	// +kubebuilder:validation:MaxItems=4
+	// +kubebuilder:validation:MaxItems=5
 	// +listType=set
 	// +optional
 	Formats []KeyFormat `json:"formats,omitempty"`

@@ -85,6 +85,7 @@ func TestSnapshot(t *testing.T) {
 		{"nginx and haproxy", []v1alpha1.KeyFormat{"go", "nginx", "haproxy"},
 			[]string{"ticketkeys.json", "nginx.0.key", "nginx.1.key", "haproxy.keys"}},
 		{"envoy", []v1alpha1.KeyFormat{"envoy"}, []string{"ticketkeys.json", "envoy.0.key", "envoy.1.key"}},
+		{"cilium", []v1alpha1.KeyFormat{"cilium"}, []string{"ticketkeys.json", "tls.sessionticket.key", "tls.sessionticket.key.1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -419,7 +420,7 @@ func TestExcludedFromBackups(t *testing.T) {
 // the derived files in it, gives the same projection as one without: an
 // upgrade rewrites no projection, which would be one more copy of its keys.
 func TestProjectionOfOlderSnapshot(t *testing.T) {
-	owner := testOwner("nginx", "haproxy", "envoy")
+	owner := testOwner("nginx", "haproxy", "envoy", "cilium")
 	snap, err := Snapshot(owner, testRing(), Requests{})
 	if err != nil {
 		t.Fatal(err)

@@ -26,9 +26,13 @@ const (
 	// FormatEnvoy is one 80-byte file per key for Envoy's
 	// session_ticket_keys; the first key encrypts.
 	FormatEnvoy Format = "envoy"
+	// FormatCilium is Cilium's Secret layout for Envoy's session ticket
+	// keys: tls.sessionticket.key, the key Envoy encrypts with, and
+	// tls.sessionticket.key.1 to .9, which only decrypt (see CiliumKeys).
+	FormatCilium Format = "cilium"
 )
 
-// FormatKeySize is the size of a derived nginx, HAProxy or Envoy key: a
+// FormatKeySize is the size of a derived nginx, HAProxy, Envoy or Cilium key: a
 // 16-byte name, a 32-byte HMAC key and a 32-byte AES-256 key. Every byte is
 // HKDF output, so the layout within the 80 bytes does not matter here.
 const FormatKeySize = 80
@@ -36,11 +40,13 @@ const FormatKeySize = 80
 // DeriveKey derives the 80-byte key that format f uses for secret s, with
 // HKDF-SHA256 under a label per format. Each format gets keys unrelated to
 // the others' and to the Go key, so a leak of one server's key file exposes
-// no other server's tickets.
+// no other server's tickets. Cilium's keys feed Envoy too, but they are
+// stored where Envoy's sidecar files are not (a Secret in the namespace the
+// Cilium agent reads), so they get a label of their own as well.
 func DeriveKey(s Secret, f Format) ([FormatKeySize]byte, error) {
 	var out [FormatKeySize]byte
 	switch f {
-	case FormatNginx, FormatHAProxy, FormatEnvoy:
+	case FormatNginx, FormatHAProxy, FormatEnvoy, FormatCilium:
 	default:
 		return out, fmt.Errorf("no derived key for format %q", f)
 	}
@@ -63,6 +69,9 @@ func DeriveKey(s Secret, f Format) ([FormatKeySize]byte, error) {
 //     next-to-last line, which HAProxy encrypts with), the staged key. A
 //     ring of two keys repeats the active key on the first line. No file
 //     when every key has expired.
+//   - Cilium:  tls.sessionticket.key, the active key, and
+//     tls.sessionticket.key.1 to .9 for the rest, in the order of
+//     CiliumKeys. No file when every key has expired.
 func (r Ring) Files(f Format, at time.Time) (map[string][]byte, error) {
 	files := map[string][]byte{}
 	switch f {
@@ -94,6 +103,15 @@ func (r Ring) Files(f Format, at time.Time) (map[string][]byte, error) {
 			clear(d[:])
 		}
 		files["haproxy.keys"] = []byte(b.String())
+		return files, nil
+	case FormatCilium:
+		for i, k := range CiliumKeys(r.TicketKeys(at)) {
+			d, err := DeriveKey(k.Secret, f)
+			if err != nil {
+				return nil, err
+			}
+			files[CiliumFileName(i)] = d[:]
+		}
 		return files, nil
 	}
 	return nil, fmt.Errorf("unknown key format %q", f)

@@ -14,7 +14,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 )
 
-var derivedFormats = []keyring.Format{keyring.FormatNginx, keyring.FormatHAProxy, keyring.FormatEnvoy}
+var derivedFormats = []keyring.Format{keyring.FormatNginx, keyring.FormatHAProxy, keyring.FormatEnvoy, keyring.FormatCilium}
 
 func TestDeriveKeyGolden(t *testing.T) {
 	var s keyring.Secret
@@ -28,6 +28,7 @@ func TestDeriveKeyGolden(t *testing.T) {
 		keyring.FormatNginx:   "3ecbddbacc0dc83dc38ff68ca07fafac3e4df43836aa71af5e0e684d7071dddbc0711638e48983fbb14754614574378cbe0f52cb42dc4dc20abea05512a0ba4ae773361b8569e2d3f233637b0980e904",
 		keyring.FormatHAProxy: "8e1944adb538a7a43340925075023ccb1981cbab890e82dfddbd36dd0c7dbb77c235339483fef6810322f9757fd26736fb42f452f4e883959f0b3d0e463c70bb23fd4007aaef2b3573bb8163771cef84",
 		keyring.FormatEnvoy:   "e6def0a8d45c63223d581545609e7c617a9abf0aedec1b9af0a9b5d25898c34e5ae7229fc0c0ab4254a4c05914945cab34f7d5fa554f3762855e60b2b85f2e23904d3b5e2a296d3fb26a9e072b41a067",
+		keyring.FormatCilium:  "1adf44e6854c510b9fe6f9d777ca180b486356e0ee56870235d5bd06977b36f19ede4a0c02a291a1a7352d59138caf471f14b16c16db73b31e61bb9ca9552aca8157917ce8ff3e1cd03f2eccb9ffc95e",
 	}
 	for f, want := range golden {
 		t.Run(string(f), func(t *testing.T) {
@@ -213,6 +214,134 @@ func TestFilesHAProxy(t *testing.T) {
 	}
 }
 
+func TestFilesCilium(t *testing.T) {
+	r := steadyRing() // S t0+1h, A t0, D1, D2, D3 (expires t0+1h)
+	S, A, D1, D2, D3 := r.Keys[0], r.Keys[1], r.Keys[2], r.Keys[3], r.Keys[4]
+	// The most a ring holds: a staged key, the active key and 16 retired.
+	big := ringOf(keyring.Policy{RotationInterval: 10 * time.Minute, RetainedKeys: keyring.MaxRetainedKeys}, 30, t0,
+		func() (afs []time.Time) {
+			for i := 1; i >= -keyring.MaxRetainedKeys; i-- {
+				afs = append(afs, at(time.Duration(i)*10*time.Minute))
+			}
+			return afs
+		}()...)
+	tests := []struct {
+		name string
+		ring keyring.Ring
+		at   time.Time
+		want []keyring.Key // tls.sessionticket.key, .1, .2, …
+	}{
+		{"at issuedAt: active, staged, decrypt-only newest first", r, t0, []keyring.Key{A, S, D1, D2, D3}},
+		{"one second before S activates", r, at(time.Hour - time.Second), []keyring.Key{A, S, D1, D2, D3}},
+		{"S active, D3 expired: the previous active key decrypts", r, at(time.Hour), []keyring.Key{S, A, D1, D2}},
+		{"18 keys: the 8 newest decrypt-only keys fit", big, t0, nil},
+		{"every key expired: no file", r, at(5 * time.Hour), nil},
+	}
+	tests[3].want = append([]keyring.Key{big.Keys[1], big.Keys[0]}, big.Keys[2:keyring.CiliumSlots]...)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			files, err := tc.ring.Files(keyring.FormatCilium, tc.at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(files) != len(tc.want) {
+				t.Errorf("%d files %v, want %d", len(files), slices.Sorted(maps.Keys(files)), len(tc.want))
+			}
+			for i, k := range tc.want {
+				name := "tls.sessionticket.key"
+				if i > 0 {
+					name += fmt.Sprintf(".%d", i)
+				}
+				if keyring.CiliumFileName(i) != name {
+					t.Errorf("CiliumFileName(%d) = %q, want %q", i, keyring.CiliumFileName(i), name)
+				}
+				got, ok := files[name]
+				if !ok {
+					t.Errorf("no file %s", name)
+					continue
+				}
+				if !bytes.Equal(got, derived(t, k, keyring.FormatCilium)) {
+					t.Errorf("%s does not hold the cilium key of %s", name, k.ID)
+				}
+			}
+			// Envoy encrypts with tls.sessionticket.key: the key every
+			// replica's clock calls active.
+			if active, ok := tc.ring.Active(tc.at); ok && !bytes.Equal(files["tls.sessionticket.key"], derived(t, active, keyring.FormatCilium)) {
+				t.Errorf("tls.sessionticket.key is not the active key %s", active.ID)
+			}
+		})
+	}
+}
+
+// TestCiliumProjectionCurrent shows why a projection, which is ordered once
+// per epoch (at its IssuedAt) and has no clock of its own, is enough for
+// Cilium: under every policy, rotate-now requests and confirmation
+// included, the operator's plan asks to be run again (RequeueAt) no later
+// than the first instant the order of the ring's keys changes, and the
+// epoch published then orders them anew. And the key that encrypts next is
+// in the projection for the whole of the epoch before, so every Envoy
+// decrypts its tickets before any issues one.
+func TestCiliumProjectionCurrent(t *testing.T) {
+	policies := []keyring.Policy{
+		std,
+		{RotationInterval: time.Minute, RetainedKeys: 0, ActivationDelay: 0},
+		{RotationInterval: 10 * time.Minute, RetainedKeys: 12, ActivationDelay: 2 * time.Minute},
+		{RotationInterval: time.Hour, RetainedKeys: 3, ActivationDelay: 3 * time.Minute, Confirm: &keyring.Confirm{Timeout: 10 * time.Minute, Promote: true}},
+	}
+	for _, p := range policies {
+		for _, rotate := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s,%d,%s,confirm=%v/rotateNow=%v", p.RotationInterval, p.RetainedKeys, p.ActivationDelay, p.Confirm != nil, rotate), func(t *testing.T) {
+				var cur keyring.Ring
+				now, first := t0, map[string]time.Time{}
+				var prevFiles map[string][]byte
+				for step := range 120 {
+					plan := keyring.Next(now, p, cur, keyring.Inputs{RotateNow: rotate && step%7 == 3, Confirmed: true,
+						StagedSince: func(id string) (time.Time, bool) { t, ok := first[id]; return t, ok }})
+					secrets := make([]keyring.Secret, plan.Mint)
+					for i := range secrets {
+						secrets[i] = secretOf(fmt.Sprintf("%d/%d", step, i))
+					}
+					next, err := plan.Fill(secrets)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if plan.Changed {
+						files, err := next.Files(keyring.FormatCilium, next.IssuedAt)
+						if err != nil {
+							t.Fatal(err)
+						}
+						// The key that now encrypts was in the previous projection.
+						if prevFiles != nil {
+							found := false
+							for _, d := range prevFiles {
+								found = found || bytes.Equal(d, files["tls.sessionticket.key"])
+							}
+							if !found {
+								t.Fatalf("step %d: epoch %d encrypts with a key the previous projection did not hold", step, next.Epoch)
+							}
+						}
+						prevFiles = files
+						for _, k := range next.Keys {
+							if _, ok := first[k.ID]; !ok {
+								first[k.ID] = next.IssuedAt
+							}
+						}
+					}
+					cur = next
+					change, ok := cur.NextChange(cur.IssuedAt)
+					if !ok || plan.RequeueAt.IsZero() {
+						t.Fatalf("step %d: nothing scheduled (change %v, requeue %v)", step, ok, plan.RequeueAt)
+					}
+					if plan.RequeueAt.After(change) {
+						t.Fatalf("step %d: the order of epoch %d changes at %v, but the operator looks again only at %v", step, cur.Epoch, change, plan.RequeueAt)
+					}
+					now = plan.RequeueAt
+				}
+			})
+		}
+	}
+}
+
 func TestHAProxyKeys(t *testing.T) {
 	r := steadyRing() // S t0+1h, A t0, D1, D2, D3
 	S, A, D1 := r.Keys[0], r.Keys[1], r.Keys[2]
@@ -260,6 +389,8 @@ func TestShortfalls(t *testing.T) {
 		{"every format, the most retained", all, keyring.MaxRetainedKeys, haproxy},
 		{"go, nginx and envoy keep every key", []keyring.Format{keyring.FormatGo, keyring.FormatNginx, keyring.FormatEnvoy}, keyring.MaxRetainedKeys, nil},
 		{"haproxy listed twice is reported once", []keyring.Format{keyring.FormatHAProxy, keyring.FormatHAProxy}, 3, haproxy},
+		{"cilium holds 8 decrypt-only keys", []keyring.Format{keyring.FormatCilium}, 8, nil},
+		{"cilium drops the ninth", []keyring.Format{keyring.FormatGo, keyring.FormatCilium}, 9, []keyring.Shortfall{{Format: keyring.FormatCilium, Keeps: 8}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -286,7 +417,7 @@ func TestFilesOtherFormats(t *testing.T) {
 
 func TestFilesCarryNoSecret(t *testing.T) {
 	r := steadyRing()
-	for _, f := range []keyring.Format{keyring.FormatGo, keyring.FormatNginx, keyring.FormatHAProxy, keyring.FormatEnvoy} {
+	for _, f := range []keyring.Format{keyring.FormatGo, keyring.FormatNginx, keyring.FormatHAProxy, keyring.FormatEnvoy, keyring.FormatCilium} {
 		files, err := r.Files(f, t0)
 		if err != nil {
 			t.Fatal(err)

@@ -1,5 +1,7 @@
 package keyring
 
+import "fmt"
+
 // What each server does with the keys it is given. The formats derive the
 // keys (derive.go); the rules below say which of them a server can hold, in
 // which order, so that the operator (Ring.Files, and its report of what each
@@ -56,6 +58,40 @@ func HAProxyKeys(served []Key) (keys [HAProxySlots]Key, ok bool) {
 	return keys, true
 }
 
+// CiliumSlots is how many ticket keys Cilium reads from one Secret into
+// Envoy's session_ticket_keys: tls.sessionticket.key and .1 to .9
+// (pkg/envoy's secret syncer). Envoy encrypts with the first and decrypts
+// with every one of them, whatever their order.
+const CiliumSlots = 10
+
+// CiliumFileName is the Secret key of Cilium's slot i:
+// tls.sessionticket.key for 0, the key Envoy encrypts with, and
+// tls.sessionticket.key.<i> for the others.
+func CiliumFileName(i int) string {
+	if i == 0 {
+		return "tls.sessionticket.key"
+	}
+	return fmt.Sprintf("tls.sessionticket.key.%d", i)
+}
+
+// CiliumKeys returns the keys Cilium's layout holds, from the keys served
+// in serving order (Ring.TicketKeys), in the order of its slots: the
+// active key first, which Envoy encrypts with, then the staged keys,
+// soonest first, then the decrypt-only keys, newest first, as many as
+// CiliumSlots holds. The staged key is there one interval before it
+// encrypts, so every Envoy decrypts its tickets before any issues one;
+// the key that encrypted until the last activation is next after the
+// staged key, so tickets issued under it resume after the rotation. Past
+// CiliumSlots, the oldest decrypt-only keys are left out.
+//
+// The order is taken at one instant (the epoch's IssuedAt for a
+// projection): Cilium has no clock of its own for the keys. The operator
+// publishes an epoch at every activation and expiry (Plan.RequeueAt), so
+// the projection changes when the order does.
+func CiliumKeys(served []Key) []Key {
+	return served[:min(len(served), CiliumSlots)]
+}
+
 // DecryptOnlyKeys is how many decrypt-only keys a server fed format f
 // keeps, besides the active and the staged key; -1 means every key it is
 // given.
@@ -66,9 +102,13 @@ func HAProxyKeys(served []Key) (keys [HAProxySlots]Key, ok bool) {
 //   - envoy: every key of its session_ticket_keys.
 //   - haproxy: 1. Of its 3 slots, one encrypts and one holds the staged key,
 //     which must be there before any replica encrypts with it.
+//   - cilium: 8, for the same reason: 10 slots, one active, one staged.
 func (f Format) DecryptOnlyKeys() int {
-	if f == FormatHAProxy {
+	switch f {
+	case FormatHAProxy:
 		return HAProxySlots - 2
+	case FormatCilium:
+		return CiliumSlots - 2
 	}
 	return -1
 }
