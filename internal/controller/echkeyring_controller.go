@@ -150,7 +150,7 @@ func (r *ECHKeyRingReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 		return reconcile.Result{}, err
 	}
 	if done, err := r.finalizer(ctx, ekr, rd.Zone.Claim); done || err != nil {
-		return reconcile.Result{Requeue: done}, err
+		return result(reconcile.Result{RequeueAfter: staleRetry}, err)
 	}
 	dec := ringplan.DecideECH(rd)
 	dns := r.askDNS(ekr, target, dec.DNS)

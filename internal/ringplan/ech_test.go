@@ -163,7 +163,7 @@ func TestDecideECH(t *testing.T) {
 			if (d.Mint == nil) != (tc.mint == nil) || (d.Mint != nil && *d.Mint != *tc.mint) {
 				t.Errorf("mint %v, want %v", show(d.Mint), show(tc.mint))
 			}
-			if d.DNS.Op != tc.dns || listIDs(d.DNS.List) != fmt.Sprint(tc.list) {
+			if d.DNS.Op != tc.dns || listIDs(d.DNS.List) != fmt.Sprint(ints(tc.list)) {
 				t.Errorf("DNS %d %s, want %d %v", d.DNS.Op, listIDs(d.DNS.List), tc.dns, tc.list)
 			}
 		})
@@ -339,14 +339,22 @@ func record(t *testing.T, zone, name string, ids ...uint8) *v1alpha1.ECHDNSRecor
 	return &v1alpha1.ECHDNSRecord{Zone: zone, Name: name, ECHConfigList: base64.StdEncoding.EncodeToString(echring.ConfigList(cs))}
 }
 
+func ints(ids []uint8) []int {
+	out := make([]int, len(ids))
+	for i, id := range ids {
+		out[i] = int(id)
+	}
+	return out
+}
+
 func listIDs(list []byte) string {
-	var ids []uint8
+	var ids []int
 	for rest := list; len(rest) > 6; {
 		if len(ids) == 0 {
 			rest = rest[2:]
 		}
 		n := int(rest[2])<<8 | int(rest[3])
-		ids = append(ids, rest[4])
+		ids = append(ids, int(rest[4]))
 		rest = rest[4+n:]
 	}
 	return fmt.Sprint(ids)
