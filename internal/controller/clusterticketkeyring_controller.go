@@ -48,7 +48,7 @@ func (r *ClusterTicketKeyRingReconciler) Reconcile(ctx context.Context, req reco
 		return reconcile.Result{}, nil // its Secrets go with it, by owner reference
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("clusterRing", klog.KObj(ctkr)))
-	in := ring{obj: ctkr, owner: distribute.ClusterOwnerOf(ctkr, r.Namespace), spec: ctkr.Spec.TicketKeyRingSpec, status: ctkr.Status}
+	rg := ring{obj: ctkr, owner: distribute.ClusterOwnerOf(ctkr, r.Namespace), spec: ctkr.Spec.TicketKeyRingSpec, status: ctkr.Status}
 	sel, err := metav1.LabelSelectorAsSelector(&ctkr.Spec.NamespaceSelector)
 	if err != nil {
 		status := ringstatus.Build(ctkr.Status, ringstatus.Outcome{Now: r.Clock.Now(), Generation: ctkr.Generation,
@@ -59,11 +59,11 @@ func (r *ClusterTicketKeyRingReconciler) Reconcile(ctx context.Context, req reco
 	if err := r.List(ctx, namespaces); err != nil {
 		return reconcile.Result{}, fmt.Errorf("list namespaces: %w", err)
 	}
-	in.targets = distribute.Targets(sel, namespaces.Items)
+	rg.targets = distribute.Targets(sel, namespaces.Items)
 	if c := ctkr.Spec.Confirmation; c != nil {
-		in.voters = confirm.VoterNamespaces(in.targets, namespaces.Items, c.VoterNamespaceSelector)
+		rg.voters = confirm.VoterNamespaces(rg.targets, namespaces.Items, c.VoterNamespaceSelector)
 	}
-	status, res, err := r.reconcile(ctx, in)
+	status, res, err := r.reconcile(ctx, rg)
 	return result(res, errors.Join(err, applyRingStatus(ctx, r.Client, r.secrets.APIReader, ctkr, ctkr.Status, status,
 		func(x *v1alpha1.ClusterTicketKeyRing) v1alpha1.TicketKeyRingStatus { return x.Status })))
 }

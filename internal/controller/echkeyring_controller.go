@@ -143,14 +143,27 @@ func (r *ECHKeyRingReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("echKeyRing", klog.KObj(ekr)))
+	status, res, err := r.reconcile(ctx, ekr)
+	if status == nil {
+		return result(res, err)
+	}
+	return result(res, errors.Join(err, applyRingStatus(ctx, r.Client, r.APIReader, ekr, ekr.Status, *status,
+		func(x *v1alpha1.ECHKeyRing) v1alpha1.ECHKeyRingStatus { return x.Status })))
+}
+
+// reconcile does one pass over a ring: read, decide (ringplan.DecideECH),
+// ask DNS, mint, finish (ringplan.FinishECH), write, and report
+// (ECHResult.Report). It returns the status to write; none when the pass
+// wrote the ring itself (its finalizer) and must start again.
+func (r *ECHKeyRingReconciler) reconcile(ctx context.Context, ekr *v1alpha1.ECHKeyRing) (*v1alpha1.ECHKeyRingStatus, reconcile.Result, error) {
 	owner := distribute.ECHOwnerOf(ekr)
 	owner.KeepInBackups = r.KeepInBackups
 	rd, target, snaps, err := r.read(ctx, ekr, owner)
 	if err != nil {
-		return reconcile.Result{}, err
+		return nil, reconcile.Result{}, err
 	}
 	if done, err := r.finalizer(ctx, ekr, rd.Zone.Claim); done || err != nil {
-		return result(reconcile.Result{RequeueAfter: staleRetry}, err)
+		return nil, reconcile.Result{RequeueAfter: staleRetry}, err
 	}
 	dec := ringplan.DecideECH(rd)
 	dns := r.askDNS(ekr, target, dec.DNS)
@@ -158,8 +171,7 @@ func (r *ECHKeyRingReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	written, err := r.write(ctx, ekr, owner, res, snaps)
 	status, after := res.Report(written)
 	r.announce(ctx, ekr, status, res, written)
-	return result(reconcile.Result{RequeueAfter: after}, errors.Join(err, mintError(res.MintErr), applyRingStatus(ctx, r.Client, r.APIReader, ekr, ekr.Status, status,
-		func(x *v1alpha1.ECHKeyRing) v1alpha1.ECHKeyRingStatus { return x.Status })))
+	return &status, reconcile.Result{RequeueAfter: after}, errors.Join(err, mintError(res.MintErr))
 }
 
 // forget drops what the prober and the DNS worker keep of a ring gone.
@@ -216,67 +228,33 @@ func (r *ECHKeyRingReconciler) finalizer(ctx context.Context, ekr *v1alpha1.ECHK
 	return true, nil
 }
 
-// zone reads the ClusterDNSZone the ring names and the claims every zone
-// records, and says whether the ring may use it: its namespace, name and
-// TTL admitted, its TSIG Secret sound. A problem is the user's (or the
-// cluster administrator's) to fix; an error is retried.
+// zone reads the ClusterDNSZone the ring names, the names every zone
+// records, the ring's namespace and the zone's TSIG Secret, for
+// ringplan.ZoneOf to say whether and where the ring may publish.
 func (r *ECHKeyRingReconciler) zone(ctx context.Context, ekr *v1alpha1.ECHKeyRing) (ringplan.ECHZone, dnspub.Target, error) {
-	d := ekr.Spec.DNS
-	out := ringplan.ECHZone{Ref: d.ZoneRef.Name, Name: dnszone.Canonical(d.Name)}
+	in := ringplan.ZoneRead{Ring: ekr, Owners: map[string][]v1alpha1.DNSNameOwner{}}
 	zones := &v1alpha1.ClusterDNSZoneList{}
 	if err := r.List(ctx, zones); err != nil {
-		return out, dnspub.Target{}, err
+		return ringplan.ECHZone{}, dnspub.Target{}, err
 	}
-	names := map[string][]v1alpha1.DNSNameOwner{}
-	var z *v1alpha1.ClusterDNSZone
 	for i := range zones.Items {
-		names[zones.Items[i].Name] = zones.Items[i].Status.Names
-		if zones.Items[i].Name == d.ZoneRef.Name {
-			z = &zones.Items[i]
+		in.Owners[zones.Items[i].Name] = zones.Items[i].Status.Names
+		if zones.Items[i].Name == ekr.Spec.DNS.ZoneRef.Name {
+			in.Zone = &zones.Items[i]
 		}
 	}
-	out.Claim = dnszone.ClaimOf(names, string(ekr.UID), d.ZoneRef.Name, d.Name)
-	if z == nil {
-		out.Problem = &ringstatus.Problem{Reason: v1alpha1.ReasonDNSZoneNotFound,
-			Message: fmt.Sprintf("ClusterDNSZone %s does not exist: ask a cluster administrator to create it, or fix spec.dns.zoneRef", d.ZoneRef.Name)}
-		return out, dnspub.Target{}, nil
-	}
-	out.VerifyOnly = z.Spec.Primary == ""
 	ns := &corev1.Namespace{}
-	if err := r.Get(ctx, types.NamespacedName{Name: ekr.Namespace}, ns); err != nil {
-		out.Err = err
-		return out, dnspub.Target{}, nil
+	if in.NamespaceErr = r.Get(ctx, types.NamespacedName{Name: ekr.Namespace}, ns); in.NamespaceErr == nil {
+		in.NamespaceLabels = ns.Labels
 	}
-	if err := dnszone.Admit(z, ns.Labels, d.Name, d.TTL); err != nil {
-		out.Problem = &ringstatus.Problem{Reason: v1alpha1.ReasonDNSNameNotAllowed, Message: err.Error()}
-		return out, dnspub.Target{}, nil
-	}
-	key, problem, err := r.tsig(ctx, z)
-	out.Problem, out.Err = problem, err
-	return out, dnszone.Target(z, d.Name, d.TTL, key), nil
-}
-
-// tsig reads the zone's TSIG key; nil for a verify-only zone.
-func (r *ECHKeyRingReconciler) tsig(ctx context.Context, z *v1alpha1.ClusterDNSZone) (*dnspub.TSIG, *ringstatus.Problem, error) {
-	if z.Spec.Primary == "" || z.Spec.TSIGSecretRef == nil {
-		return nil, nil, nil
-	}
-	s := &corev1.Secret{}
-	if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: z.Spec.TSIGSecretRef.Name}, s); err != nil {
-		if apierrors.IsNotFound(err) {
-			// The administrator's Secret: its name and namespace are
-			// the zone's to show, not the ring's.
-			return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonDNSUnavailable,
-				Message: fmt.Sprintf("ClusterDNSZone %s cannot sign updates: its TSIG Secret is missing (the zone's status says more)", z.Name)}, nil
+	if z := in.Zone; z != nil && z.Spec.Primary != "" && z.Spec.TSIGSecretRef != nil {
+		in.TSIG = &corev1.Secret{}
+		if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: r.Namespace, Name: z.Spec.TSIGSecretRef.Name}, in.TSIG); err != nil {
+			in.TSIG, in.TSIGErr = nil, err
 		}
-		return nil, nil, err
 	}
-	k, err := dnszone.TSIG(s.Data)
-	if err != nil {
-		return nil, &ringstatus.Problem{Reason: v1alpha1.ReasonDNSUnavailable,
-			Message: fmt.Sprintf("ClusterDNSZone %s cannot sign updates: its TSIG Secret is invalid (the zone's status says more)", z.Name)}, nil
-	}
-	return k, nil, nil
+	zone, target := ringplan.ZoneOf(in)
+	return zone, target, nil
 }
 
 // confirm asks the prober about the staged config, and says whether every
@@ -329,8 +307,12 @@ func (r *ECHKeyRingReconciler) mint(ctx context.Context, ekr *v1alpha1.ECHKeyRin
 	c, err := r.mintConfig(ctx, ekr, *d.Mint, rd.Params)
 	m := ringplan.MintedECH{Config: c, Err: err, At: r.Clock.Now()}
 	if err != nil {
+		detail := err.Error()
+		if ekr.Spec.SourceRef != nil {
+			detail = mint.ForTenant(err, ekr.Spec.SourceRef.Name)
+		}
 		m.Problem = &ringstatus.Problem{Reason: mint.ReportedReason(err),
-			Message: fmt.Sprintf("Minting a config failed: %s. Nothing new was staged and the current configs keep serving", forTenant(ekr, err))}
+			Message: fmt.Sprintf("Minting a config failed: %s. Nothing new was staged and the current configs keep serving", detail)}
 	}
 	return m
 }
@@ -367,14 +349,6 @@ func (r *ECHKeyRingReconciler) mintConfig(ctx context.Context, ekr *v1alpha1.ECH
 	}
 	defer clear(seeds[0][:])
 	return echring.NewConfig(id, seeds[0][:], p)
-}
-
-// forTenant is what the ring's status shows of a mint error.
-func forTenant(ekr *v1alpha1.ECHKeyRing, err error) string {
-	if ekr.Spec.SourceRef == nil {
-		return err.Error()
-	}
-	return mint.ForTenant(err, ekr.Spec.SourceRef.Name)
 }
 
 // write publishes the pass's epoch, brings the projection in line with the

@@ -77,19 +77,19 @@ type ring struct {
 // set Ready False and return no error; problems a retry fixes return the
 // error so that backoff applies, but a key source that fails is tried
 // again on the ring's own schedule, so that expired keys still go on time.
-func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingStatus, reconcile.Result, error) {
-	in.owner.KeepInBackups = r.keepInBackups
-	rd, src, sh, snaps, err := r.read(ctx, in)
+func (r *rings) reconcile(ctx context.Context, rg ring) (v1alpha1.TicketKeyRingStatus, reconcile.Result, error) {
+	rg.owner.KeepInBackups = r.keepInBackups
+	rd, src, sh, snaps, err := r.read(ctx, rg)
 	if err != nil {
-		return in.status, reconcile.Result{}, err
+		return rg.status, reconcile.Result{}, err
 	}
 	dec := ringplan.Decide(rd)
-	minted := r.mint(ctx, in, src, sh, dec)
+	minted := r.mint(ctx, rg, src, sh, dec)
 	rd, dec, minted = ringplan.Replan(rd, dec, minted, r.Clock.Now())
-	res := r.syncShared(ctx, in, rd, sh, ringplan.Finish(rd, dec, minted))
-	applied, writeErr := r.write(ctx, in, res, snaps)
+	res := r.syncShared(ctx, rg, rd, sh, ringplan.Finish(rd, dec, minted))
+	applied, writeErr := r.write(ctx, rg, res, snaps)
 	out := res.Report(applied)
-	r.announce(ctx, in, out)
+	r.announce(ctx, rg, out)
 	var mintErr error
 	if !out.MintRetry {
 		mintErr = mintError(minted.Err)
@@ -100,29 +100,29 @@ func (r *rings) reconcile(ctx context.Context, in ring) (v1alpha1.TicketKeyRingS
 // read gathers what ringplan.Decide plans from: the ring's history and
 // policy from its snapshots and spec, its requests, its key source and
 // shared entry, and what its pods hold.
-func (r *rings) read(ctx context.Context, in ring) (ringplan.Read, keySource, *sharing, []*corev1.Secret, error) {
+func (r *rings) read(ctx context.Context, rg ring) (ringplan.Read, keySource, *sharing, []*corev1.Secret, error) {
 	now := r.Clock.Now()
-	rd := ringplan.Read{Now: now, Last: in.status, Ring: ringplan.Ring{Owner: in.owner, Generation: in.obj.GetGeneration(), Targets: len(in.targets),
-		Formats: in.spec.Distribution.Formats, RetainedKeys: in.spec.RetainedKeys, Confirm: in.spec.Confirmation != nil}}
-	snaps, err := r.secrets.snapshots(ctx, in.owner)
+	rd := ringplan.Read{Now: now, Last: rg.status, Ring: ringplan.Ring{Owner: rg.owner, Generation: rg.obj.GetGeneration(), Targets: len(rg.targets),
+		Formats: rg.spec.Distribution.Formats, RetainedKeys: rg.spec.RetainedKeys, Confirm: rg.spec.Confirmation != nil}}
+	snaps, err := r.secrets.snapshots(ctx, rg.owner)
 	if err != nil {
 		return rd, keySource{}, nil, nil, err
 	}
-	rd.History, rd.Policy, rd.Halted = readRecord(in, snaps)
+	rd.History, rd.Policy, rd.Halted = readRecord(rg, snaps)
 	rd.Current = rd.History.Current()
-	rd.Current.Name = in.owner.RingName()
+	rd.Current.Name = rg.owner.RingName()
 	if rd.Halted != nil {
 		return rd, keySource{}, nil, snaps, nil
 	}
-	readRequests(&rd, in.obj)
-	src := r.keySource(ctx, in)
+	readRequests(&rd, rg.obj)
+	src := r.keySource(ctx, rg)
 	var newest *corev1.Secret
 	if len(snaps) > 0 {
 		newest = snaps[0]
 	}
-	sh := r.share(ctx, in, src, rd.Policy, rd.Current, newest, now)
-	rd.Shared = sh.plain(in)
-	rd.Confirmed, rd.Shown, rd.OverdueSince = r.confirm(in, rd.Policy, now, rd.Current)
+	sh := r.share(ctx, rg, src, rd.Policy, rd.Current, newest, now)
+	rd.Shared = sh.plain(rg)
+	rd.Confirmed, rd.Shown, rd.OverdueSince = r.confirm(rg, rd.Policy, now, rd.Current)
 	return rd, src, sh, snaps, nil
 }
 
@@ -144,7 +144,7 @@ func readRequests(rd *ringplan.Read, obj client.Object) {
 
 // readRecord reads the ring's history from its snapshots and its policy from
 // its spec, or says why the reconcile must halt.
-func readRecord(in ring, snaps []*corev1.Secret) (keyring.History, keyring.Policy, *ringstatus.Problem) {
+func readRecord(rg ring, snaps []*corev1.Secret) (keyring.History, keyring.Policy, *ringstatus.Problem) {
 	records := make([]keyring.Record, len(snaps))
 	for i, s := range snaps {
 		records[i] = distribute.Record(s)
@@ -154,8 +154,8 @@ func readRecord(in ring, snaps []*corev1.Secret) (keyring.History, keyring.Polic
 		return history, keyring.Policy{}, &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSnapshot,
 			Message: fmt.Sprintf("%v; delete that Secret to fall back to the previous epoch", err)}
 	}
-	policy := keyring.Policy{RotationInterval: in.spec.RotationInterval.Duration, RetainedKeys: int(in.spec.RetainedKeys), ActivationDelay: in.spec.ActivationDelay.Duration}
-	if c := in.spec.Confirmation; c != nil {
+	policy := keyring.Policy{RotationInterval: rg.spec.RotationInterval.Duration, RetainedKeys: int(rg.spec.RetainedKeys), ActivationDelay: rg.spec.ActivationDelay.Duration}
+	if c := rg.spec.Confirmation; c != nil {
 		policy.Confirm = &keyring.Confirm{Timeout: c.Timeout.Duration, Promote: c.OnTimeout == v1alpha1.ConfirmationPromote}
 		if c.MaxDelay != nil {
 			policy.Confirm.MaxDelay = c.MaxDelay.Duration
@@ -172,19 +172,19 @@ func readRecord(in ring, snaps []*corev1.Secret) (keyring.History, keyring.Polic
 // it, by answers recent enough, the answers to show, and since when the key
 // is overdue (ringplan.Overdue). The prober asks the pods, off this path: a
 // reconcile never waits for a pod.
-func (r *rings) confirm(in ring, policy keyring.Policy, now time.Time, cur keyring.Ring) (bool, *v1alpha1.ConfirmationStatus, time.Time) {
-	c := in.spec.Confirmation
-	key := confirm.Key{Kind: in.owner.Kind, NamespacedName: ringKey(in)}
+func (r *rings) confirm(rg ring, policy keyring.Policy, now time.Time, cur keyring.Ring) (bool, *v1alpha1.ConfirmationStatus, time.Time) {
+	c := rg.spec.Confirmation
+	key := confirm.Key{Kind: rg.owner.Kind, NamespacedName: ringKey(rg)}
 	if c == nil || cur.Due.IsZero() || len(cur.Keys) < 2 || !now.Before(cur.Keys[0].ActiveFrom) {
 		r.Prober.Forget(key)
 		return false, nil, time.Time{}
 	}
 	seen, ok := r.Prober.Want(confirm.Want{Key: key, Ring: cur.Name, StagedKey: cur.Keys[0].ID, Due: cur.Due,
-		Namespaces: in.voters, SecretName: in.owner.SecretName, Confirmation: *c})
+		Namespaces: rg.voters, SecretName: rg.owner.SecretName, Confirmation: *c})
 	confirmed := ok && seen.Confirms(now)
 	// Not asked yet (a new key, a restart): the status keeps the last
 	// answers, about the key they name.
-	shown := in.status.Confirmation
+	shown := rg.status.Confirmation
 	if ok {
 		shown = &v1alpha1.ConfirmationStatus{
 			StagedKey: cur.Keys[0].ID, Due: &metav1.Time{Time: cur.Due}, Pods: int32(seen.Pods), Holding: int32(seen.Holding),
@@ -198,7 +198,7 @@ func (r *rings) confirm(in ring, policy keyring.Policy, now time.Time, cur keyri
 // the newest snapshot to every target, and destroys the snapshots holding
 // keys the ring no longer holds (those the current ring already dropped,
 // when the publication fails).
-func (r *rings) write(ctx context.Context, in ring, res ringplan.Result, snaps []*corev1.Secret) (ringplan.Applied, error) {
+func (r *rings) write(ctx context.Context, rg ring, res ringplan.Result, snaps []*corev1.Secret) (ringplan.Applied, error) {
 	var applied ringplan.Applied
 	var newest *corev1.Secret
 	if len(snaps) > 0 {
@@ -208,9 +208,9 @@ func (r *rings) write(ctx context.Context, in ring, res ringplan.Result, snaps [
 	kept := res.Serving(res.Read())
 	var errs []error
 	if next, ok := res.Publication(); ok {
-		snap, err := distribute.Snapshot(in.owner, next, res.Requests)
+		snap, err := distribute.Snapshot(rg.owner, next, res.Requests)
 		if err == nil {
-			applied.Publish, err = r.secrets.publish(ctx, in.owner, snap)
+			applied.Publish, err = r.secrets.publish(ctx, rg.owner, snap)
 		} else {
 			applied.Publish = &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: err.Error()}
 		}
@@ -219,10 +219,10 @@ func (r *rings) write(ctx context.Context, in ring, res ringplan.Result, snaps [
 			return applied, errors.Join(append(errs, r.secrets.destroy(ctx, snaps, staleTickets(history, res.Read().Current)))...)
 		}
 		log.FromContext(ctx).Info("Published ticket key epoch", "epoch", next.Epoch, "snapshot", snap.Name, "keys", ringstatus.Describe(next, res.Plan, r.Clock.Now()))
-		r.Recorder.Eventf(in.obj, snap, corev1.EventTypeNormal, "Rotated", "Publish", "Published epoch %d (%s): %s", next.Epoch, snap.Name, ringstatus.Describe(next, res.Plan, r.Clock.Now()))
+		r.Recorder.Eventf(rg.obj, snap, corev1.EventTypeNormal, "Rotated", "Publish", "Published epoch %d (%s): %s", next.Epoch, snap.Name, ringstatus.Describe(next, res.Plan, r.Clock.Now()))
 		newest, kept = snap, next
 	}
-	failed, err := r.secrets.deliver(ctx, in.owner, newest, in.targets)
+	failed, err := r.secrets.deliver(ctx, rg.owner, newest, rg.targets)
 	applied.Failed = failed
 	errs = append(errs, err, r.secrets.destroy(ctx, snaps, staleTickets(history, kept)))
 	return applied, errors.Join(errs...)
@@ -246,7 +246,7 @@ func records(snaps []*corev1.Secret) []keyring.Record {
 // announce emits what the outcome calls for: the rotation counter, the
 // Warning events of conditions turning bad, a revoke's event, and the
 // ring's gauges.
-func (r *rings) announce(ctx context.Context, in ring, out ringplan.Outcome) {
+func (r *rings) announce(ctx context.Context, rg ring, out ringplan.Outcome) {
 	if out.Succeeded {
 		rotationsTotal.WithLabelValues("success").Inc()
 	}
@@ -254,32 +254,32 @@ func (r *rings) announce(ctx context.Context, in ring, out ringplan.Outcome) {
 		rotationsTotal.WithLabelValues("failure").Add(float64(out.Failed))
 	}
 	if rev := out.Revocation; rev != nil {
-		snap := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: in.owner.Home, Name: out.Published}}
-		r.Recorder.Eventf(in.obj, snap, corev1.EventTypeWarning, v1alpha1.ReasonRevoked, "Revoke",
+		snap := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: rg.owner.Home, Name: out.Published}}
+		r.Recorder.Eventf(rg.obj, snap, corev1.EventTypeWarning, v1alpha1.ReasonRevoked, "Revoke",
 			"Revoked keys %s, requested with field manager %s at %s: epoch %d encrypts with fresh key %s; tickets issued before no longer resume",
 			strings.Join(rev.Keys, " "), cmp.Or(rev.RequestedBy, "unknown"), rev.RequestedAt, rev.Epoch, activeKey(out.Status))
 	}
-	prev, status := in.status, out.Status
+	prev, status := rg.status, out.Status
 	if reason, msg, ok := ringstatus.Warning(prev.Conditions, status.Conditions); ok {
-		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
+		r.Recorder.Eventf(rg.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
 		log.FromContext(ctx).Info("Ring not ready", "reason", reason, "message", msg)
 	}
 	if msg, ok := ringstatus.ConfirmationWarning(prev.Conditions, status.Conditions); ok {
-		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, v1alpha1.ConditionConfirmationOverdue, "Confirm", "%s", msg)
+		r.Recorder.Eventf(rg.obj, nil, corev1.EventTypeWarning, v1alpha1.ConditionConfirmationOverdue, "Confirm", "%s", msg)
 	}
 	if msg, ok := ringstatus.UnconfirmedWarning(prev.Conditions, status.Conditions); ok {
-		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, v1alpha1.ReasonActivatedUnconfirmed, "Activate", "%s", msg)
-		unconfirmedActivationsTotal.WithLabelValues(in.owner.Namespace, in.owner.Name).Inc()
+		r.Recorder.Eventf(rg.obj, nil, corev1.EventTypeWarning, v1alpha1.ReasonActivatedUnconfirmed, "Activate", "%s", msg)
+		unconfirmedActivationsTotal.WithLabelValues(rg.owner.Namespace, rg.owner.Name).Inc()
 		log.FromContext(ctx).Info("Staged key activated unconfirmed", "message", msg)
 	}
 	if reason, msg, ok := ringstatus.RetentionWarning(prev.Conditions, status.Conditions); ok {
-		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
+		r.Recorder.Eventf(rg.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
 	}
 	if reason, msg, ok := ringstatus.RefusedWarning(prev.Conditions, status.Conditions); ok {
-		r.Recorder.Eventf(in.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
+		r.Recorder.Eventf(rg.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
 	}
 	if g := out.Gauge; g != nil {
-		r.gauges.set(ringKey(in), g.Epoch, g.ActiveFrom, g.OverdueSince, g.UnconfirmedSince)
+		r.gauges.set(ringKey(rg), g.Epoch, g.ActiveFrom, g.OverdueSince, g.UnconfirmedSince)
 	}
 }
 
@@ -295,11 +295,11 @@ func activeKey(s v1alpha1.TicketKeyRingStatus) string {
 // of it for a cluster ring, which a cluster administrator writes; for a
 // TicketKeyRing, only its reason and the key source's name
 // (mint.ForTenant).
-func (in ring) sourceError(err error) string {
-	if in.namespace == "" || in.spec.SourceRef == nil {
+func (rg ring) sourceError(err error) string {
+	if rg.namespace == "" || rg.spec.SourceRef == nil {
 		return err.Error()
 	}
-	return mint.ForTenant(err, in.spec.SourceRef.Name)
+	return mint.ForTenant(err, rg.spec.SourceRef.Name)
 }
 
 // mintError is the error a failed mint returns to the work queue, so that
@@ -323,8 +323,8 @@ type keySource struct {
 
 // keySource reads the ClusterKeySource the ring names, if any, and checks
 // that the ring may use it.
-func (r *rings) keySource(ctx context.Context, in ring) keySource {
-	ref := in.spec.SourceRef
+func (r *rings) keySource(ctx context.Context, rg ring) keySource {
+	ref := rg.spec.SourceRef
 	if ref == nil {
 		return keySource{}
 	}
@@ -336,14 +336,14 @@ func (r *rings) keySource(ctx context.Context, in ring) keySource {
 		return keySource{err: err}
 	}
 	var nsLabels labels.Set
-	if in.namespace != "" {
+	if rg.namespace != "" {
 		ns := &corev1.Namespace{}
-		if err := r.Get(ctx, types.NamespacedName{Name: in.namespace}, ns); err != nil {
+		if err := r.Get(ctx, types.NamespacedName{Name: rg.namespace}, ns); err != nil {
 			return keySource{err: err}
 		}
 		nsLabels = ns.Labels
 	}
-	if err := mint.Allowed(cks, in.namespace, nsLabels); err != nil {
+	if err := mint.Allowed(cks, rg.namespace, nsLabels); err != nil {
 		return keySource{err: err}
 	}
 	return keySource{cks: cks, nsLabels: nsLabels}
@@ -352,7 +352,7 @@ func (r *rings) keySource(ctx context.Context, in ring) keySource {
 // mint gives the plan's new keys their secrets, all or none, from the
 // ring's key source: a shared ring's under the key source's budget for
 // shared rings. A ring that fails closed mints nothing.
-func (r *rings) mint(ctx context.Context, in ring, src keySource, sh *sharing, d ringplan.Decision) ringplan.Minted {
+func (r *rings) mint(ctx context.Context, rg ring, src keySource, sh *sharing, d ringplan.Decision) ringplan.Minted {
 	if d.FailClosed {
 		return ringplan.Minted{Ring: d.Plan.Ring}
 	}
@@ -360,10 +360,10 @@ func (r *rings) mint(ctx context.Context, in ring, src keySource, sh *sharing, d
 	if err == nil {
 		return ringplan.Minted{Ring: next}
 	}
-	if in.namespace != "" {
-		log.FromContext(ctx).Info("Mint failed", "keySource", in.spec.SourceRef.Name, "reason", mint.ReportedReason(err), "error", err.Error())
+	if rg.namespace != "" {
+		log.FromContext(ctx).Info("Mint failed", "keySource", rg.spec.SourceRef.Name, "reason", mint.ReportedReason(err), "error", err.Error())
 	}
-	return ringplan.Minted{Err: err, Problem: ringplan.MintProblem(r.Clock.Now(), d.Current, d.Plan.Mint, mint.ReportedReason(err), in.sourceError(err))}
+	return ringplan.Minted{Err: err, Problem: ringplan.MintProblem(r.Clock.Now(), d.Current, d.Plan.Mint, mint.ReportedReason(err), rg.sourceError(err))}
 }
 
 // fill mints the plan's keys from the ring's key source.
@@ -384,6 +384,6 @@ func (r *rings) fill(ctx context.Context, src keySource, sh *sharing, plan keyri
 	return r.Sources.Fill(ctx, source, plan)
 }
 
-func ringKey(in ring) types.NamespacedName {
-	return types.NamespacedName{Namespace: in.owner.Namespace, Name: in.owner.Name}
+func ringKey(rg ring) types.NamespacedName {
+	return types.NamespacedName{Namespace: rg.owner.Namespace, Name: rg.owner.Name}
 }

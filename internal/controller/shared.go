@@ -47,11 +47,11 @@ type sharing struct {
 // of a namespace the key source's sharedRings.namespaceSelector does not
 // select is not shared: it mints from the key source and keeps its keys in
 // this cluster, and never reads the entry its name would have.
-func (r *rings) share(ctx context.Context, in ring, src keySource, policy keyring.Policy, local keyring.Ring, newest *corev1.Secret, now time.Time) *sharing {
+func (r *rings) share(ctx context.Context, rg ring, src keySource, policy keyring.Policy, local keyring.Ring, newest *corev1.Secret, now time.Time) *sharing {
 	if src.err != nil || src.cks == nil {
 		return nil
 	}
-	shared, err := vaultstore.Shares(src.cks, in.namespace, src.nsLabels)
+	shared, err := vaultstore.Shares(src.cks, rg.namespace, src.nsLabels)
 	if !shared && err == nil {
 		return nil
 	}
@@ -64,15 +64,15 @@ func (r *rings) share(ctx context.Context, in ring, src keySource, policy keyrin
 	}
 	sh := &sharing{store: store, local: sharedring.Local{Ring: local, Version: distribute.SharedVersion(newest)},
 		policy: sharedring.PolicyOf(policy), err: err, memory: &r.memory}
-	if in.status.Shared != nil {
-		sh.status = *in.status.Shared
+	if rg.status.Shared != nil {
+		sh.status = *rg.status.Shared
 	}
 	if store == nil {
 		return sh
 	}
-	sh.entry = store.Entry(in.namespace, in.obj.GetName())
+	sh.entry = store.Entry(rg.namespace, rg.obj.GetName())
 	sh.status.Path = store.Location(sh.entry)
-	if in.spec.Confirmation != nil {
+	if rg.spec.Confirmation != nil {
 		sh.err = &mint.Error{Reason: v1alpha1.ReasonSharedRingUnsupported,
 			Err: errors.New("spec.confirmation cannot gate a ring shared across clusters: one cluster's pods cannot confirm for every cluster; remove it or use a key source without sharedRings")}
 		return sh
@@ -115,14 +115,14 @@ func (sh *sharing) report() *v1alpha1.SharedRingStatus {
 }
 
 // problem is the Ready problem of a ring that fails closed.
-func (sh *sharing) problem(in ring) *ringstatus.Problem {
+func (sh *sharing) problem(rg ring) *ringstatus.Problem {
 	// What the entry holds is the ring's own; how Vault is reached and
 	// logged in to is the key source's (ring.sourceError).
 	msg := sh.err.Error()
 	switch mint.ReportedReason(sh.err) {
 	case v1alpha1.ReasonVaultBadResponse, v1alpha1.ReasonSharedRingRolledBack, v1alpha1.ReasonSharedRingUnsupported:
 	default:
-		msg = in.sourceError(sh.err)
+		msg = rg.sourceError(sh.err)
 	}
 	return &ringstatus.Problem{Reason: mint.ReportedReason(sh.err),
 		Message: fmt.Sprintf("%s. This cluster publishes nothing new and keeps serving its keys; expired keys are still destroyed", msg)}
@@ -130,13 +130,13 @@ func (sh *sharing) problem(in ring) *ringstatus.Problem {
 
 // plain is the entry as ringplan sees it; nil for a ring that is not
 // shared.
-func (sh *sharing) plain(in ring) *ringplan.Shared {
+func (sh *sharing) plain(rg ring) *ringplan.Shared {
 	if sh == nil {
 		return nil
 	}
 	p := &ringplan.Shared{Entry: sh.read, Base: sh.planFrom, Policy: sh.policy, LocalVersion: sh.local.Version}
 	if sh.err != nil {
-		p.Blocked = sh.problem(in)
+		p.Blocked = sh.problem(rg)
 	}
 	return p
 }
@@ -147,7 +147,7 @@ func (sh *sharing) plain(in ring) *ringplan.Shared {
 // A write that loses the race publishes nothing: the next pass,
 // ringplan.LostRaceRetry later, adopts the winner's version. The result
 // carries the ring's status.shared.
-func (r *rings) syncShared(ctx context.Context, in ring, rd ringplan.Read, sh *sharing, res ringplan.Result) ringplan.Result {
+func (r *rings) syncShared(ctx context.Context, rg ring, rd ringplan.Read, sh *sharing, res ringplan.Result) ringplan.Result {
 	defer func() { res.SharedStatus = sh.report() }()
 	switch {
 	case res.Sync == nil:
@@ -168,7 +168,7 @@ func (r *rings) syncShared(ctx context.Context, in ring, rd ringplan.Read, sh *s
 		log.FromContext(ctx).Info("Lost the race to write the shared ring; adopting the winner's version", "entry", sh.status.Path, "version", res.Sync.CAS+1)
 	case err != nil:
 		sh.err = err
-		w.Problem = sh.problem(in)
+		w.Problem = sh.problem(rg)
 	default:
 		sharedWritesTotal.WithLabelValues("won").Inc()
 		sh.read = &rec

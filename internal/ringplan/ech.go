@@ -7,7 +7,11 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/dnspub"
 	"github.com/ringmaster-io/ringmaster/internal/dnszone"
 	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
@@ -468,4 +472,66 @@ func (r ECHResult) requeue(w ECHWritten) time.Duration {
 		after = min(after, time.Second) // look again at what was written
 	}
 	return after
+}
+
+// ZoneRead is what a reconcile read of an ECHKeyRing's zone.
+type ZoneRead struct {
+	Ring *v1alpha1.ECHKeyRing
+	// Zone is the ClusterDNSZone the ring names; nil when there is none.
+	Zone *v1alpha1.ClusterDNSZone
+	// Owners are the names every zone records, by zone.
+	Owners map[string][]v1alpha1.DNSNameOwner
+	// NamespaceLabels are the ring's namespace's, NamespaceErr why they
+	// could not be read.
+	NamespaceLabels map[string]string
+	NamespaceErr    error
+	// TSIG is the zone's TSIG Secret, TSIGErr why it could not be read
+	// (nil for a verify-only zone).
+	TSIG    *corev1.Secret
+	TSIGErr error
+}
+
+// ZoneOf says, from what was read of a ring's zone, whether the ring may
+// use it (its namespace, name and TTL admitted, its TSIG key sound), where
+// it stands with its name, and where it publishes. A problem is the user's
+// (or the cluster administrator's) to fix; Err is retried. What the ring
+// is told of the zone names neither its servers nor its other names.
+func ZoneOf(in ZoneRead) (ECHZone, dnspub.Target) {
+	d := in.Ring.Spec.DNS
+	out := ECHZone{Ref: d.ZoneRef.Name, Name: dnszone.Canonical(d.Name),
+		Claim: dnszone.ClaimOf(in.Owners, string(in.Ring.UID), d.ZoneRef.Name, d.Name)}
+	z := in.Zone
+	switch {
+	case z == nil:
+		out.Problem = &ringstatus.Problem{Reason: v1alpha1.ReasonDNSZoneNotFound,
+			Message: fmt.Sprintf("ClusterDNSZone %s does not exist: ask a cluster administrator to create it, or fix spec.dns.zoneRef", d.ZoneRef.Name)}
+		return out, dnspub.Target{}
+	case in.NamespaceErr != nil:
+		out.Err = in.NamespaceErr
+		return out, dnspub.Target{}
+	}
+	out.VerifyOnly = z.Spec.Primary == ""
+	if err := dnszone.Admit(z, in.NamespaceLabels, d.Name, d.TTL); err != nil {
+		out.Problem = &ringstatus.Problem{Reason: v1alpha1.ReasonDNSNameNotAllowed, Message: err.Error()}
+		return out, dnspub.Target{}
+	}
+	var key *dnspub.TSIG
+	if !out.VerifyOnly && z.Spec.TSIGSecretRef != nil {
+		// The administrator's Secret: its name and namespace are the
+		// zone's to show, not the ring's.
+		var err error
+		switch {
+		case apierrors.IsNotFound(in.TSIGErr):
+			out.Problem = &ringstatus.Problem{Reason: v1alpha1.ReasonDNSUnavailable,
+				Message: fmt.Sprintf("ClusterDNSZone %s cannot sign updates: its TSIG Secret is missing (the zone's status says more)", z.Name)}
+		case in.TSIGErr != nil:
+			out.Err = in.TSIGErr
+		default:
+			if key, err = dnszone.TSIG(in.TSIG.Data); err != nil {
+				out.Problem = &ringstatus.Problem{Reason: v1alpha1.ReasonDNSUnavailable,
+					Message: fmt.Sprintf("ClusterDNSZone %s cannot sign updates: its TSIG Secret is invalid (the zone's status says more)", z.Name)}
+			}
+		}
+	}
+	return out, dnszone.Target(z, d.Name, d.TTL, key)
 }

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/dnszone"
@@ -382,4 +385,63 @@ func show(p *uint8) string {
 		return "none"
 	}
 	return fmt.Sprint(*p)
+}
+
+func TestZoneOf(t *testing.T) {
+	ring := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "web", UID: "uid-web"}, Spec: v1alpha1.ECHKeyRingSpec{
+		DNS: v1alpha1.ECHDNS{ZoneRef: v1alpha1.DNSZoneReference{Name: "z"}, Name: "WWW.example.com.", TTL: 300}}}
+	zone := func(edit func(*v1alpha1.ClusterDNSZoneSpec)) *v1alpha1.ClusterDNSZone {
+		z := &v1alpha1.ClusterDNSZone{ObjectMeta: metav1.ObjectMeta{Name: "z"}, Spec: v1alpha1.ClusterDNSZoneSpec{
+			Zone: "example.com", Primary: "10.0.0.53:53", Servers: []string{"10.0.0.53:53", "10.0.1.53:53"},
+			TSIGSecretRef:     &v1alpha1.SecretReference{Name: "operator-tsig"},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "shop"}},
+			AllowedNames:      []string{"www.example.com", "secret-project.example.com"}}}
+		if edit != nil {
+			edit(&z.Spec)
+		}
+		return z
+	}
+	tsig := &corev1.Secret{Data: map[string][]byte{"name": []byte("k."), "secret": []byte(base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)))}}
+	labels := map[string]string{"team": "shop"}
+	for _, tc := range []struct {
+		name    string
+		in      ringplan.ZoneRead
+		problem string
+		err     bool
+		signed  bool
+	}{
+		{name: "admitted and signed", in: ringplan.ZoneRead{Zone: zone(nil), NamespaceLabels: labels, TSIG: tsig}, signed: true},
+		{name: "no zone", in: ringplan.ZoneRead{NamespaceLabels: labels}, problem: v1alpha1.ReasonDNSZoneNotFound},
+		{name: "the namespace unread is retried", in: ringplan.ZoneRead{Zone: zone(nil), NamespaceErr: errors.New("timeout")}, err: true},
+		{name: "a namespace the zone does not select", in: ringplan.ZoneRead{Zone: zone(nil), NamespaceLabels: map[string]string{"team": "ads"}, TSIG: tsig},
+			problem: v1alpha1.ReasonDNSNameNotAllowed},
+		{name: "the TSIG Secret missing", in: ringplan.ZoneRead{Zone: zone(nil), NamespaceLabels: labels,
+			TSIGErr: apierrors.NewNotFound(corev1.Resource("secrets"), "operator-tsig")}, problem: v1alpha1.ReasonDNSUnavailable},
+		{name: "the TSIG Secret unread is retried", in: ringplan.ZoneRead{Zone: zone(nil), NamespaceLabels: labels, TSIGErr: errors.New("timeout")}, err: true},
+		{name: "the TSIG Secret invalid", in: ringplan.ZoneRead{Zone: zone(nil), NamespaceLabels: labels, TSIG: &corev1.Secret{}},
+			problem: v1alpha1.ReasonDNSUnavailable},
+		{name: "verify-only: nothing to sign with", in: ringplan.ZoneRead{Zone: zone(func(s *v1alpha1.ClusterDNSZoneSpec) { s.Primary, s.TSIGSecretRef = "", nil }),
+			NamespaceLabels: labels}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.in.Ring = ring
+			z, target := ringplan.ZoneOf(tc.in)
+			if reason(z.Problem) != tc.problem || (z.Err != nil) != tc.err {
+				t.Fatalf("problem %v err %v, want %q, error %v", z.Problem, z.Err, tc.problem, tc.err)
+			}
+			if z.Name != "www.example.com" || z.Ref != "z" {
+				t.Errorf("name %q ref %q", z.Name, z.Ref)
+			}
+			if (target.TSIG != nil) != tc.signed {
+				t.Errorf("target signed %v, want %v", target.TSIG != nil, tc.signed)
+			}
+			if z.Problem != nil {
+				for _, leak := range []string{"10.0.0.53", "10.0.1.53", "secret-project", "operator-tsig"} {
+					if strings.Contains(z.Problem.Message, leak) {
+						t.Errorf("message %q shows %s, the administrator's", z.Problem.Message, leak)
+					}
+				}
+			}
+		})
+	}
 }
