@@ -147,7 +147,9 @@ func (sh *sharing) plain(rg ring) *ringplan.Shared {
 // A write that loses the race publishes nothing: the next pass,
 // ringplan.LostRaceRetry later, adopts the winner's version. The result
 // carries the ring's status.shared.
-func (r *rings) syncShared(ctx context.Context, rg ring, rd ringplan.Read, sh *sharing, res ringplan.Result) ringplan.Result {
+func (r *rings) syncShared(ctx context.Context, rg ring, rd ringplan.Read, sh *sharing, in ringplan.Result) (res ringplan.Result) {
+	res = in
+	// Whatever the branch, the status reports the entry as it ends.
 	defer func() { res.SharedStatus = sh.report() }()
 	switch {
 	case res.Sync == nil:
