@@ -75,8 +75,10 @@ type ECHConfigStatus struct {
 	// State is "staged", "published" or "retired", as served.
 	State string `json:"state"`
 	// Retry tells whether the config is sent as a retry config to a client
-	// whose ECH is rejected: published configs only.
+	// whose ECH is rejected: the published configs; with none live, the
+	// newest retired one; else the newest staged one that is due.
 	Retry bool `json:"retry"`
-	// ExpiresAt is when the agent drops the config; zero until retired.
+	// ExpiresAt is when the agent drops the config, whatever its state: its
+	// longest life from its creation, shortened at its retirement.
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,6 +62,7 @@ type Syncer struct {
 	targets   []Target
 	writers   []*atomicdir.Writer
 	queues    []chan update
+	held      []atomic.Bool
 
 	mu         sync.Mutex
 	deliveries [][]Delivery
@@ -75,7 +77,8 @@ type update struct {
 
 // NewSyncer returns a syncer projecting Secret namespace/name into targets.
 func NewSyncer(cs kubernetes.Interface, namespace, name string, targets []Target) (*Syncer, error) {
-	s := &Syncer{cs: cs, namespace: namespace, name: name, targets: targets, deliveries: make([][]Delivery, len(targets))}
+	s := &Syncer{cs: cs, namespace: namespace, name: name, targets: targets, deliveries: make([][]Delivery, len(targets)),
+		held: make([]atomic.Bool, len(targets))}
 	for _, t := range targets {
 		w, err := atomicdir.NewWriter(t.Dir)
 		if err != nil {
@@ -106,7 +109,10 @@ func (s *Syncer) Run(ctx context.Context) {
 		}
 		lastRV = sec.ResourceVersion
 		u := update{data: sec.Data, epoch: sec.Annotations[v1alpha1.EpochAnnotation], seen: time.Now()}
-		for _, q := range s.queues {
+		for i, q := range s.queues {
+			if s.held[i].Load() {
+				continue
+			}
 			select {
 			case q <- u:
 			default:
@@ -162,6 +168,11 @@ func (s *Syncer) fail(err error) {
 	defer s.mu.Unlock()
 	s.errs = append(s.errs, err)
 }
+
+// Hold freezes replica i's volume: no version the watch reports from now
+// on reaches it, as when a pod's kubelet stops syncing its volume. What
+// the replica holds stays, and goes on ageing by its own clock.
+func (s *Syncer) Hold(i int) { s.held[i].Store(true) }
 
 // Deliveries returns what was written into replica i's directory so far.
 func (s *Syncer) Deliveries(i int) []Delivery {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,16 +63,7 @@ var _ = Describe("A fleet serving Encrypted Client Hello", Ordered, func() {
 		srv = knot.Run(GinkgoT(), "example.test.", knot.Key{})
 		Expect(env.Cluster.CreateNamespace(ctx, ns)).To(Succeed())
 		c := env.Cluster.Client
-		tsig := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: fleet.OperatorNamespace, Name: "example-test-tsig"}, Data: map[string][]byte{
-			"name": []byte(srv.Key.Name), "algorithm": []byte(srv.Key.Algorithm), "secret": []byte(base64.StdEncoding.EncodeToString(srv.Key.Secret)),
-		}}
-		Expect(c.Create(ctx, tsig)).To(Succeed())
-		Expect(c.Create(ctx, &v1alpha1.ClusterDNSZone{ObjectMeta: metav1.ObjectMeta{Name: "example-test"}, Spec: v1alpha1.ClusterDNSZoneSpec{
-			Zone: "example.test", Primary: srv.Addr, TSIGSecretRef: &v1alpha1.SecretReference{Name: tsig.Name},
-			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: []string{ns, rivalNS}}}},
-			AllowedNames: []string{"www.example.test"},
-		}})).To(Succeed())
+		createZone(ctx, srv, ns, rivalNS)
 		Expect(c.Create(ctx, &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: ringName}, Spec: v1alpha1.ECHKeyRingSpec{
 			PublicName:       fleet.ServerName,
 			RotationInterval: metav1.Duration{Duration: interval},
@@ -244,6 +236,25 @@ var _ = Describe("A fleet serving Encrypted Client Hello", Ordered, func() {
 
 var statusClient = &http.Client{Timeout: 2 * time.Second}
 
+// createZone has the operator update srv's zone with TSIG, for rings of
+// namespaces at the name www in it.
+func createZone(ctx context.Context, srv *knot.Server, namespaces ...string) {
+	GinkgoHelper()
+	zone := strings.TrimSuffix(srv.Zone, ".")
+	name := strings.ReplaceAll(zone, ".", "-")
+	c := env.Cluster.Client
+	tsig := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: fleet.OperatorNamespace, Name: name + "-tsig"}, Data: map[string][]byte{
+		"name": []byte(srv.Key.Name), "algorithm": []byte(srv.Key.Algorithm), "secret": []byte(base64.StdEncoding.EncodeToString(srv.Key.Secret)),
+	}}
+	Expect(c.Create(ctx, tsig)).To(Succeed())
+	Expect(c.Create(ctx, &v1alpha1.ClusterDNSZone{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.ClusterDNSZoneSpec{
+		Zone: zone, Primary: srv.Addr, TSIGSecretRef: &v1alpha1.SecretReference{Name: tsig.Name},
+		NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+			Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpIn, Values: namespaces}}},
+		AllowedNames: []string{"www." + zone},
+	}})).To(Succeed())
+}
+
 // publications counts the configs published after the one published at
 // the start: each is a rotation.
 func publications(r *v1alpha1.ECHKeyRing, start int32) int {
@@ -261,12 +272,12 @@ func publications(r *v1alpha1.ECHKeyRing, start int32) int {
 	return n
 }
 
-// lookupECH asks the server, as a client's resolver would, for
-// www.example.test's HTTPS record and returns its ech parameter.
+// lookupECH asks the server, as a client's resolver would, for the HTTPS
+// record of www in its zone and returns its ech parameter.
 func lookupECH(ctx context.Context, srv *knot.Server) ([]byte, error) {
 	qctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	rrs, err := srv.Query(qctx, "www.example.test.", dns.TypeHTTPS)
+	rrs, err := srv.Query(qctx, "www."+srv.Zone, dns.TypeHTTPS)
 	if err != nil {
 		return nil, err
 	}
