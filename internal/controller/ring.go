@@ -127,18 +127,18 @@ func (r *rings) read(ctx context.Context, rg ring) (ringplan.Read, keySource, *s
 }
 
 // readRequests reads the ring's rotate-now and revoke requests: only an
-// RFC 3339 time of bounded length is one (ringplan.Request).
+// RFC 3339 time of bounded length is one (ringstatus.Request).
 func readRequests(rd *ringplan.Read, obj client.Object) {
 	ann := obj.GetAnnotations()
 	var ok bool
-	if rd.Rotate, ok = ringplan.Request(ann[v1alpha1.RotateRequestedAtAnnotation]); !ok {
+	if rd.Rotate, ok = ringstatus.Request(ann[v1alpha1.RotateRequestedAtAnnotation]); !ok {
 		rd.Refused = append(rd.Refused, v1alpha1.RotateRequestedAtAnnotation)
 	}
-	if rd.Revoke, ok = ringplan.Request(ann[v1alpha1.RevokeRequestedAtAnnotation]); !ok {
+	if rd.Revoke, ok = ringstatus.Request(ann[v1alpha1.RevokeRequestedAtAnnotation]); !ok {
 		rd.Refused = append(rd.Refused, v1alpha1.RevokeRequestedAtAnnotation)
 	}
 	if rd.Revoke != "" {
-		rd.RevokedBy = ringplan.Printable(ringstatus.RequestedBy(obj.GetManagedFields(), v1alpha1.RevokeRequestedAtAnnotation))
+		rd.RevokedBy = ringstatus.Printable(ringstatus.RequestedBy(obj.GetManagedFields(), v1alpha1.RevokeRequestedAtAnnotation))
 	}
 }
 

@@ -2,10 +2,7 @@ package ringplan
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
-	"unicode"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 
@@ -151,39 +148,4 @@ func MintProblem(now time.Time, current keyring.Ring, keys int, reason, detail s
 		msg += "; no key encrypts now, so servers resume no session until one is minted"
 	}
 	return &ringstatus.Problem{Reason: reason, Message: msg}
-}
-
-// MaxRequestLength bounds the value of a rotate or revoke request: an RFC
-// 3339 time with nanoseconds and an offset takes 35 characters.
-const MaxRequestLength = 64
-
-// Request reads a rotate or revoke request annotation: an RFC 3339 time of
-// at most MaxRequestLength characters, and nothing else, is a request.
-// Anything else is refused unread, so that no tenant-written text reaches
-// the status, a snapshot or an event.
-func Request(value string) (string, bool) {
-	if value == "" {
-		return "", true
-	}
-	if len(value) > MaxRequestLength {
-		return "", false
-	}
-	if _, err := time.Parse(time.RFC3339Nano, value); err != nil {
-		return "", false
-	}
-	return value, true
-}
-
-// Printable is a tenant-written name (a field manager's) as a status, an
-// event or a terminal may show it: at most 128 characters, every control or
-// non-printable character escaped as Go would quote it.
-func Printable(s string) string {
-	if len(s) > 128 {
-		s = s[:128] + "..."
-	}
-	if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) || r == '\\' }) < 0 {
-		return s
-	}
-	q := strconv.QuoteToGraphic(s)
-	return q[1 : len(q)-1]
 }

@@ -115,6 +115,8 @@ const MaxRevocations = 10
 // status before.
 func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) v1alpha1.TicketKeyRingStatus {
 	s := *prev.DeepCopy()
+	s.LastRotateRequestedAt, s.LastRevokeRequestedAt = bounded(s.LastRotateRequestedAt), bounded(s.LastRevokeRequestedAt)
+	s.Revocations = boundedRevocations(s.Revocations)
 	ready := func(st metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{
 			Type: v1alpha1.ConditionReady, Status: st, Reason: reason, Message: msg, ObservedGeneration: o.Generation,

@@ -282,11 +282,12 @@ func TestRequestedBy(t *testing.T) {
 func TestBuildRecordsRevocationsAndConfirmation(t *testing.T) {
 	ring := published()
 	var prev v1alpha1.TicketKeyRingStatus
+	at := func(i int) string { return t0.Add(time.Duration(i) * time.Minute).Format(time.RFC3339) }
 	for i := range MaxRevocations + 2 {
 		prev = Build(prev, Outcome{Now: t0, Ring: ring, Snapshot: "web-e1", Targets: 1,
-			RevokeRequest: fmt.Sprint(i), Revocation: &v1alpha1.Revocation{RequestedAt: fmt.Sprint(i), Epoch: int64(i)}})
+			RevokeRequest: at(i), Revocation: &v1alpha1.Revocation{RequestedAt: at(i), Epoch: int64(i)}})
 	}
-	if len(prev.Revocations) != MaxRevocations || prev.Revocations[0].RequestedAt != fmt.Sprint(MaxRevocations+1) || prev.LastRevokeRequestedAt != fmt.Sprint(MaxRevocations+1) {
+	if len(prev.Revocations) != MaxRevocations || prev.Revocations[0].RequestedAt != at(MaxRevocations+1) || prev.LastRevokeRequestedAt != at(MaxRevocations+1) {
 		t.Errorf("revocations %d, newest %+v, last %q", len(prev.Revocations), prev.Revocations[0], prev.LastRevokeRequestedAt)
 	}
 
@@ -306,6 +307,25 @@ func TestBuildRecordsRevocationsAndConfirmation(t *testing.T) {
 	off := Build(waiting, Outcome{Now: t0, Ring: ring, Snapshot: "web-e1", Targets: 1})
 	if meta.FindStatusCondition(off.Conditions, v1alpha1.ConditionConfirmationOverdue) != nil || off.Confirmation != nil {
 		t.Error("confirmation turned off leaves its condition or status")
+	}
+}
+
+// An operator before request values were bounded wrote whatever a tenant
+// set into status; the first Build after an upgrade drops it.
+func TestBuildBoundsWhatAnEarlierStatusCarried(t *testing.T) {
+	huge := strings.Repeat("9", 200*1024)
+	prev := v1alpha1.TicketKeyRingStatus{LastRotateRequestedAt: huge, LastRevokeRequestedAt: "2026-12-02T10:00:00Z",
+		Revocations: []v1alpha1.Revocation{{RequestedAt: huge, RequestedBy: "evil\x1b[2J" + huge}, {RequestedAt: "2026-12-02T10:00:00Z", RequestedBy: "kubectl"}}}
+	got := Build(prev, Outcome{Now: t0, Ring: published(), Snapshot: "web-e1", Targets: 1})
+	if got.LastRotateRequestedAt != "" || got.LastRevokeRequestedAt != "2026-12-02T10:00:00Z" {
+		t.Errorf("requests carried: rotate %.20q, revoke %q", got.LastRotateRequestedAt, got.LastRevokeRequestedAt)
+	}
+	if len(got.Revocations) != 2 || got.Revocations[0].RequestedAt != "" || len(got.Revocations[0].RequestedBy) > 140 ||
+		strings.ContainsRune(got.Revocations[0].RequestedBy, 0x1b) || got.Revocations[1].RequestedAt != prev.Revocations[1].RequestedAt || got.Revocations[1].RequestedBy != "kubectl" {
+		t.Errorf("revocations carried: %.200v", got.Revocations)
+	}
+	if len(prev.LastRotateRequestedAt) != len(huge) {
+		t.Error("Build changed the status it was given")
 	}
 }
 
