@@ -37,6 +37,8 @@ func main() {
 		"Run the CertificatePolicy audit, which reads kubernetes.io/tls Secrets cluster-wide; without it the operator reads no Secret but ringmaster's own.")
 	watch := flag.String("watch-namespaces", "",
 		"Namespaces whose rings, Secrets and pods the operator serves, comma-separated (its own namespace always); empty: every namespace. RBAC may then grant Secrets and pods by RoleBindings there alone.")
+	nudgePods := flag.Bool("nudge", true,
+		"After every new epoch, patch one annotation (ringmaster.io/delivered) of each pod mounting the projection, so that its kubelet re-mounts it at once rather than on its own sync (up to about 90 s). Needs RBAC to patch pods, under the admission guard of config/admission/pods.yaml.")
 	exclude := flag.Bool("exclude-secrets-from-backup", true,
 		"Label every Secret that holds keys velero.io/exclude-from-backup=true, so that backups skip them: a key in a backup outlives its expiresAt.")
 	printVersion := flag.Bool("version", false, "Print the version and exit.")
@@ -49,6 +51,7 @@ func main() {
 	}
 	o.KeepSecretsInBackups = !*exclude
 	o.NoCertificatePolicy = !*certificatePolicy
+	o.NoNudge = !*nudgePods
 	namespaces, err := operator.ParseNamespaces(*watch)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -77,6 +80,6 @@ func run(o operator.Options) error {
 		return err
 	}
 	ctrl.Log.WithName("setup").Info("Starting operator", "version", version.Version(), "namespace", o.Namespace, "leaderElection", o.LeaderElection,
-		"metrics", cmp.Or(o.MetricsAddr, "0"), "watchNamespaces", o.WatchNamespaces, "certificatePolicy", !o.NoCertificatePolicy)
+		"metrics", cmp.Or(o.MetricsAddr, "0"), "watchNamespaces", o.WatchNamespaces, "certificatePolicy", !o.NoCertificatePolicy, "nudge", !o.NoNudge)
 	return op.Start(ctx)
 }

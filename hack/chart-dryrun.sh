@@ -52,6 +52,7 @@ sets=(
 	"--set metrics.serviceMonitor.enabled=true --set metrics.tls.secretName=ringmaster-metrics-tls --set metrics.prometheusRule.enabled=true --set podDisruptionBudget.enabled=true --set crds.keep=false --set image.digest=sha256:$(printf '0%.0s' {1..64}) --set maxRenewalsPerMinute=5 --set grafana.dashboards.enabled=true"
 	"--set crds.enabled=false --set serviceAccount.create=false --set serviceAccount.name=custom --set metrics.enabled=false --set fullnameOverride=rm --set excludeSecretsFromBackup=false --set grafana.dashboards.enabled=true --set grafana.dashboards.label=grafana.example.com/dashboard --set grafana.dashboards.labelValue=ringmaster"
 	"--set certificatePolicy.enabled=false --set watchNamespaces={default}"
+	"--set nudge.enabled=false --set watchNamespaces={default}"
 )
 for set in "${sets[@]}"; do
 	# shellcheck disable=SC2086 # a list of flags

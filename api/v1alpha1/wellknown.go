@@ -49,6 +49,14 @@ const (
 	// (RFC 3339); each new value is handled once, echoed in
 	// status.lastRevokeRequestedAt and recorded in status.revocations.
 	RevokeRequestedAtAnnotation = "ringmaster.io/revoke-requested-at"
+
+	// DeliveredAnnotation is the one annotation the operator sets on a pod
+	// (and the only change it may make to one, under the admission guard of
+	// config/admission/pods.yaml): the projection Secret it last wrote a new
+	// epoch into that the pod mounts, as "<secret>=<epoch>". Any change to a
+	// pod makes its kubelet sync it, and re-mount its Secret volumes, at
+	// once, rather than on its periodic sync (up to about 90 s).
+	DeliveredAnnotation = "ringmaster.io/delivered"
 )
 
 // ECHDNSFinalizer is on an ECHKeyRing while it owns a DNS name it may

@@ -9,7 +9,8 @@
 //     the namespaced Roles controller-gen wrote from the +kubebuilder:rbac
 //     markers, each with a binding to the chart's ServiceAccount; the
 //     ClusterRole's rules split by the values certificatePolicy.enabled and
-//     watchNamespaces (see classify). A Role in
+//     watchNamespaces, the patch of pods by nudge.enabled and
+//     admissionPolicy.enabled (see classify). A Role in
 //     the namespace ringmaster-system (the markers' stand-in for "the
 //     operator's namespace") goes into the release namespace; a
 //     resourceNames entry "ringmaster" on serviceaccounts becomes the
@@ -24,7 +25,13 @@
 //     release namespace and the chart's ServiceAccount, and ringmaster-<x>
 //     becomes <fullname>-<x>, in the messages too.
 //
-//     go run ./hack/chart -crds config/crd/bases -rbac config/rbac/role.yaml -admission config/admission/policy.yaml -chart charts/ringmaster
+//   - templates/admission-pods.yaml from config/admission/pods.yaml the same
+//     way: the admission guard of pods, which lets the operator set one
+//     annotation of a pod and change nothing else, behind
+//     admissionPolicy.enabled and nudge.enabled, as is the right to patch
+//     pods it guards.
+//
+//     go run ./hack/chart -crds config/crd/bases -rbac config/rbac/role.yaml -admission config/admission/policy.yaml -pod-admission config/admission/pods.yaml -chart charts/ringmaster
 package main
 
 import (
@@ -57,21 +64,26 @@ const (
 	labels    = `{{- include "ringmaster.labels" . | nindent 4 }}`
 	sentinel  = "__RINGMASTER_SERVICE_ACCOUNT__"
 	namespace = `{{ .Release.Namespace }}`
+
+	// nudging is the chart's condition for the operator to patch pods: it
+	// nudges only under the admission guard of pods.
+	nudging = `and .Values.nudge.enabled .Values.admissionPolicy.enabled`
 )
 
 func main() {
 	crds := flag.String("crds", "config/crd/bases", "directory of the generated CRDs")
 	rbac := flag.String("rbac", "config/rbac/role.yaml", "RBAC generated from the markers")
 	admission := flag.String("admission", "config/admission/policy.yaml", "the admission policy of ringmaster's Secrets")
+	podAdmission := flag.String("pod-admission", "config/admission/pods.yaml", "the admission policy of the pods the operator nudges")
 	chart := flag.String("chart", "charts/ringmaster", "the chart")
 	flag.Parse()
-	if err := run(*crds, *rbac, *admission, *chart); err != nil {
+	if err := run(*crds, *rbac, *admission, *podAdmission, *chart); err != nil {
 		fmt.Fprintln(os.Stderr, "chart:", err)
 		os.Exit(1)
 	}
 }
 
-func run(crdDir, rbacFile, admissionFile, chart string) error {
+func run(crdDir, rbacFile, admissionFile, podAdmissionFile, chart string) error {
 	templates := filepath.Join(chart, "templates")
 	old, err := filepath.Glob(filepath.Join(templates, "crd-*.yaml"))
 	if err != nil {
@@ -97,10 +109,14 @@ func run(crdDir, rbacFile, admissionFile, chart string) error {
 		return fmt.Errorf("%s: %w", rbacFile, err)
 	}
 	want[filepath.Join(templates, "rbac.yaml")] = out
-	if out, err = admissionTemplate(admissionFile); err != nil {
+	if out, err = admissionTemplate(admissionFile, ".Values.admissionPolicy.enabled"); err != nil {
 		return fmt.Errorf("%s: %w", admissionFile, err)
 	}
 	want[filepath.Join(templates, "admission.yaml")] = out
+	if out, err = admissionTemplate(podAdmissionFile, nudging); err != nil {
+		return fmt.Errorf("%s: %w", podAdmissionFile, err)
+	}
+	want[filepath.Join(templates, "admission-pods.yaml")] = out
 
 	for _, f := range old {
 		if _, ok := want[f]; !ok {
@@ -207,14 +223,20 @@ func rbacTemplate(path string) ([]byte, error) {
 	return []byte(b.String()), nil
 }
 
-// The rules of the generated ClusterRole fall in three classes, by the
-// resources they name, and the chart grants each as its values choose:
+// The rules of the generated ClusterRole fall in four classes, by the
+// resources and verbs they name, and the chart grants each as its values
+// choose:
 //
 //   - ring: what rings need in the namespaces they serve, their Secrets and
 //     the pods they ask (ringResources). By default the ClusterRole holds
 //     them; with watchNamespaces, a Role and RoleBinding <fullname>-rings in
 //     each listed namespace and the release's do instead, and the operator
 //     watches those alone (--watch-namespaces);
+//   - nudge: the patch of pods (nudgeResources, nudgeVerbs), where the ring
+//     class is granted, and only with nudge.enabled and
+//     admissionPolicy.enabled (--nudge): the chart grants the right only
+//     under the admission guard that lets the operator change nothing of a
+//     pod but one annotation, and with nudging off no pod write at all;
 //   - certificatePolicy: what only the CertificatePolicy audit needs
 //     (certificatePolicyResources), granted with certificatePolicy.enabled
 //     (--certificate-policy). The audit reads kubernetes.io/tls Secrets in
@@ -222,16 +244,19 @@ func rbacTemplate(path string) ([]byte, error) {
 //     the ring class's Secret rule cluster-wide;
 //   - everything else, always.
 //
-// A rule naming resources of two classes is split. Off both switches, the
-// chart grants exactly what config/rbac/role.yaml does.
+// A rule naming resources (or, for pods, verbs) of two classes is split.
+// With the defaults, the chart grants exactly what config/rbac/role.yaml
+// does.
 var (
 	ringResources              = map[string][]string{"": {"secrets", "pods"}}
+	nudgeResources             = map[string][]string{"": {"pods"}}
+	nudgeVerbs                 = []string{"patch"}
 	certificatePolicyResources = map[string][]string{"cert-manager.io": {"certificates", "certificates/status"}, "ringmaster.io": {"certificatepolicies", "certificatepolicies/status"}}
 	readVerbs                  = []string{"get", "list", "watch"}
 )
 
-// classify splits rules into the three classes above.
-func classify(rules []rbacv1.PolicyRule) (always, ring, certificatePolicy []rbacv1.PolicyRule) {
+// classify splits rules into the four classes above.
+func classify(rules []rbacv1.PolicyRule) (always, ring, nudge, certificatePolicy []rbacv1.PolicyRule) {
 	in := func(classes map[string][]string, groups []string, resource string) bool {
 		for _, g := range groups {
 			if slices.Contains(classes[g], resource) {
@@ -263,7 +288,48 @@ func classify(rules []rbacv1.PolicyRule) (always, ring, certificatePolicy []rbac
 			}
 		}
 	}
-	return always, ring, certificatePolicy
+	ring, nudge = splitNudge(ring)
+	return always, ring, nudge, certificatePolicy
+}
+
+// splitNudge takes the nudge class's verbs on its resources out of the
+// ring class's rules.
+func splitNudge(ring []rbacv1.PolicyRule) (rest, nudge []rbacv1.PolicyRule) {
+	for _, r := range ring {
+		var resources, verbs, others []string
+		for _, res := range r.Resources {
+			if len(r.APIGroups) == 1 && slices.Contains(nudgeResources[r.APIGroups[0]], res) {
+				resources = append(resources, res)
+			}
+		}
+		for _, v := range r.Verbs {
+			if slices.Contains(nudgeVerbs, v) {
+				verbs = append(verbs, v)
+			} else {
+				others = append(others, v)
+			}
+		}
+		if len(resources) == 0 || len(verbs) == 0 {
+			rest = append(rest, r)
+			continue
+		}
+		x := *r.DeepCopy()
+		x.Resources, x.Verbs = resources, verbs
+		nudge = append(nudge, x)
+		// The other verbs on those resources, and every verb on the
+		// others, stay in the ring class.
+		if len(others) > 0 {
+			x := *r.DeepCopy()
+			x.Resources, x.Verbs = resources, others
+			rest = append(rest, x)
+		}
+		if len(resources) < len(r.Resources) {
+			x := *r.DeepCopy()
+			x.Resources = slices.DeleteFunc(slices.Clone(r.Resources), func(s string) bool { return slices.Contains(resources, s) })
+			rest = append(rest, x)
+		}
+	}
+	return rest, nudge
 }
 
 // secretReads are the read verbs of the ring class's Secret rules: what the
@@ -291,7 +357,7 @@ func secretReads(ring []rbacv1.PolicyRule) []rbacv1.PolicyRule {
 // behind the values that choose them, and the ring class's Roles in the
 // watched namespaces.
 func writeClusterRole(b *strings.Builder, r rbacv1.ClusterRole) error {
-	always, ring, cpol := classify(r.Rules)
+	always, ring, nudge, cpol := classify(r.Rules)
 	if len(always) == 0 || len(ring) == 0 {
 		return fmt.Errorf("ClusterRole %s: want rules for rings' Secrets and pods and others", r.Name)
 	}
@@ -317,6 +383,13 @@ func writeClusterRole(b *strings.Builder, r rbacv1.ClusterRole) error {
 	if err != nil {
 		return err
 	}
+	nudgeText, err := text(nudge)
+	if err != nil {
+		return err
+	}
+	if nudgeText != "" {
+		ringText += "{{- if " + nudging + " }}\n" + nudgeText + "{{- end }}\n"
+	}
 	name := chartName(r.Name)
 	var rules strings.Builder
 	rules.WriteString(alwaysText)
@@ -336,7 +409,9 @@ func writeClusterRole(b *strings.Builder, r rbacv1.ClusterRole) error {
 	ringsName := chartName(operatorName + "-rings")
 	b.WriteString("{{- if .Values.watchNamespaces }}\n")
 	b.WriteString("{{- range $ns := uniq (append .Values.watchNamespaces .Release.Namespace) }}\n")
-	in := func(s string) string { return strings.ReplaceAll(s, " . }}", " $ }}") }
+	in := func(s string) string {
+		return strings.ReplaceAll(strings.ReplaceAll(s, " . }}", " $ }}"), " .Values.", " $.Values.")
+	}
 	writeObject(b, "Role", in(ringsName), "{{ $ns }}", in(ringText))
 	writeBinding(b, "Role", in(ringsName), "{{ $ns }}")
 	b.WriteString("{{- end }}\n{{- end }}\n")
@@ -419,11 +494,12 @@ func writeRole(b *strings.Builder, kind, name, ns string, rules []rbacv1.PolicyR
 	return nil
 }
 
-// admissionTemplate turns the admission policy and its binding into the
-// chart's, behind admissionPolicy.enabled. The policy names the operator's
-// service account and itself in CEL strings and messages; both become the
+// admissionTemplate turns an admission policy and its binding into the
+// chart's, behind the condition gate (a template pipeline, such as
+// .Values.admissionPolicy.enabled). The policy names the operator's service
+// account and itself in CEL strings and messages; both become the
 // release's. Every object gets the chart's labels.
-func admissionTemplate(path string) ([]byte, error) {
+func admissionTemplate(path, gate string) ([]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -447,7 +523,7 @@ func admissionTemplate(path string) ([]byte, error) {
 		return nil, errors.New("names the operator's service account outside the variables operatorNamespace and operatorServiceAccount")
 	}
 	var b strings.Builder
-	b.WriteString("{{- if .Values.admissionPolicy.enabled }}\n")
+	b.WriteString("{{- if " + gate + " }}\n")
 	fmt.Fprintf(&b, header, filepath.ToSlash(path))
 	kinds := map[string]bool{}
 	for doc := range strings.SplitSeq(text, "\n---\n") {

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -27,6 +28,7 @@ rules:
   - pods
   verbs:
   - list
+  - patch
 - apiGroups:
   - ""
   resources:
@@ -132,7 +134,9 @@ func TestRBACTemplate(t *testing.T) {
 		"{{- if .Values.certificatePolicy.enabled }}\n- apiGroups:\n  - cert-manager.io\n  resources:\n  - certificates\n  verbs:\n  - get\n- apiGroups:\n  - ringmaster.io\n  resources:\n  - certificatepolicies\n  verbs:\n  - get\n{{- end }}\n",
 		// Rings' Secrets and pods cluster-wide unless namespaces are listed;
 		// then only the audit's reads of Secrets, if it runs.
+		// The patch of pods only with nudging under the pods' guard.
 		"{{- if not .Values.watchNamespaces }}\n- apiGroups:\n  - \"\"\n  resources:\n  - pods\n  verbs:\n  - list\n- apiGroups:\n  - \"\"\n  resources:\n  - secrets\n  verbs:\n  - create\n  - get\n  - list\n  - watch\n" +
+			"{{- if and .Values.nudge.enabled .Values.admissionPolicy.enabled }}\n- apiGroups:\n  - \"\"\n  resources:\n  - pods\n  verbs:\n  - patch\n{{- end }}\n" +
 			"{{- else if .Values.certificatePolicy.enabled }}\n- apiGroups:\n  - \"\"\n  resources:\n  - secrets\n  verbs:\n  - get\n  - list\n  - watch\n{{- end }}\n",
 	} {
 		if !strings.Contains(cluster, want) {
@@ -143,6 +147,7 @@ func TestRBACTemplate(t *testing.T) {
 	for _, want := range []string{
 		"{{- if .Values.watchNamespaces }}\n{{- range $ns := uniq (append .Values.watchNamespaces .Release.Namespace) }}\n---\n",
 		"kind: Role\nmetadata:\n  name: {{ include \"ringmaster.fullname\" $ }}-rings\n  namespace: {{ $ns }}\n  labels:\n    {{- include \"ringmaster.labels\" $ | nindent 4 }}\nrules:\n- apiGroups:\n  - \"\"\n  resources:\n  - pods\n",
+		"  - list\n  - watch\n{{- if and $.Values.nudge.enabled $.Values.admissionPolicy.enabled }}\n- apiGroups:\n  - \"\"\n  resources:\n  - pods\n  verbs:\n  - patch\n{{- end }}\n---\n",
 		"kind: RoleBinding\nmetadata:\n  name: {{ include \"ringmaster.fullname\" $ }}-rings\n  namespace: {{ $ns }}\n",
 		"subjects:\n- kind: ServiceAccount\n  name: {{ include \"ringmaster.serviceAccountName\" $ }}\n  namespace: {{ $.Release.Namespace }}\n{{- end }}\n{{- end }}\n",
 	} {
@@ -158,22 +163,36 @@ func TestClassify(t *testing.T) {
 	}
 	get := []string{"get"}
 	tests := []struct {
-		name               string
-		rules              []rbacv1.PolicyRule
-		always, ring, cpol int
+		name                      string
+		rules                     []rbacv1.PolicyRule
+		always, ring, nudge, cpol int
 	}{
-		{"Secrets and pods are the rings'", []rbacv1.PolicyRule{rule("", get, "secrets"), rule("", get, "pods")}, 0, 2, 0},
-		{"namespaces are always needed", []rbacv1.PolicyRule{rule("", get, "namespaces")}, 1, 0, 0},
-		{"a rule naming ring kinds and CertificatePolicies is split", []rbacv1.PolicyRule{rule("ringmaster.io", get, "certificatepolicies", "ticketkeyrings")}, 1, 0, 1},
-		{"cert-manager's Certificates are the audit's", []rbacv1.PolicyRule{rule("cert-manager.io", get, "certificates", "certificates/status")}, 0, 0, 1},
-		{"a secrets resource of another group is not the core's", []rbacv1.PolicyRule{rule("example.com", get, "secrets")}, 1, 0, 0},
-		{"non-resource URLs are always needed", []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: get}}, 1, 0, 0},
+		{"Secrets and pods are the rings'", []rbacv1.PolicyRule{rule("", get, "secrets"), rule("", get, "pods")}, 0, 2, 0, 0},
+		{"namespaces are always needed", []rbacv1.PolicyRule{rule("", get, "namespaces")}, 1, 0, 0, 0},
+		{"a rule naming ring kinds and CertificatePolicies is split", []rbacv1.PolicyRule{rule("ringmaster.io", get, "certificatepolicies", "ticketkeyrings")}, 1, 0, 0, 1},
+		{"cert-manager's Certificates are the audit's", []rbacv1.PolicyRule{rule("cert-manager.io", get, "certificates", "certificates/status")}, 0, 0, 0, 1},
+		{"a secrets resource of another group is not the core's", []rbacv1.PolicyRule{rule("example.com", get, "secrets")}, 1, 0, 0, 0},
+		{"non-resource URLs are always needed", []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: get}}, 1, 0, 0, 0},
+		{"the patch of pods is the nudge's, their reads the rings'", []rbacv1.PolicyRule{rule("", []string{"list", "patch", "watch"}, "pods")}, 0, 1, 1, 0},
+		{"the patch of pods alone", []rbacv1.PolicyRule{rule("", []string{"patch"}, "pods")}, 0, 0, 1, 0},
+		{"the patch of Secrets is no nudge", []rbacv1.PolicyRule{rule("", []string{"patch"}, "secrets")}, 0, 1, 0, 0},
+		{"a rule naming Secrets and pods with patch is split three ways", []rbacv1.PolicyRule{rule("", []string{"get", "patch"}, "pods", "secrets")}, 0, 2, 1, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, r, c := classify(tt.rules)
-			if len(a) != tt.always || len(r) != tt.ring || len(c) != tt.cpol {
-				t.Errorf("classify = %d always, %d ring, %d certificatePolicy; want %d, %d, %d", len(a), len(r), len(c), tt.always, tt.ring, tt.cpol)
+			a, r, n, c := classify(tt.rules)
+			if len(a) != tt.always || len(r) != tt.ring || len(n) != tt.nudge || len(c) != tt.cpol {
+				t.Errorf("classify = %d always, %d ring, %d nudge, %d certificatePolicy; want %d, %d, %d, %d", len(a), len(r), len(n), len(c), tt.always, tt.ring, tt.nudge, tt.cpol)
+			}
+			for _, x := range r {
+				if slices.Contains(x.Resources, "pods") && slices.Contains(x.Verbs, "patch") {
+					t.Errorf("the ring class patches pods: %+v", x)
+				}
+			}
+			for _, x := range n {
+				if !slices.Equal(x.Resources, []string{"pods"}) || !slices.Equal(x.Verbs, []string{"patch"}) {
+					t.Errorf("the nudge class holds %+v, want the patch of pods alone", x)
+				}
 			}
 		})
 	}
@@ -221,7 +240,7 @@ const (
 )
 
 func TestAdmissionTemplate(t *testing.T) {
-	out, err := admissionTemplate(filepath.Join("..", "..", "config", "admission", "policy.yaml"))
+	out, err := admissionTemplate(filepath.Join("..", "..", "config", "admission", "policy.yaml"), ".Values.admissionPolicy.enabled")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +272,7 @@ func TestAdmissionTemplate(t *testing.T) {
 	if err := os.WriteFile(good, []byte(policyDoc+bindingDoc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admissionTemplate(good); err != nil {
+	if _, err := admissionTemplate(good, ".Values.admissionPolicy.enabled"); err != nil {
 		t.Fatalf("the least guard: %v", err)
 	}
 	for name, doc := range map[string]string{
@@ -267,8 +286,36 @@ func TestAdmissionTemplate(t *testing.T) {
 		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := admissionTemplate(path); err == nil {
+		if _, err := admissionTemplate(path, ".Values.admissionPolicy.enabled"); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestPodAdmissionTemplate(t *testing.T) {
+	out, err := admissionTemplate(filepath.Join("..", "..", "config", "admission", "pods.yaml"), nudging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(out)
+	for _, want := range []string{
+		// Installed with nudging alone, which needs the guard.
+		"{{- if and .Values.nudge.enabled .Values.admissionPolicy.enabled }}\n",
+		"kind: ValidatingAdmissionPolicy\nmetadata:\n  name: {{ include \"ringmaster.fullname\" . }}-pods\n",
+		"kind: ValidatingAdmissionPolicyBinding\nmetadata:\n  name: {{ include \"ringmaster.fullname\" . }}-pods\n",
+		"  policyName: {{ include \"ringmaster.fullname\" . }}-pods\n",
+		"- name: operatorNamespace\n    expression: \"'{{ .Release.Namespace }}'\"\n",
+		"- name: operatorServiceAccount\n    expression: \"'{{ include \"ringmaster.serviceAccountName\" . }}'\"\n",
+		"'{{ include \"ringmaster.fullname\" . }}-pods: the ringmaster operator (' + variables.operatorUser",
+		"'ringmaster.io/delivered'",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing\n%s\nin\n%s", want, got)
+		}
+	}
+	for _, gone := range []string{"ringmaster-system", "name: ringmaster-pods", "'ringmaster-pods:"} {
+		if strings.Contains(got, gone) {
+			t.Errorf("%q left in\n%s", gone, got)
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
+	"github.com/ringmaster-io/ringmaster/internal/nudge"
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
 )
 
@@ -27,7 +28,14 @@ type ringSecrets struct {
 	// APIReader reads around the cache: the snapshots, which must be
 	// current, and a foreign Secret in the way.
 	APIReader client.Reader
+	// Nudger, when set, is told of every projection written with a new
+	// epoch, so that the pods mounting it are re-mounted at once
+	// (internal/nudge). Nothing waits for it.
+	Nudger nudger
 }
+
+// nudger is what ringSecrets needs of a *nudge.Nudger.
+type nudger interface{ Nudge(nudge.Delivery) }
 
 // snapshots lists owner's snapshot Secrets, newest epoch first, leaving out
 // those being deleted and those owner does not control. It reads around the
@@ -99,7 +107,10 @@ func (w *ringSecrets) deliver(ctx context.Context, owner distribute.Owner, snap 
 			break
 		}
 		want := distribute.Projection(owner, snap, ns)
-		conflict, err := w.project(ctx, owner, want)
+		written, conflict, err := w.project(ctx, owner, want)
+		if written {
+			w.nudge(snap, want)
+		}
 		switch {
 		case err != nil:
 			failed = append(failed, v1alpha1.TargetFailure{Namespace: ns, Reason: v1alpha1.ReasonPublishFailed,
@@ -128,41 +139,53 @@ func (w *ringSecrets) deliver(ctx context.Context, owner distribute.Owner, snap 
 	return failed, errors.Join(errs...)
 }
 
-// project brings one projection Secret in line with want. It reports a
-// conflict, and writes nothing, when the Secret exists and is not the
-// ring's.
-func (w *ringSecrets) project(ctx context.Context, owner distribute.Owner, want *corev1.Secret) (conflict bool, err error) {
+// project brings one projection Secret in line with want. It reports
+// whether it wrote a new epoch there (created the Secret, or updated one
+// carrying another epoch), and a conflict, writing nothing, when the Secret
+// exists and is not the ring's.
+func (w *ringSecrets) project(ctx context.Context, owner distribute.Owner, want *corev1.Secret) (written, conflict bool, err error) {
 	have, err := w.existing(ctx, w.Client, want)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	action, edited := distribute.Decide(owner, have, want)
 	if action == distribute.Create {
 		if err = w.Create(ctx, want); !apierrors.IsAlreadyExists(err) {
-			return false, err
+			return err == nil, false, err
 		}
 		// Absent from the cache yet there: a Secret of another type, which
 		// the cache does not hold, or one the cache has not seen yet.
 		if have, err = w.existing(ctx, w.APIReader, want); err != nil {
-			return false, err
+			return false, false, err
 		}
 		action, edited = distribute.Decide(owner, have, want)
 	}
 	switch action {
 	case distribute.Conflict:
-		return true, nil
+		return false, true, nil
 	case distribute.Recreate:
 		// A predecessor's: delete it; the next pass creates it.
-		return false, w.Delete(ctx, have, client.Preconditions{UID: &have.UID})
+		return false, false, w.Delete(ctx, have, client.Preconditions{UID: &have.UID})
 	case distribute.Update:
 		if err := w.Update(ctx, distribute.Updated(have, want)); err != nil {
-			return false, err
+			return false, false, err
 		}
 		if edited {
 			log.FromContext(ctx).Info("Restored projection edited by hand", "secret", klog.KObj(want), "epoch", want.Annotations[v1alpha1.EpochAnnotation])
 		}
+		return !edited, false, nil
 	}
-	return false, nil
+	return false, false, nil
+}
+
+// nudge hands a projection just written to the Nudger. A revoke's epoch,
+// whose snapshot records the request, is urgent: its pods go first.
+func (w *ringSecrets) nudge(snap, projection *corev1.Secret) {
+	if w.Nudger == nil {
+		return
+	}
+	w.Nudger.Nudge(nudge.Delivery{Namespace: projection.Namespace, Secret: projection.Name,
+		Epoch: projection.Annotations[v1alpha1.EpochAnnotation], Urgent: snap.Annotations[v1alpha1.RevokeRequestedAtAnnotation] != ""})
 }
 
 // existing reads the Secret named like want, or nil when there is none.

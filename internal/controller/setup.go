@@ -27,6 +27,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/dnswork"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
+	"github.com/ringmaster-io/ringmaster/internal/nudge"
 )
 
 // DefaultRingWorkers is how many rings are reconciled at once, per kind, so
@@ -67,6 +68,10 @@ type Options struct {
 	// DNS writes and checks ECH records off the reconcile path; the
 	// manager must run it.
 	DNS *dnswork.Worker
+	// Nudger, when set, patches the pods mounting each projection written
+	// with a new epoch, so that their kubelets re-mount it at once; the
+	// manager must run it. Nil: pods are left to their kubelets' own sync.
+	Nudger *nudge.Nudger
 	// NoCertificatePolicy leaves the CertificatePolicy controller out, and
 	// with it every read of Secrets other than ringmaster's own: the
 	// operator then needs no cluster-wide Secret read (docs/security.md).
@@ -105,8 +110,13 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	secrets := &ringSecrets{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
 	shared := &rings{Client: mgr.GetClient(), secrets: secrets, Recorder: recorder, Clock: o.Clock, Sources: sources,
 		Prober: o.Prober, gauges: newRingGauges(o.Clock), keepInBackups: o.KeepSecretsInBackups}
-	for _, c := range []prometheus.Collector{rotationsTotal, unconfirmedActivationsTotal, unconfirmedPublicationsTotal, dnsUpdatesTotal,
-		sharedWritesTotal, sharedPropagationSeconds, shared.gauges} {
+	collectors := []prometheus.Collector{rotationsTotal, unconfirmedActivationsTotal, unconfirmedPublicationsTotal, dnsUpdatesTotal,
+		sharedWritesTotal, sharedPropagationSeconds, shared.gauges}
+	if o.Nudger != nil {
+		secrets.Nudger = o.Nudger
+		collectors = append(collectors, o.Nudger.Collectors()...)
+	}
+	for _, c := range collectors {
 		if err := o.Registry.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 			return nil, err
 		}

@@ -32,6 +32,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/dnswork"
+	"github.com/ringmaster-io/ringmaster/internal/nudge"
 )
 
 // Leader election uses a Lease in the operator's namespace, and nothing
@@ -78,6 +79,13 @@ type Options struct {
 	Probing confirm.Budget
 	// DNSBudget bounds the DNS work of ECH rings; zero fields default.
 	DNSBudget dnswork.Budget
+	// NoNudge leaves the pods mounting a projection to their kubelets' own
+	// sync (up to about 90 s with the defaults) rather than patch each
+	// pod's annotation after every new epoch (--nudge=false): the operator
+	// then writes no pod.
+	NoNudge bool
+	// Nudging bounds how the operator patches pods; zero fields default.
+	Nudging nudge.Budget
 
 	// SkipNameValidation allows a test to build the operator more than once
 	// in one process, as an operator restart.
@@ -187,7 +195,13 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 	// of its own, so that no namespace's pods hold up another's rings. It
 	// finds them in a cache of its own that keeps only what voting needs
 	// of each pod, started by the first ring that asks its pods.
-	pods, err := confirm.NewPods(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper(), confirm.PodsOptions{})
+	// With namespaces listed, RBAC grants pods there alone: the cache
+	// watches those (and the operator's own) alone too.
+	var podNamespaces []string
+	if len(o.WatchNamespaces) > 0 {
+		podNamespaces = append(slices.Clone(o.WatchNamespaces), o.Namespace)
+	}
+	pods, err := confirm.NewPods(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper(), confirm.PodsOptions{Namespaces: podNamespaces})
 	if err != nil {
 		return nil, err
 	}
@@ -207,6 +221,16 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 		return nil, fmt.Errorf("add the DNS worker: %w", err)
 	}
 	o.DNS = dns
+	// After every new epoch, the pods mounting the projection are patched
+	// (one annotation) off the reconcile path, so that their kubelets
+	// re-mount it at once; they are found in the same pod cache.
+	if !o.NoNudge {
+		nudger := &nudge.Nudger{Pods: pods, Client: mgr.GetClient(), Budget: o.Nudging}
+		if err := mgr.Add(nudger); err != nil {
+			return nil, fmt.Errorf("add the nudger: %w", err)
+		}
+		o.Nudger = nudger
+	}
 	c, err := controller.Setup(ctx, mgr, o.Options)
 	if err != nil {
 		return nil, err

@@ -226,15 +226,25 @@ func (e *Env) Apply(ctx context.Context, path string) error {
 // after it is created, and stops a moment after it is deleted: callers wait
 // for either.
 func (e *Env) Guard(ctx context.Context) (remove func(context.Context) error, err error) {
-	path := filepath.Join(Root(), "config", "admission", "policy.yaml")
+	return e.guard(ctx, "policy.yaml", GuardName)
+}
+
+// PodGuard installs the admission guard of pods as config/ ships it
+// (config/admission/pods.yaml), as Guard does the Secrets'.
+func (e *Env) PodGuard(ctx context.Context) (remove func(context.Context) error, err error) {
+	return e.guard(ctx, "pods.yaml", PodGuardName)
+}
+
+func (e *Env) guard(ctx context.Context, file, name string) (remove func(context.Context) error, err error) {
+	path := filepath.Join(Root(), "config", "admission", file)
 	if err := e.Apply(ctx, path); err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context) error {
 		var errs []error
 		for _, obj := range []client.Object{
-			&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: GuardName}},
-			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: GuardName}},
+			&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: name}},
+			&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}},
 		} {
 			errs = append(errs, client.IgnoreNotFound(e.Client.Delete(ctx, obj)))
 		}
@@ -242,9 +252,13 @@ func (e *Env) Guard(ctx context.Context) (remove func(context.Context) error, er
 	}, nil
 }
 
-// GuardName is the name of the admission guard's policy and binding in
-// config/admission.
-const GuardName = "ringmaster-secrets"
+// GuardName and PodGuardName are the names of the admission guards'
+// policies and bindings in config/admission: ringmaster's Secrets', and
+// the pods'.
+const (
+	GuardName    = "ringmaster-secrets"
+	PodGuardName = "ringmaster-pods"
+)
 
 // As returns a client that acts as the given user and groups, by
 // impersonation: what the user may do is what RBAC and admission allow it.
