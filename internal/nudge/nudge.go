@@ -494,10 +494,24 @@ func (n *Nudger) patch(ctx context.Context, pod *corev1.Pod, value string) error
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name},
 	}
 	err = n.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, body), client.FieldOwner(FieldManager))
-	if apierrors.IsInvalid(err) && pod.UID != "" {
-		// The UID is immutable: the API server refuses a patch naming
-		// another pod's as invalid.
+	if replaced(err) {
 		return fmt.Errorf("nudge pod %s/%s: %w: %w", pod.Namespace, pod.Name, errReplaced, err)
 	}
 	return err
+}
+
+// replaced reports whether the API server refused a patch for naming
+// another UID than the pod's: the UID is immutable, so it calls the patch
+// invalid, in metadata.uid.
+func replaced(err error) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsInvalid(err) || !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	for _, c := range status.Status().Details.Causes {
+		if c.Field == "metadata.uid" {
+			return true
+		}
+	}
+	return false
 }
