@@ -15,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -151,4 +152,47 @@ func forgedRefs(s *corev1.Secret) []metav1.OwnerReference {
 		refs[i] = r
 	}
 	return refs
+}
+
+// guardsPods runs after the fleet's spec, with the chart's defaults
+// (nudge.enabled, admissionPolicy.enabled): kube-controller-manager
+// type-checks the pods' guard without a warning; the operator nudged the
+// fleet's pods through it (each carries the annotation of the ring's newest
+// epoch); and its ServiceAccount can change nothing else of a pod.
+func guardsPods(ctx SpecContext) {
+	const policy = release + "-pods"
+	By("kube-controller-manager type-checking every expression of the pods' policy")
+	Eventually(func(g Gomega) {
+		p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		g.Expect(cl.Client.Get(ctx, key("", policy), p)).To(Succeed())
+		g.Expect(p.Status.TypeChecking).NotTo(BeNil())
+		g.Expect(p.Status.TypeChecking.ExpressionWarnings).To(BeEmpty())
+	}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+
+	By("the fleet's pods nudged through it")
+	pods := &corev1.PodList{}
+	Eventually(func(g Gomega) {
+		ring, err := cl.GetRing(ctx, shopNS, ringName)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(cl.Client.List(ctx, pods, inNamespace(shopNS), matchingLabels(map[string]string{"app": "server"}))).To(Succeed())
+		g.Expect(pods.Items).NotTo(BeEmpty())
+		for _, p := range pods.Items {
+			g.Expect(p.Annotations).To(HaveKeyWithValue(v1alpha1.DeliveredAnnotation, keysSecret+"="+strconv.FormatInt(ring.Status.Epoch, 10)), "pod %s", p.Name)
+		}
+	}).WithContext(ctx).WithTimeout(30 * time.Second).Should(Succeed())
+
+	By("the operator's ServiceAccount changing anything else of a pod")
+	cfg := rest.CopyConfig(cl.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + releaseNS + ":" + release,
+		Groups: []string{"system:authenticated", "system:serviceaccounts", "system:serviceaccounts:" + releaseNS}}
+	operatorSA, err := client.New(cfg, client.Options{Scheme: cl.Client.Scheme()})
+	Expect(err).NotTo(HaveOccurred())
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: shopNS, Name: pods.Items[0].Name}}
+	err = operatorSA.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"app":"stolen"}}}`)))
+	Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want Forbidden, got %v", err)
+	Expect(err.Error()).To(ContainSubstring(policy+": the ringmaster operator (system:serviceaccount:"+releaseNS+":"+release+") may change nothing of a pod but the annotation "+
+		v1alpha1.DeliveredAnnotation+", and may not change the labels of pod "+shopNS+"/"+pod.Name))
+	err = operatorSA.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"activeDeadlineSeconds":1}}`)))
+	Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want Forbidden, got %v", err)
+	Expect(err.Error()).To(ContainSubstring("may not change the spec of pod " + shopNS + "/" + pod.Name))
 }

@@ -202,6 +202,9 @@ var _ = Describe("ringmaster installed with its Helm chart", Ordered, func() {
 	It("guards ringmaster's Secrets: a tenant's forged snapshot, forged projection and ring-labelled Secret are refused, naming the policy; the operator still rotates, and garbage collection and namespace deletion still remove them",
 		guardsRingmastersSecrets, NodeTimeout(5*time.Minute))
 
+	It("guards pods: the operator nudged the fleet's pods through the pods' admission guard, and may change nothing else of a pod",
+		guardsPods, NodeTimeout(3*time.Minute))
+
 	It("destroys what an orphan delete leaves, with the real garbage collector, when its first key expires; a ring created again under the name takes its place",
 		orphansDestroyed, NodeTimeout(5*time.Minute))
 
