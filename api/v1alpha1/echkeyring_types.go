@@ -201,8 +201,9 @@ type ECHKeyRingSpec struct {
 
 	// deliveryDelay is the least time a new config is staged (delivered to
 	// every pod, decrypting, not advertised) before it is published. It
-	// must exceed the delivery lag (kubelet sync period plus its cache TTL,
-	// about 1-2 minutes by default). The ring also waits for every selected
+	// must exceed the delivery lag: about a second for a pod the operator
+	// nudges (--nudge), up to the kubelet's own sync, about 1.5 minutes by
+	// default, for one it cannot. The ring also waits for every selected
 	// pod to confirm it (spec.confirmation).
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="deliveryDelay must be at least 0s"

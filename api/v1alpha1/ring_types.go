@@ -44,9 +44,12 @@ type TicketKeyRingSpec struct {
 	RetainedKeys int32 `json:"retainedKeys"`
 
 	// activationDelay is the least time a new key is delivered to every pod
-	// before it encrypts anything. It must exceed the delivery lag (kubelet
-	// sync period plus its cache TTL, about 1-2 minutes by default) plus clock
-	// skew. It bounds how soon a rotate-now request takes effect. One
+	// before it encrypts anything. It must exceed the delivery lag plus
+	// clock skew: about a second for a pod the operator nudges (--nudge),
+	// but up to the kubelet's own sync, about 1.5 minutes by default, for
+	// one it cannot; the default covers both. Under spec.confirmation a key
+	// also waits for every voter, and a short delay is safe. It bounds how
+	// soon a rotate-now request takes effect. One
 	// exception: an operator back so late that waiting activationDelay
 	// would keep the active key past its bound (see retainedKeys) stages
 	// the next key for less, to activate at that bound.
