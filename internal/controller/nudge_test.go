@@ -27,6 +27,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/nudge"
+	"github.com/ringmaster-io/ringmaster/internal/testing/knot"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 )
 
@@ -301,6 +302,49 @@ var _ = Describe("Nudging the pods of a ring", Ordered, func() {
 			Expect(err).NotTo(HaveOccurred())
 			Expect(v).To(BeZero(), "no nudge %s under the guard", r)
 		}
+	})
+
+	It("nudges the pods of every ring kind: a ClusterTicketKeyRing's in each namespace it delivers to, an ECHKeyRing's at each staged config", func() {
+		By("a ClusterTicketKeyRing delivering to two namespaces")
+		tier := fmt.Sprintf("nudge-%d", time.Now().UnixNano())
+		var targets []string
+		for range 2 {
+			n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "nudge-", Labels: map[string]string{"tier": tier}}}
+			Expect(k8s.Create(ctx, n)).To(Succeed())
+			targets = append(targets, n.Name)
+			for i := range 2 {
+				Expect(mountingPod(ctx, k8s, n.Name, fmt.Sprintf("edge-%d", i), "edge-keys")).To(Succeed())
+			}
+		}
+		ctkr := &v1alpha1.ClusterTicketKeyRing{ObjectMeta: metav1.ObjectMeta{Name: tier, Annotations: map[string]string{}},
+			Spec: v1alpha1.ClusterTicketKeyRingSpec{TicketKeyRingSpec: defaultSpec(),
+				NamespaceSelector: metav1.LabelSelector{MatchLabels: map[string]string{"tier": tier}}}}
+		ctkr.Spec.Distribution.SecretName = "edge-keys"
+		Expect(k8s.Create(ctx, ctkr)).To(Succeed())
+		DeferCleanup(func(ctx SpecContext) { _ = k8s.Delete(ctx, ctkr) })
+		for _, ns := range targets {
+			Eventually(annotated(ctx, ns, "edge-keys=1"), timeout, poll).Should(Equal(2), "namespace %s", ns)
+		}
+		fakeClock.Step(4 * time.Minute) // past the activationDelay (3m)
+		Expect(testenv.Update(ctx, k8s, &v1alpha1.ClusterTicketKeyRing{ObjectMeta: metav1.ObjectMeta{Name: ctkr.Name}}, func(r *v1alpha1.ClusterTicketKeyRing) {
+			r.Annotations[v1alpha1.RotateRequestedAtAnnotation] = time.Now().UTC().Format(time.RFC3339Nano)
+		})).To(Succeed())
+		for _, ns := range targets {
+			Eventually(annotated(ctx, ns, "edge-keys=2"), timeout, poll).Should(Equal(2), "namespace %s", ns)
+		}
+
+		By("an ECHKeyRing staging its first config")
+		ns := newNamespace(ctx)
+		srv := knot.Run(GinkgoT(), "example.test.", knot.Key{})
+		for i := range 2 {
+			Expect(mountingPod(ctx, k8s, ns, fmt.Sprintf("web-%d", i), "web-ech-keys")).To(Succeed())
+		}
+		ech := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web", Annotations: map[string]string{}}, Spec: echSpec(createZone(ctx, ns, srv))}
+		Expect(k8s.Create(ctx, ech)).To(Succeed())
+		Eventually(func() []string { return configStates(getECH(ctx, ech)) }, timeout, poll).Should(Equal([]string{"1:staged"}))
+		epoch := getSecret(ctx, ns, "web-ech-keys").Annotations[v1alpha1.EpochAnnotation]
+		Expect(epoch).NotTo(BeEmpty())
+		Eventually(annotated(ctx, ns, "web-ech-keys="+epoch), timeout, poll).Should(Equal(2))
 	})
 })
 
