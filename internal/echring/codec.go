@@ -199,9 +199,6 @@ func (r Ring) Validate() error {
 	if !writable(r.IssuedAt) {
 		return invalid("issuedAt is outside years 0-9999")
 	}
-	if len(r.Configs) == 0 {
-		return invalid("ring has no config")
-	}
 	if len(r.Configs) > MaxConfigs {
 		return invalid("ring has %d configs, more than the %d any ring holds", len(r.Configs), MaxConfigs)
 	}
