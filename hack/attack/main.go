@@ -147,7 +147,7 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	}()
 
 	fmt.Fprintf(os.Stderr, "Building the operator, hack/controlplane and the rest into %s\n", work)
-	bins, err := fleet.Build(ctx, work)
+	bins, err := fleet.Build(ctx, work, false)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,9 @@
 // both processes. Secrets are encrypted at rest (secretbox, under a key
 // generated at start and removed at stop), as in the cluster suite's
 // cluster; -plaintext leaves them as kube-apiserver's default does.
+// -audit-policy and -audit-log write kube-apiserver's audit log
+// (internal/apiaudit), which make bench-scale counts the operator's
+// requests from.
 package main
 
 import (
@@ -18,20 +21,27 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/ringmaster-io/ringmaster/internal/apiaudit"
 	"github.com/ringmaster-io/ringmaster/internal/atrest"
 )
 
 func main() {
 	kubeconfig := flag.String("write-kubeconfig", "kubeconfig", "Where to write the admin kubeconfig.")
 	plaintext := flag.Bool("plaintext", false, "Leave Secrets unencrypted at rest.")
+	auditPolicy := flag.String("audit-policy", "", "kube-apiserver's audit policy file (internal/apiaudit.WritePolicy); with -audit-log.")
+	auditLog := flag.String("audit-log", "", "Where kube-apiserver writes its audit log, JSON, never rotated; with -audit-policy.")
 	flag.Parse()
-	if err := run(*kubeconfig, *plaintext); err != nil {
+	if (*auditPolicy == "") != (*auditLog == "") {
+		fmt.Fprintln(os.Stderr, "controlplane: -audit-policy and -audit-log go together")
+		os.Exit(2)
+	}
+	if err := run(*kubeconfig, *plaintext, *auditPolicy, *auditLog); err != nil {
 		fmt.Fprintln(os.Stderr, "controlplane:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig string, plaintext bool) error {
+func run(kubeconfig string, plaintext bool, auditPolicy, auditLog string) error {
 	// Listen for the stop signal before starting anything, so that a stop
 	// during start-up still stops etcd and kube-apiserver.
 	stop := make(chan os.Signal, 1)
@@ -49,6 +59,11 @@ func run(kubeconfig string, plaintext bool) error {
 			return err
 		}
 		env.ControlPlane.GetAPIServer().Configure().Set("encryption-provider-config", path)
+	}
+	if auditPolicy != "" {
+		for k, v := range apiaudit.Flags(auditPolicy, auditLog) {
+			env.ControlPlane.GetAPIServer().Configure().Set(k, v)
+		}
 	}
 	if _, err := env.Start(); err != nil {
 		return fmt.Errorf("start (is KUBEBUILDER_ASSETS set? make envtest prints it): %w", err)

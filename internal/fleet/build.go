@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -37,14 +38,23 @@ func ModuleRoot(ctx context.Context) (string, error) {
 
 // Build compiles the operator, examples/server, hack/controlplane and
 // cmd/ringmaster-agent into dir with one go build, which links them in
-// parallel.
-func Build(ctx context.Context, dir string) (Binaries, error) {
+// parallel. Shipped builds them as make images builds the images' binaries
+// (hack/images): static, without cgo, trimmed paths, stripped; the first
+// such build compiles every package again, as the flags differ.
+func Build(ctx context.Context, dir string, shipped bool) (Binaries, error) {
 	root, err := ModuleRoot(ctx)
 	if err != nil {
 		return Binaries{}, err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator), ".", "./examples/server", "./hack/controlplane", "./cmd/ringmaster-agent")
+	args := []string{"build", "-o", dir + string(filepath.Separator)}
+	if shipped {
+		args = append(args, "-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid=")
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, ".", "./examples/server", "./hack/controlplane", "./cmd/ringmaster-agent")...)
 	cmd.Dir = root
+	if shipped {
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {

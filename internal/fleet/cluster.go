@@ -37,18 +37,24 @@ type Cluster struct {
 	// OperatorArgs are added to the operator's flags by StartOperator (a
 	// later flag wins), e.g. to serve its metrics.
 	OperatorArgs []string
+	// OperatorEnv is added to the operator's environment by StartOperator,
+	// e.g. GOMEMLIMIT.
+	OperatorEnv []string
+	// OperatorKubeconfig, when set, is the kubeconfig the operator runs
+	// with (UseServiceAccount writes one); otherwise it runs as admin.
+	OperatorKubeconfig string
 }
 
 // StartCluster starts hack/controlplane (which needs KUBEBUILDER_ASSETS),
-// records the etcd and kube-apiserver it starts with the supervisor, and
-// installs the CRDs of config/crd/bases.
-func StartCluster(ctx context.Context, sup *Supervisor, bins Binaries, work string) (*Cluster, error) {
+// with args added to its flags, records the etcd and kube-apiserver it
+// starts with the supervisor, and installs the CRDs of config/crd/bases.
+func StartCluster(ctx context.Context, sup *Supervisor, bins Binaries, work string, args ...string) (*Cluster, error) {
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		return nil, fmt.Errorf("KUBEBUILDER_ASSETS is unset: run through make (make test, make test-e2e, make demo, make bench-fleet), which builds the control plane and sets it")
 	}
 	kubeconfig := filepath.Join(work, "kubeconfig")
-	cp, err := sup.Start("controlplane", bins.ControlPlane, []string{"-write-kubeconfig", kubeconfig})
+	cp, err := sup.Start("controlplane", bins.ControlPlane, append([]string{"-write-kubeconfig", kubeconfig}, args...))
 	if err != nil {
 		return nil, err
 	}
@@ -117,8 +123,9 @@ func NewCluster(kubeconfig, kubectl string) (*Cluster, error) {
 const OperatorNamespace = "ringmaster-system"
 
 // StartOperator runs the operator binary against the cluster, with its
-// namespace OperatorNamespace. It elects a leader there when leaderElect is
-// set, as a deployed operator does.
+// namespace OperatorNamespace, as admin or, after UseServiceAccount, as its
+// own service account. It elects a leader there when leaderElect is set, as
+// a deployed operator does.
 func (c *Cluster) StartOperator(ctx context.Context, sup *Supervisor, bins Binaries, leaderElect bool) (*Proc, error) {
 	if err := c.CreateNamespace(ctx, OperatorNamespace); err != nil {
 		return nil, err
@@ -130,7 +137,11 @@ func (c *Cluster) StartOperator(ctx context.Context, sup *Supervisor, bins Binar
 		"--cluster-resource-namespace", OperatorNamespace,
 	}
 	args = append(args, c.OperatorArgs...)
-	return sup.Start("operator", bins.Operator, args, "KUBECONFIG="+c.Kubeconfig)
+	kubeconfig := c.Kubeconfig
+	if c.OperatorKubeconfig != "" {
+		kubeconfig = c.OperatorKubeconfig
+	}
+	return sup.Start("operator", bins.Operator, args, append([]string{"KUBECONFIG=" + kubeconfig}, c.OperatorEnv...)...)
 }
 
 // CreateNamespace creates a namespace; one that exists already is fine.

@@ -14,9 +14,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/ringmaster-io/ringmaster/internal/apiaudit"
 )
 
 // Options configure an Env.
@@ -33,6 +36,20 @@ type Options struct {
 	// process the environment started or saw started, one a line, so that
 	// a caller can check with ps that none is left.
 	PIDFile string
+	// Shipped builds the binaries as the images' are built (see Build).
+	Shipped bool
+	// AsServiceAccount runs the operator as its own service account with
+	// config/rbac's roles (Cluster.UseServiceAccount), as deployed,
+	// rather than as admin.
+	AsServiceAccount bool
+	// Audit has kube-apiserver record every request of the operator's
+	// service account in an audit log, Env.AuditLog (internal/apiaudit).
+	// It needs AsServiceAccount: the harness acts as admin, and is not
+	// recorded.
+	Audit bool
+	// OperatorArgs and OperatorEnv go to the operator's command line and
+	// environment (Cluster.OperatorArgs, Cluster.OperatorEnv).
+	OperatorArgs, OperatorEnv []string
 }
 
 // Env is a running control plane and operator, ready for fleets.
@@ -44,6 +61,9 @@ type Env struct {
 	Cluster  *Cluster
 	Operator *Proc
 	PKI      *PKI
+	// AuditLog is kube-apiserver's audit log of the operator's requests,
+	// with Options.Audit; empty otherwise.
+	AuditLog string
 
 	keep    bool
 	pidFile string
@@ -85,15 +105,38 @@ func Setup(ctx context.Context, opts Options) (env *Env, err error) {
 	if e.PKI, err = NewPKI(opts.KeyType); err != nil {
 		return nil, err
 	}
-	say("Building the operator, examples/server, hack/controlplane and ringmaster-agent into %s", work)
-	if e.Bins, err = Build(ctx, work); err != nil {
+	if opts.Audit && !opts.AsServiceAccount {
+		return nil, errors.New("an audit of the operator's requests needs it to run as its service account (Options.AsServiceAccount)")
+	}
+	how := ""
+	if opts.Shipped {
+		how = " as the images' are built (static, trimmed, stripped)"
+	}
+	say("Building the operator, examples/server, hack/controlplane and ringmaster-agent into %s%s", work, how)
+	if e.Bins, err = Build(ctx, work, opts.Shipped); err != nil {
 		return nil, err
 	}
+	var cpArgs []string
+	if opts.Audit {
+		policy := filepath.Join(work, "audit-policy.json")
+		if err := apiaudit.WritePolicy(policy, apiaudit.ServiceAccountUser(OperatorNamespace, OperatorServiceAccount)); err != nil {
+			return nil, err
+		}
+		e.AuditLog = filepath.Join(work, "audit.log")
+		cpArgs = []string{"-audit-policy", policy, "-audit-log", e.AuditLog}
+	}
 	say("Starting the control plane: etcd and kube-apiserver on loopback, built from source by make envtest")
-	if e.Cluster, err = StartCluster(ctx, e.Sup, e.Bins, work); err != nil {
+	if e.Cluster, err = StartCluster(ctx, e.Sup, e.Bins, work, cpArgs...); err != nil {
 		return nil, err
 	}
 	say("Installed the CRDs of config/crd/bases")
+	if opts.AsServiceAccount {
+		if err := e.Cluster.UseServiceAccount(ctx, work); err != nil {
+			return nil, err
+		}
+		say("The operator runs as service account %s/%s with config/rbac's roles", OperatorNamespace, OperatorServiceAccount)
+	}
+	e.Cluster.OperatorArgs, e.Cluster.OperatorEnv = opts.OperatorArgs, opts.OperatorEnv
 	if e.Operator, err = e.Cluster.StartOperator(ctx, e.Sup, e.Bins, opts.LeaderElect); err != nil {
 		return nil, err
 	}
