@@ -26,6 +26,7 @@ func main() {
 	flag.BoolVar(&o.MetricsInsecure, "metrics-insecure", false, "Serve metrics over plain HTTP to anyone, for local runs only.")
 	flag.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint (default: a self-signed certificate).")
 	flag.StringVar(&o.ProbeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz probes; 0 disables them.")
+	flag.StringVar(&o.PprofAddr, "pprof-bind-address", "0", "Address of Go's profiles (/debug/pprof/), plain HTTP without authentication, for measurements: bind it to loopback; 0 disables them.")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", true, "Elect a leader, so that only one replica rotates keys.")
 	flag.StringVar(&o.Namespace, "cluster-resource-namespace", podNamespace,
 		"The operator's namespace: its leader election Lease, ClusterTicketKeyRing snapshots, and the Secrets and ConfigMaps ClusterKeySources name (default $POD_NAMESPACE).")

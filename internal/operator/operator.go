@@ -63,6 +63,12 @@ type Options struct {
 	MetricsCertDir string
 	// ProbeAddr serves /healthz and /readyz; "0" disables it.
 	ProbeAddr string
+	// PprofAddr serves Go's profiles (/debug/pprof/) over plain HTTP,
+	// without authentication, for measuring the operator (make
+	// bench-scale); "" or "0", the default, disables it. Bind it to
+	// loopback: a profile names no key, but a goroutine dump shows every
+	// stack.
+	PprofAddr string
 	// LeaderElection elects one replica to reconcile, with a Lease named
 	// LeaderElectionID in the operator's namespace.
 	LeaderElection bool
@@ -177,6 +183,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 		Scheme:                        scheme,
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        o.ProbeAddr,
+		PprofBindAddress:              o.PprofAddr,
 		LeaderElection:                o.LeaderElection,
 		LeaderElectionID:              LeaderElectionID,
 		LeaderElectionNamespace:       o.Namespace,
