@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/ringmaster-io/ringmaster/internal/apiaudit"
 	"github.com/ringmaster-io/ringmaster/internal/atrest"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
 )
@@ -50,7 +51,11 @@ type Env struct {
 	Client client.Client
 	// Encrypted says Secrets are encrypted at rest (see Options.Plaintext).
 	Encrypted bool
-	// configDir holds the EncryptionConfiguration; removed at Stop.
+	// AuditLog is kube-apiserver's audit log of the operator's service
+	// account's requests, with Options.Audit; empty otherwise.
+	AuditLog string
+	// configDir holds the EncryptionConfiguration and the audit policy and
+	// log; removed at Stop.
 	configDir string
 }
 
@@ -61,6 +66,10 @@ type Options struct {
 	// key generated for this control plane and never written elsewhere
 	// than its EncryptionConfiguration (see atrest.EncryptionConfig).
 	Plaintext bool
+	// Audit has kube-apiserver record every request of the operator's
+	// service account (Namespace/ServiceAccount), at Metadata level, in
+	// Env.AuditLog (internal/apiaudit): what test/requests counts.
+	Audit bool
 }
 
 // Start runs kube-apiserver and etcd with every CRD installed, Secrets
@@ -89,10 +98,22 @@ func StartWith(o Options) (*Env, error) {
 		Append("enable-admission-plugins", "OwnerReferencesPermissionEnforcement").
 		Append("enable-admission-plugins", "ValidatingAdmissionPolicy")
 	e := &Env{env: env, Encrypted: !o.Plaintext}
-	if e.Encrypted {
-		if e.configDir, err = os.MkdirTemp("", "ringmaster-encryption-"); err != nil {
+	if e.Encrypted || o.Audit {
+		if e.configDir, err = os.MkdirTemp("", "ringmaster-apiserver-"); err != nil {
 			return nil, err
 		}
+	}
+	if o.Audit {
+		policy := filepath.Join(e.configDir, "audit-policy.json")
+		if err := apiaudit.WritePolicy(policy, apiaudit.ServiceAccountUser(Namespace, ServiceAccount)); err != nil {
+			return nil, errors.Join(err, e.removeConfig())
+		}
+		e.AuditLog = filepath.Join(e.configDir, "audit.log")
+		for k, v := range apiaudit.Flags(policy, e.AuditLog) {
+			env.ControlPlane.GetAPIServer().Configure().Set(k, v)
+		}
+	}
+	if e.Encrypted {
 		path := filepath.Join(e.configDir, "encryption.yaml")
 		if err := atrest.WriteEncryptionConfig(path); err != nil {
 			return nil, errors.Join(err, os.RemoveAll(e.configDir))
@@ -115,8 +136,8 @@ func StartWith(o Options) (*Env, error) {
 	return e, nil
 }
 
-// Stop ends kube-apiserver and etcd, and removes etcd's data directory and
-// the encryption key.
+// Stop ends kube-apiserver and etcd, and removes etcd's data directory, the
+// encryption key and the audit log.
 func (e *Env) Stop() error { return errors.Join(e.env.Stop(), e.removeConfig()) }
 
 func (e *Env) removeConfig() error {
