@@ -158,6 +158,14 @@ SOAKFLAGS ?=
 soak: envtest ## Soak the operator: a few hundred rings rotating every minute, a fleet under load, the invariants checked throughout; reports rotations, violations (fails on any), memory and goroutines over time, API requests per rotation, resumption.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/soak -duration $(SOAK_DURATION) $(SOAKFLAGS)
 
+# Flags of make bench-scale, e.g. SCALEFLAGS='-rings 10000 -namespaces 100';
+# go run ./hack/scale -h lists them.
+SCALEFLAGS ?=
+
+.PHONY: bench-scale
+bench-scale: envtest ## Measure one operator under many rings (not in make test): time until all are Ready, a new ring's latency during the bulk, RSS and heap, API requests per ring by verb, a rotate-now and a revoke of every ring at once.
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/scale $(SCALEFLAGS)
+
 .PHONY: helm-lint
 helm-lint: helm ## Lint the chart, with its default values and with every option on.
 	$(HELM) lint charts/ringmaster --strict --kube-version $(KUBE_VERSION)

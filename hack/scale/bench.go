@@ -1,0 +1,389 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/apiaudit"
+	"github.com/ringmaster-io/ringmaster/internal/fleet"
+)
+
+// probeNamespace holds the probe rings, apart from the bulk's, so that the
+// audit log tells their requests apart.
+const probeNamespace = "scale-probe"
+
+// bench is a running bench: the control plane, the operator, the watch of
+// every ring and the monitor of the operator.
+type bench struct {
+	cfg     config
+	env     *fleet.Env
+	client  client.Client // admin, at -client-qps
+	track   *tracker
+	mon     *monitor
+	root    string
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	probeID atomic.Int64
+}
+
+// phase is what one phase measured.
+type phase struct {
+	name string
+	// rings is how many rings the phase acted on in bulk; bulk is how
+	// many of those are outside the probe namespace, the rings its
+	// requests are divided by.
+	rings, bulk int
+	// issued is when the bench had sent the last of the bulk's requests,
+	// done when the last of the bulk's rings reached the phase's state, and
+	// idle when the operator went idle after, all since the phase began.
+	issued, done, idle time.Duration
+	// cpu is the operator's processor time over the phase, until idle.
+	cpu time.Duration
+	// requests are the operator's requests on the bulk's rings (all but
+	// the probe namespace), probeRequests on the probe rings; leases
+	// counts its Lease's requests. clientRequests are its own count by
+	// method (rest_client_requests_total, the Lease's included).
+	requests, probeRequests apiaudit.Counts
+	leases                  int
+	clientRequests          map[string]float64
+	// mem holds the peaks of the phase.
+	mem reading
+	// atIdle is the reading that found the operator idle.
+	atIdle reading
+
+	mu     sync.Mutex
+	probes []time.Duration // create-to-Ready of each probe ring created
+	// probesCreated counts the probe rings created during the phase.
+	probesCreated int
+}
+
+func newPhase(name string) *phase {
+	return &phase{name: name, requests: apiaudit.Counts{}, probeRequests: apiaudit.Counts{}}
+}
+
+func (p *phase) probeDone(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.probes = append(p.probes, d)
+}
+
+func setup(ctx context.Context, cfg config) (*bench, error) {
+	metricsAddr, err := fleet.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	pprofAddr, err := fleet.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--metrics-bind-address", metricsAddr, "--metrics-insecure", "--pprof-bind-address", pprofAddr, "--zap-log-level", "info"}
+	if cfg.ringWorkers > 0 {
+		args = append(args, fmt.Sprintf("--ring-workers=%d", cfg.ringWorkers))
+	}
+	var env []string
+	if cfg.goMemLimit != "" {
+		env = append(env, "GOMEMLIMIT="+cfg.goMemLimit)
+	}
+	e, err := fleet.Setup(ctx, fleet.Options{
+		Progress: os.Stderr, KeepWork: cfg.keep, Shipped: true, AsServiceAccount: true, Audit: true, LeaderElect: true,
+		OperatorArgs: args, OperatorEnv: env,
+	})
+	if err != nil {
+		return nil, err
+	}
+	b := &bench{cfg: cfg, env: e, track: newTracker()}
+	if b.root, err = fleet.ModuleRoot(ctx); err != nil {
+		return nil, errors.Join(err, b.close())
+	}
+	rc := rest.CopyConfig(e.Cluster.Config)
+	rc.QPS, rc.Burst = float32(cfg.clientQPS), int(2*cfg.clientQPS)
+	if b.client, err = client.New(rc, client.Options{Scheme: e.Cluster.Client.Scheme()}); err != nil {
+		return nil, errors.Join(err, b.close())
+	}
+	b.mon = &monitor{pid: e.Operator.PID, metrics: "http://" + metricsAddr + "/metrics", pprof: "http://" + pprofAddr,
+		http: &http.Client{Timeout: 30 * time.Second}, audit: apiaudit.NewReader(e.AuditLog), probeNS: probeNamespace,
+		quiet: cfg.quiet, scrapeEv: cfg.scrapeEvery}
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	b.stop = cancel
+	b.wg.Go(func() { b.mon.run(bg) })
+	if err := b.track.start(bg, rc, b.client); err != nil {
+		return nil, errors.Join(err, b.close())
+	}
+	wait, cancelWait := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancelWait()
+	if err := b.mon.waitLeader(wait, e.Operator); err != nil {
+		return nil, errors.Join(err, b.close())
+	}
+	fmt.Fprintf(os.Stderr, "The operator (pid %d, log %s) leads, as %s/%s, metrics on %s, pprof on %s, GOMEMLIMIT %q\n",
+		e.Operator.PID, e.Operator.Log, fleet.OperatorNamespace, fleet.OperatorServiceAccount, metricsAddr, pprofAddr, cfg.goMemLimit)
+	return b, nil
+}
+
+func (b *bench) close() error {
+	if b.stop != nil {
+		b.stop()
+		b.wg.Wait()
+	}
+	err := b.env.Close()
+	if b.cfg.keep {
+		fmt.Fprintf(os.Stderr, "Logs, the audit log and kubeconfigs kept in %s\n", b.env.Work)
+	}
+	return err
+}
+
+// bulkNamespace names the namespace of bulk ring i.
+func (b *bench) bulkKey(i int) types.NamespacedName {
+	return types.NamespacedName{Namespace: fmt.Sprintf("scale-%03d", i%b.cfg.namespaces), Name: fmt.Sprintf("ring-%05d", i)}
+}
+
+func (b *bench) ringObject(key types.NamespacedName) *v1alpha1.TicketKeyRing {
+	return fleet.RingSpec{Namespace: key.Namespace, Name: key.Name, RotationInterval: b.cfg.rotation,
+		ActivationDelay: b.cfg.activation, RetainedKeys: int32(b.cfg.retained)}.Object() //nolint:gosec // bounded by the API: 0-16
+}
+
+// create is the bulk: every ring created at once, -creators requests at a
+// time, while probe rings are created one every -probe-every; it ends
+// when every ring is Ready and the operator idle.
+func (b *bench) create(ctx context.Context) (*phase, error) {
+	p := newPhase("create")
+	p.rings, p.bulk = b.cfg.rings, b.cfg.rings
+	for i := range b.cfg.namespaces {
+		if err := b.env.Cluster.CreateNamespace(ctx, b.bulkKey(i).Namespace); err != nil {
+			return p, err
+		}
+	}
+	if err := b.env.Cluster.CreateNamespace(ctx, probeNamespace); err != nil {
+		return p, err
+	}
+	fmt.Fprintf(os.Stderr, "Creating %d rings in %d namespaces, %d at a time, and a probe ring every %s\n", b.cfg.rings, b.cfg.namespaces, b.cfg.creators, b.cfg.probeEvery)
+	bulk := func(rt *ringTimes) bool { return rt.phase == p && !rt.probe }
+	return p, b.runPhase(ctx, p, func(ctx context.Context) error {
+		return parallel(ctx, b.cfg.rings, b.cfg.creators, func(i int) error {
+			key := b.bulkKey(i)
+			b.track.add(key, p, false)
+			if err := b.client.Create(ctx, b.ringObject(key)); err != nil {
+				return fmt.Errorf("create TicketKeyRing %s: %w", key, err)
+			}
+			return nil
+		})
+	}, func() (bool, string) {
+		ready, _, _, _ := b.track.count(bulk)
+		return ready == b.cfg.rings, fmt.Sprintf("%d of %d rings Ready", ready, b.cfg.rings)
+	}, func() time.Time {
+		_, _, last, _ := b.track.count(bulk)
+		return last
+	})
+}
+
+// request is a rotate-now or a revoke of every ring at once: each
+// annotated with one value, -creators requests at a time, while probe
+// rings are created; it ends when every ring's status echoes the value and
+// the operator is idle.
+func (b *bench) request(ctx context.Context, name, what string) (*phase, error) {
+	p := newPhase(name)
+	value := time.Now().UTC().Format(time.RFC3339Nano)
+	annotation, rotate, revoke := v1alpha1.RotateRequestedAtAnnotation, value, ""
+	if name == "revoke" {
+		annotation, rotate, revoke = v1alpha1.RevokeRequestedAtAnnotation, "", value
+	}
+	keys := b.track.ask(rotate, revoke)
+	p.rings = len(keys)
+	for _, k := range keys {
+		if k.Namespace != probeNamespace {
+			p.bulk++
+		}
+	}
+	fmt.Fprintf(os.Stderr, "Requesting a %s of all %d rings (%s=%s), %d at a time\n", what, len(keys), annotation, value, b.cfg.creators)
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, annotation, value))
+	asked := func(rt *ringTimes) bool { return rt.asked }
+	return p, b.runPhase(ctx, p, func(ctx context.Context) error {
+		return parallel(ctx, len(keys), b.cfg.creators, func(i int) error {
+			r := &v1alpha1.TicketKeyRing{}
+			r.Namespace, r.Name = keys[i].Namespace, keys[i].Name
+			if err := b.client.Patch(ctx, r, patch); err != nil {
+				return fmt.Errorf("annotate TicketKeyRing %s: %w", keys[i], err)
+			}
+			return nil
+		})
+	}, func() (bool, string) {
+		_, done, _, _ := b.track.count(asked)
+		return done == len(keys), fmt.Sprintf("%d of %d rings echo the %s", done, len(keys), what)
+	}, func() time.Time {
+		_, _, _, last := b.track.count(asked)
+		return last
+	})
+}
+
+// runPhase runs a phase: bulk sends its requests while probe rings are
+// created, until done holds and every probe ring is Ready; then it waits
+// for the operator to go idle. last is when the bulk's last ring reached
+// the phase's state.
+func (b *bench) runPhase(ctx context.Context, p *phase, bulk func(context.Context) error, done func() (bool, string), last func() time.Time) error {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
+	defer cancel()
+	cpu0, _ := b.env.Operator.CPU()
+	before, _ := b.mon.read(ctx)
+	b.mon.begin(p)
+	start := time.Now()
+
+	probing, stopProbes := context.WithCancel(ctx)
+	var probes sync.WaitGroup
+	probeErr := make(chan error, 1)
+	if b.cfg.probeEvery > 0 {
+		probes.Go(func() { probeErr <- b.probe(probing, p) })
+	}
+	err := bulk(ctx)
+	p.issued = time.Since(start)
+	if err == nil {
+		err = b.track.wait(ctx, p.name, done)
+	}
+	stopProbes()
+	probes.Wait()
+	if b.cfg.probeEvery > 0 {
+		if perr := <-probeErr; perr != nil && !errors.Is(perr, context.Canceled) {
+			err = errors.Join(err, perr)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	p.done = last().Sub(start)
+	probesOf := func(rt *ringTimes) bool { return rt.phase == p && rt.probe }
+	if err := b.track.wait(ctx, "the probe rings", func() (bool, string) {
+		ready, _, _, _ := b.track.count(probesOf)
+		return ready == p.probesCreated, fmt.Sprintf("%d of %d probe rings Ready", ready, p.probesCreated)
+	}); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "Phase %s: %d rings done %.1f s after its start; waiting for the operator to go idle\n", p.name, p.rings, p.done.Seconds())
+	at, err := b.mon.waitIdle(ctx)
+	if err != nil {
+		return err
+	}
+	p.idle, p.atIdle = time.Since(start), at
+	cpu1, _ := b.env.Operator.CPU()
+	p.cpu = cpu1 - cpu0
+	p.clientRequests = map[string]float64{}
+	for m, v := range at.requests {
+		p.clientRequests[m] = v - before.requests[m]
+	}
+	// Let the tail count what arrived up to now, then stop counting.
+	time.Sleep(300 * time.Millisecond)
+	b.mon.begin(nil)
+	return b.env.OperatorAlive()
+}
+
+// probe creates a probe ring every -probe-every until ctx ends.
+func (b *bench) probe(ctx context.Context, p *phase) error {
+	t := time.NewTicker(b.cfg.probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		key := types.NamespacedName{Namespace: probeNamespace, Name: fmt.Sprintf("probe-%05d", b.probeID.Add(1))}
+		b.track.add(key, p, true)
+		if err := b.client.Create(ctx, b.ringObject(key)); err != nil {
+			if ctx.Err() != nil {
+				b.track.forget(key)
+				return ctx.Err()
+			}
+			return fmt.Errorf("create probe TicketKeyRing %s: %w", key, err)
+		}
+		p.mu.Lock()
+		p.probesCreated++
+		p.mu.Unlock()
+	}
+}
+
+// settled is the operator's state once idle for -settle after the bulk:
+// its RSS and heap, then its heap profile taken after a garbage
+// collection, and its RSS and heap after that collection.
+type settled struct {
+	idleFor        time.Duration
+	before, after  reading
+	profile, top   string
+	rings          int
+	profileFailure error
+}
+
+func (b *bench) settle(ctx context.Context, create *phase) (*settled, error) {
+	s := &settled{idleFor: b.cfg.settle}
+	s.rings = b.track.size()
+	fmt.Fprintf(os.Stderr, "Letting the operator settle for %s\n", b.cfg.settle)
+	select {
+	case <-ctx.Done():
+		return s, ctx.Err()
+	case <-time.After(b.cfg.settle):
+	}
+	var err error
+	if s.before, err = b.mon.read(ctx); err != nil {
+		return s, err
+	}
+	s.profile = b.cfg.heapProfilePath(b.root)
+	if err := os.MkdirAll(filepath.Dir(s.profile), 0o755); err != nil {
+		return s, err
+	}
+	if s.profileFailure = b.mon.heapProfile(ctx, s.profile); s.profileFailure == nil {
+		s.top, s.profileFailure = pprofTop(ctx, s.profile)
+	}
+	if s.after, err = b.mon.read(ctx); err != nil {
+		return s, err
+	}
+	return s, b.env.OperatorAlive()
+}
+
+// pprofTop is go tool pprof's table of the profile's in-use bytes by
+// function, the 20 largest.
+func pprofTop(ctx context.Context, profile string) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=20", "-sample_index=inuse_space", "-unit=B", profile).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go tool pprof: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// parallel calls f for 0..n-1, workers at a time, and returns the first
+// error, after which it starts no more.
+func parallel(ctx context.Context, n, workers int, f func(int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				if err := f(i); err != nil {
+					cancel(err)
+				}
+			}
+		})
+	}
+send:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break send
+		}
+	}
+	close(next)
+	wg.Wait()
+	return context.Cause(ctx)
+}

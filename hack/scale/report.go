@@ -1,0 +1,179 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// report is what the bench prints at the end, also when a phase failed.
+type report struct {
+	cfg     config
+	started time.Time
+	load    []string // /proc/loadavg at the start and the end
+	phases  []*phase
+	settled *settled
+}
+
+func (r *report) print(w io.Writer, b *bench) {
+	cfg := r.cfg
+	fmt.Fprintf(w, "\n==== Scale report: %d TicketKeyRings in %d namespaces (rotationInterval %s, activationDelay %s, retainedKeys %d), %s\n",
+		cfg.rings, cfg.namespaces, cfg.rotation, cfg.activation, cfg.retained, r.started.UTC().Format(time.RFC3339))
+	limit := cfg.goMemLimit
+	if limit == "" {
+		limit = "none"
+	}
+	workers := "default"
+	if cfg.ringWorkers > 0 {
+		workers = strconv.Itoa(cfg.ringWorkers)
+	}
+	fmt.Fprintf(w, "Operator: built as the images are, as service account ringmaster-system/ringmaster with config/rbac's roles, leader election, GOMEMLIMIT %s, --ring-workers %s\n", limit, workers)
+	fmt.Fprintf(w, "Machine: %d CPUs, load average %s at the start and %s at the end (shared: other work competes with the operator, the API server and the bench)\n",
+		runtime.NumCPU(), r.load[0], r.load[len(r.load)-1])
+	fmt.Fprintf(w, "Requests: the operator's, from kube-apiserver's audit log of its service account, watches and its Lease left out; per ring of the bulk (probe rings apart)\n")
+	for _, p := range r.phases {
+		r.printPhase(w, p)
+	}
+	if s := r.settled; s != nil {
+		fmt.Fprintf(w, "\nSettled (idle %s after the bulk, %d rings): RSS %s, heap in use %s, goroutines %.0f; after a garbage collection: RSS %s, heap in use %s (%s per ring)\n",
+			s.idleFor, s.rings, mb(s.before.rss), mb(s.before.heap), s.before.goroutines, mb(s.after.rss), mb(s.after.heap), kb(s.after.heap/float64(s.rings)))
+		if s.profileFailure != nil {
+			fmt.Fprintf(w, "Heap profile: %v\n", s.profileFailure)
+		} else {
+			fmt.Fprintf(w, "Heap profile: %s (go tool pprof -top -sample_index=inuse_space %s); in use by function, per ring:\n", s.profile, s.profile)
+			fmt.Fprint(w, perRing(s.top, s.rings))
+		}
+	}
+	fmt.Fprintf(w, "\nA row for docs/development.md's table:\n%s\n", r.row())
+}
+
+func (r *report) printPhase(w io.Writer, p *phase) {
+	p.mu.Lock()
+	probes := slices.Clone(p.probes)
+	created := p.probesCreated
+	p.mu.Unlock()
+	fmt.Fprintf(w, "\n-- %s: %d rings\n", p.name, p.rings)
+	switch p.name {
+	case "create":
+		fmt.Fprintf(w, "All Ready:        %s after the first create (all created after %s)\n", secs(p.done), secs(p.issued))
+	default:
+		fmt.Fprintf(w, "All echoed:       %s after the first request (all requested after %s)\n", secs(p.done), secs(p.issued))
+	}
+	if p.idle > 0 {
+		fmt.Fprintf(w, "Operator idle:    %s after the start; it used %s of CPU\n", secs(p.idle), secs(p.cpu))
+	}
+	if created > 0 {
+		fmt.Fprintf(w, "Probe rings:      %d created, one every %s, while the bulk was handled: create to Ready p50 %s, p99 %s, max %s\n",
+			created, r.cfg.probeEvery, secs(percentile(probes, 0.5)), secs(percentile(probes, 0.99)), secs(percentile(probes, 1)))
+	}
+	if p.bulk > 0 && p.requests.Total() > 0 {
+		n := float64(p.bulk)
+		fmt.Fprintf(w, "Requests/ring:    %.2f, writes %.2f (%d requests over %d rings)\n", float64(p.requests.Total())/n, float64(p.requests.Writes())/n, p.requests.Total(), p.bulk)
+		fmt.Fprintf(w, "  by verb:        %s\n", p.requests.PerVerb(n))
+		fmt.Fprintf(w, "  by request:     %s\n", p.requests.Per(n))
+	}
+	if t := p.probeRequests.Total(); t > 0 {
+		fmt.Fprintf(w, "  probe rings:    %d requests (%s)\n", t, p.probeRequests.Per(0))
+	}
+	if len(p.clientRequests) > 0 {
+		var parts []string
+		for _, m := range slices.Sorted(maps.Keys(p.clientRequests)) {
+			parts = append(parts, fmt.Sprintf("%s %.0f", m, p.clientRequests[m]))
+		}
+		fmt.Fprintf(w, "  operator's own count (rest_client_requests_total, the Lease included): %s; the Lease: %d requests\n", strings.Join(parts, ", "), p.leases)
+	}
+	fmt.Fprintf(w, "Memory (peak):    RSS %s, heap in use %s, goroutines %.0f; at idle RSS %s, heap in use %s\n",
+		mb(p.mem.rss), mb(p.mem.heap), p.mem.goroutines, mb(p.atIdle.rss), mb(p.atIdle.heap))
+}
+
+// row is the run as a row of the Markdown table in docs/development.md.
+func (r *report) row() string {
+	var create, rotate, revoke *phase
+	for _, p := range r.phases {
+		switch p.name {
+		case "create":
+			create = p
+		case "rotate":
+			rotate = p
+		case "revoke":
+			revoke = p
+		}
+	}
+	cells := []string{fmt.Sprintf("%d in %d", r.cfg.rings, r.cfg.namespaces), "-", "-", "-", "-", "-", "-", "-", r.load[0]}
+	if create != nil {
+		cells[1] = secs(create.done)
+		cells[2] = probeCell(create)
+		cells[4] = perRingCell(create)
+		cells[3] = "peak " + mb(create.mem.rss)
+		if s := r.settled; s != nil {
+			cells[3] = fmt.Sprintf("%s peak, %s settled; heap %s peak, %s settled", mb(create.mem.rss), mb(s.before.rss), mb(create.mem.heap), mb(s.before.heap))
+		}
+	}
+	if rotate != nil {
+		cells[5] = fmt.Sprintf("%s (probes %s)", secs(rotate.done), probeCell(rotate))
+		cells[6] = perRingCell(rotate)
+	}
+	if revoke != nil {
+		cells[7] = fmt.Sprintf("%s (probes %s)", secs(revoke.done), probeCell(revoke))
+	}
+	return "| " + strings.Join(cells, " | ") + " |"
+}
+
+func probeCell(p *phase) string {
+	p.mu.Lock()
+	probes := slices.Clone(p.probes)
+	p.mu.Unlock()
+	if len(probes) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%s / %s", secs(percentile(probes, 0.5)), secs(percentile(probes, 0.99)))
+}
+
+func perRingCell(p *phase) string {
+	if p.bulk == 0 {
+		return "-"
+	}
+	n := float64(p.bulk)
+	return fmt.Sprintf("%.1f (writes %.1f): %s", float64(p.requests.Total())/n, float64(p.requests.Writes())/n, p.requests.PerVerb(n))
+}
+
+// perRing rewrites go tool pprof -top -unit=B's table with each row's bytes
+// divided by the number of rings.
+func perRing(top string, rings int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %10s %10s  %s\n", "flat/ring", "cum/ring", "function")
+	for line := range strings.Lines(top) {
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.HasSuffix(f[0], "B") || !strings.HasSuffix(f[3], "B") {
+			if strings.Contains(line, "total") {
+				fmt.Fprintf(&b, "  (%s)\n", strings.TrimSpace(line))
+			}
+			continue
+		}
+		flat, err1 := strconv.ParseFloat(strings.TrimSuffix(f[0], "B"), 64)
+		cum, err2 := strconv.ParseFloat(strings.TrimSuffix(f[3], "B"), 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		fmt.Fprintf(&b, "  %10s %10s  %s\n", bytesOf(flat/float64(rings)), bytesOf(cum/float64(rings)), strings.Join(f[5:], " "))
+	}
+	return b.String()
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
+
+func mb(v float64) string { return fmt.Sprintf("%.0f MiB", v/(1<<20)) }
+
+func kb(v float64) string { return fmt.Sprintf("%.1f KiB", v/(1<<10)) }
+
+func bytesOf(v float64) string {
+	if v >= 1<<10 {
+		return kb(v)
+	}
+	return fmt.Sprintf("%.0f B", v)
+}
