@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,6 +98,9 @@ func setup(ctx context.Context, cfg config) (*bench, error) {
 	var env []string
 	if cfg.goMemLimit != "" {
 		env = append(env, "GOMEMLIMIT="+cfg.goMemLimit)
+	}
+	if cfg.memProfileRate > 0 {
+		env = append(env, fmt.Sprintf("GODEBUG=memprofilerate=%d", cfg.memProfileRate))
 	}
 	e, err := fleet.Setup(ctx, fleet.Options{
 		Progress: os.Stderr, KeepWork: cfg.keep, Shipped: true, AsServiceAccount: true, Audit: true, LeaderElect: true,
@@ -275,6 +279,9 @@ func (b *bench) runPhase(ctx context.Context, p *phase, bulk func(context.Contex
 		return err
 	}
 	p.idle, p.atIdle = time.Since(start), at
+	b.mon.withPhase(func(p *phase) {
+		p.mem.rss, p.mem.heap, p.mem.goroutines = max(p.mem.rss, at.rss), max(p.mem.heap, at.heap), max(p.mem.goroutines, at.goroutines)
+	})
 	cpu1, _ := b.env.Operator.CPU()
 	p.cpu = cpu1 - cpu0
 	p.clientRequests = map[string]float64{}
@@ -312,18 +319,49 @@ func (b *bench) probe(ctx context.Context, p *phase) error {
 	}
 }
 
+// baseline is the operator's state before the first ring: idle once it
+// leads, its RSS and heap, and its heap profile, which the settled one is
+// compared with.
+type baseline struct {
+	reading
+	profile string
+	live    float64 // the profile's in-use bytes
+}
+
+func (b *bench) baseline(ctx context.Context) (*baseline, error) {
+	wait, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	r, err := b.mon.waitIdle(wait)
+	if err != nil {
+		return nil, err
+	}
+	bl := &baseline{reading: r}
+	_, bl.profile = b.cfg.heapProfilePath(b.root)
+	if err := os.MkdirAll(filepath.Dir(bl.profile), 0o755); err != nil {
+		return nil, err
+	}
+	if err := b.mon.heapProfile(ctx, bl.profile); err != nil {
+		return nil, err
+	}
+	_, bl.live, err = pprofTop(ctx, bl.profile, "")
+	return bl, err
+}
+
 // settled is the operator's state once idle for -settle after the bulk:
 // its RSS and heap, then its heap profile taken after a garbage
-// collection, and its RSS and heap after that collection.
+// collection, compared with the baseline's, and its RSS after.
 type settled struct {
-	idleFor        time.Duration
-	before, after  reading
-	profile, top   string
+	idleFor       time.Duration
+	before, after reading
+	profile, top  string
+	// live is the heap profile's in-use bytes: what the collection left;
+	// grown is how much more that is than the baseline's.
+	live, grown    float64
 	rings          int
 	profileFailure error
 }
 
-func (b *bench) settle(ctx context.Context, create *phase) (*settled, error) {
+func (b *bench) settle(ctx context.Context, bl *baseline) (*settled, error) {
 	s := &settled{idleFor: b.cfg.settle}
 	s.rings = b.track.size()
 	fmt.Fprintf(os.Stderr, "Letting the operator settle for %s\n", b.cfg.settle)
@@ -336,12 +374,11 @@ func (b *bench) settle(ctx context.Context, create *phase) (*settled, error) {
 	if s.before, err = b.mon.read(ctx); err != nil {
 		return s, err
 	}
-	s.profile = b.cfg.heapProfilePath(b.root)
-	if err := os.MkdirAll(filepath.Dir(s.profile), 0o755); err != nil {
-		return s, err
-	}
+	s.profile, _ = b.cfg.heapProfilePath(b.root)
 	if s.profileFailure = b.mon.heapProfile(ctx, s.profile); s.profileFailure == nil {
-		s.top, s.profileFailure = pprofTop(ctx, s.profile)
+		if _, s.live, s.profileFailure = pprofTop(ctx, s.profile, ""); s.profileFailure == nil {
+			s.top, s.grown, s.profileFailure = pprofTop(ctx, s.profile, bl.profile)
+		}
 	}
 	if s.after, err = b.mon.read(ctx); err != nil {
 		return s, err
@@ -350,13 +387,30 @@ func (b *bench) settle(ctx context.Context, create *phase) (*settled, error) {
 }
 
 // pprofTop is go tool pprof's table of the profile's in-use bytes by
-// function, the 20 largest.
-func pprofTop(ctx context.Context, profile string) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=20", "-sample_index=inuse_space", "-unit=B", profile).CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go tool pprof: %w: %s", err, strings.TrimSpace(string(out)))
+// function, the 20 largest, and the total; with a base profile, of what
+// grew since the base.
+func pprofTop(ctx context.Context, profile, base string) (string, float64, error) {
+	args := []string{"tool", "pprof", "-top", "-nodecount=20", "-sample_index=inuse_space", "-unit=B"}
+	if base != "" {
+		args = append(args, "-diff_base="+base)
 	}
-	return string(out), nil
+	out, err := exec.CommandContext(ctx, "go", append(args, profile)...).CombinedOutput()
+	if err != nil {
+		return "", 0, fmt.Errorf("go tool pprof: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	// "Showing nodes accounting for 9484096B, 100% of 9484096B total"
+	var total float64
+	for line := range strings.Lines(string(out)) {
+		if _, rest, ok := strings.Cut(line, "% of "); ok {
+			if v, _, ok := strings.Cut(rest, "B total"); ok {
+				total, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	if total == 0 {
+		return "", 0, fmt.Errorf("go tool pprof printed no total:\n%s", out)
+	}
+	return string(out), total, nil
 }
 
 // parallel calls f for 0..n-1, workers at a time, and returns the first

@@ -59,6 +59,7 @@ type config struct {
 	timeout           time.Duration
 	scrapeEvery       time.Duration
 	profile           string
+	memProfileRate    int
 	keep              bool
 }
 
@@ -81,6 +82,7 @@ func main() {
 	flag.DurationVar(&cfg.timeout, "timeout", 30*time.Minute, "how long each phase may take")
 	flag.DurationVar(&cfg.scrapeEvery, "scrape-every", 2*time.Second, "how often the operator's metrics are read for its heap's peak (each scrape costs it a little: 10,000 rings export some 40,000 series)")
 	flag.StringVar(&cfg.profile, "heap-profile", "", "where to write the operator's settled heap profile (default: bin/scale/heap-RINGS.pb.gz in the module)")
+	flag.IntVar(&cfg.memProfileRate, "memprofilerate", 64<<10, "the operator's GODEBUG=memprofilerate: a heap profile samples one allocation per this many bytes (the Go runtime's default, 512 KiB, gives too few samples to break 20 MiB down); 0: the runtime's default")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs, the audit log, kubeconfigs)")
 	flag.Parse()
 	for p := range strings.SplitSeq(phases, ",") {
@@ -96,8 +98,8 @@ func main() {
 		}
 	}
 	if cfg.rings < 1 || cfg.namespaces < 1 || cfg.namespaces > cfg.rings || cfg.creators < 1 || cfg.probeEvery < 0 ||
-		cfg.activation < 0 || cfg.activation >= cfg.rotation || cfg.settle < 0 || cfg.quiet <= 0 || cfg.scrapeEvery <= 0 {
-		fmt.Fprintln(os.Stderr, "scale: want -rings >= -namespaces >= 1, -creators >= 1, -probe-every >= 0, 0 <= -activation-delay < -rotation-interval, -settle >= 0, -quiet and -scrape-every > 0")
+		cfg.activation < 0 || cfg.activation >= cfg.rotation || cfg.settle < 0 || cfg.quiet <= 0 || cfg.scrapeEvery <= 0 || cfg.memProfileRate < 0 {
+		fmt.Fprintln(os.Stderr, "scale: want -rings >= -namespaces >= 1, -creators >= 1, -probe-every >= 0, 0 <= -activation-delay < -rotation-interval, -settle >= 0, -quiet and -scrape-every > 0, -memprofilerate >= 0")
 		os.Exit(2)
 	}
 
@@ -129,12 +131,15 @@ func run(ctx context.Context, cfg config) (err error) {
 		}
 	}()
 
+	if report.baseline, err = b.baseline(ctx); err != nil {
+		return err
+	}
 	create, err := b.create(ctx)
 	report.phases = append(report.phases, create)
 	if err != nil {
 		return err
 	}
-	if report.settled, err = b.settle(ctx, create); err != nil {
+	if report.settled, err = b.settle(ctx, report.baseline); err != nil {
 		return err
 	}
 	for _, ph := range []struct {
@@ -164,12 +169,14 @@ func loadAverage() string {
 	return strings.Join(f[:min(3, len(f))], " ")
 }
 
-// heapProfilePath is where the settled heap profile goes.
-func (cfg config) heapProfilePath(root string) string {
-	if cfg.profile != "" {
-		return cfg.profile
+// heapProfilePath is where the settled heap profile goes, and the
+// baseline's beside it.
+func (cfg config) heapProfilePath(root string) (settled, baseline string) {
+	settled = cfg.profile
+	if settled == "" {
+		settled = filepath.Join(root, "bin", "scale", fmt.Sprintf("heap-%d.pb.gz", cfg.rings))
 	}
-	return filepath.Join(root, "bin", "scale", fmt.Sprintf("heap-%d.pb.gz", cfg.rings))
+	return settled, strings.TrimSuffix(settled, ".pb.gz") + "-baseline.pb.gz"
 }
 
 // percentile is the nearest-rank percentile q (0-1) of ds, which it sorts.

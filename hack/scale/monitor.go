@@ -141,12 +141,14 @@ func (m *monitor) read(ctx context.Context) (reading, error) {
 	if err != nil {
 		return r, err
 	}
-	var errs [5]error
+	var errs [4]error
 	r.heap, errs[0] = fleet.SumMetric(exp, "go_memstats_heap_inuse_bytes")
 	r.goroutines, errs[1] = fleet.SumMetric(exp, "go_goroutines")
-	r.depth, errs[2] = fleet.SumMetric(exp, "workqueue_depth")
-	r.active, errs[3] = fleet.SumMetric(exp, "controller_runtime_active_workers")
-	r.leader, errs[4] = fleet.SumMetric(exp, "leader_election_master_status")
+	r.active, errs[2] = fleet.SumMetric(exp, "controller_runtime_active_workers")
+	r.leader, errs[3] = fleet.SumMetric(exp, "leader_election_master_status")
+	// The priority queue exports a depth series by priority only once an
+	// item of that priority was queued: none yet is an empty queue.
+	r.depth, _ = fleet.SumMetric(exp, "workqueue_depth")
 	r.requests = fleet.SumMetricBy(exp, "rest_client_requests_total", "method")
 	return r, errors.Join(errs[:]...)
 }
@@ -154,7 +156,8 @@ func (m *monitor) read(ctx context.Context) (reading, error) {
 // waitLeader waits until the operator leads: its controllers run.
 func (m *monitor) waitLeader(ctx context.Context, op *fleet.Proc) error {
 	for {
-		if r, err := m.read(ctx); err == nil && r.leader >= 1 {
+		r, err := m.read(ctx)
+		if err == nil && r.leader >= 1 {
 			return nil
 		}
 		if exited, _ := op.Exited(); exited {
@@ -162,7 +165,7 @@ func (m *monitor) waitLeader(ctx context.Context, op *fleet.Proc) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the operator did not lead: %w\n%s", ctx.Err(), op.LogTail(20))
+			return fmt.Errorf("the operator did not lead: %w (its metrics: %w)", ctx.Err(), err)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -13,11 +13,12 @@ import (
 
 // report is what the bench prints at the end, also when a phase failed.
 type report struct {
-	cfg     config
-	started time.Time
-	load    []string // /proc/loadavg at the start and the end
-	phases  []*phase
-	settled *settled
+	cfg      config
+	started  time.Time
+	load     []string // /proc/loadavg at the start and the end
+	phases   []*phase
+	baseline *baseline
+	settled  *settled
 }
 
 func (r *report) print(w io.Writer, b *bench) {
@@ -39,13 +40,18 @@ func (r *report) print(w io.Writer, b *bench) {
 	for _, p := range r.phases {
 		r.printPhase(w, p)
 	}
+	if bl := r.baseline; bl != nil {
+		fmt.Fprintf(w, "\nBaseline (idle, leading, before the first ring): RSS %s, heap in use %s, goroutines %.0f; live heap %s (%s)\n",
+			mb(bl.rss), mb(bl.heap), bl.goroutines, mb(bl.live), bl.profile)
+	}
 	if s := r.settled; s != nil {
-		fmt.Fprintf(w, "\nSettled (idle %s after the bulk, %d rings): RSS %s, heap in use %s, goroutines %.0f; after a garbage collection: RSS %s, heap in use %s (%s per ring)\n",
-			s.idleFor, s.rings, mb(s.before.rss), mb(s.before.heap), s.before.goroutines, mb(s.after.rss), mb(s.after.heap), kb(s.after.heap/float64(s.rings)))
+		fmt.Fprintf(w, "\nSettled (idle %s after the bulk, %d rings): RSS %s, heap in use %s, goroutines %.0f; after the heap profile's garbage collection: RSS %s\n",
+			s.idleFor, s.rings, mb(s.before.rss), mb(s.before.heap), s.before.goroutines, mb(s.after.rss))
 		if s.profileFailure != nil {
 			fmt.Fprintf(w, "Heap profile: %v\n", s.profileFailure)
 		} else {
-			fmt.Fprintf(w, "Heap profile: %s (go tool pprof -top -sample_index=inuse_space %s); in use by function, per ring:\n", s.profile, s.profile)
+			fmt.Fprintf(w, "Heap profile: %s; live heap after a collection %s, %s more than the baseline's: %s per ring. What grew, by function, per ring (go tool pprof -top -sample_index=inuse_space -diff_base BASELINE SETTLED; memprofilerate %d):\n",
+				s.profile, mb(s.live), mb(s.grown), kb(s.grown/float64(s.rings)), r.cfg.memProfileRate)
 			fmt.Fprint(w, perRing(s.top, s.rings))
 		}
 	}
@@ -111,7 +117,8 @@ func (r *report) row() string {
 		cells[4] = perRingCell(create)
 		cells[3] = "peak " + mb(create.mem.rss)
 		if s := r.settled; s != nil {
-			cells[3] = fmt.Sprintf("%s peak, %s settled; heap %s peak, %s settled", mb(create.mem.rss), mb(s.before.rss), mb(create.mem.heap), mb(s.before.heap))
+			cells[3] = fmt.Sprintf("%s peak, %s settled; heap %s peak, %s settled; live %s, %s/ring",
+				mb(create.mem.rss), mb(s.before.rss), mb(create.mem.heap), mb(s.before.heap), mb(s.live), kb(s.grown/float64(s.rings)))
 		}
 	}
 	if rotate != nil {
