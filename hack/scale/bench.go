@@ -174,7 +174,6 @@ func (b *bench) create(ctx context.Context) (*phase, error) {
 		return p, err
 	}
 	fmt.Fprintf(os.Stderr, "Creating %d rings in %d namespaces, %d at a time, and a probe ring every %s\n", b.cfg.rings, b.cfg.namespaces, b.cfg.creators, b.cfg.probeEvery)
-	bulk := func(rt *ringTimes) bool { return rt.phase == p && !rt.probe }
 	return p, b.runPhase(ctx, p, func(ctx context.Context) error {
 		return parallel(ctx, b.cfg.rings, b.cfg.creators, func(i int) error {
 			key := b.bulkKey(i)
@@ -185,12 +184,9 @@ func (b *bench) create(ctx context.Context) (*phase, error) {
 			return nil
 		})
 	}, func() (bool, string) {
-		ready, _, _, _ := b.track.count(bulk)
+		ready := b.track.readyOf(p, false).n
 		return ready == b.cfg.rings, fmt.Sprintf("%d of %d rings Ready", ready, b.cfg.rings)
-	}, func() time.Time {
-		_, _, last, _ := b.track.count(bulk)
-		return last
-	})
+	}, func() time.Time { return b.track.readyOf(p, false).last })
 }
 
 // request is a rotate-now or a revoke of every ring at once: each
@@ -213,7 +209,6 @@ func (b *bench) request(ctx context.Context, name, what string) (*phase, error) 
 	}
 	fmt.Fprintf(os.Stderr, "Requesting a %s of all %d rings (%s=%s), %d at a time\n", what, len(keys), annotation, value, b.cfg.creators)
 	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, annotation, value))
-	asked := func(rt *ringTimes) bool { return rt.asked }
 	return p, b.runPhase(ctx, p, func(ctx context.Context) error {
 		return parallel(ctx, len(keys), b.cfg.creators, func(i int) error {
 			r := &v1alpha1.TicketKeyRing{}
@@ -224,12 +219,9 @@ func (b *bench) request(ctx context.Context, name, what string) (*phase, error) 
 			return nil
 		})
 	}, func() (bool, string) {
-		_, done, _, _ := b.track.count(asked)
+		done := b.track.echoed().n
 		return done == len(keys), fmt.Sprintf("%d of %d rings echo the %s", done, len(keys), what)
-	}, func() time.Time {
-		_, _, _, last := b.track.count(asked)
-		return last
-	})
+	}, func() time.Time { return b.track.echoed().last })
 }
 
 // runPhase runs a phase: bulk sends its requests while probe rings are
@@ -266,10 +258,12 @@ func (b *bench) runPhase(ctx context.Context, p *phase, bulk func(context.Contex
 		return err
 	}
 	p.done = last().Sub(start)
-	probesOf := func(rt *ringTimes) bool { return rt.phase == p && rt.probe }
 	if err := b.track.wait(ctx, "the probe rings", func() (bool, string) {
-		ready, _, _, _ := b.track.count(probesOf)
-		return ready == p.probesCreated, fmt.Sprintf("%d of %d probe rings Ready", ready, p.probesCreated)
+		ready := b.track.readyOf(p, true).n
+		p.mu.Lock()
+		created := p.probesCreated
+		p.mu.Unlock()
+		return ready >= created, fmt.Sprintf("%d of %d probe rings Ready", ready, created)
 	}); err != nil {
 		return err
 	}

@@ -28,6 +28,28 @@ type tracker struct {
 	rotate, revoke string
 	// changed is closed, and replaced, whenever a ring reaches a state.
 	changed chan struct{}
+	// ready counts the rings Ready by the phase that created them, the
+	// bulk's and the probes' apart; done counts those asked that echoed
+	// the current request.
+	ready map[origin]*tally
+	done  tally
+}
+
+// origin is a phase and whether its rings are probes.
+type origin struct {
+	phase *phase
+	probe bool
+}
+
+// tally is how many rings reached a state, and when the last did.
+type tally struct {
+	n    int
+	last time.Time
+}
+
+func (t *tally) add(at time.Time) {
+	t.n++
+	t.last = later(t.last, at)
 }
 
 // ringTimes are one ring's times, by the bench's clock.
@@ -45,7 +67,7 @@ type ringTimes struct {
 }
 
 func newTracker() *tracker {
-	return &tracker{rings: map[types.NamespacedName]*ringTimes{}, changed: make(chan struct{})}
+	return &tracker{rings: map[types.NamespacedName]*ringTimes{}, changed: make(chan struct{}), ready: map[origin]*tally{}}
 }
 
 // start runs an informer of TicketKeyRings as admin until ctx ends, and
@@ -110,6 +132,11 @@ func (t *tracker) seen(obj any) {
 	progress := false
 	if rt.ready.IsZero() && fleet.Ready(r) {
 		rt.ready, progress = now, true
+		o := origin{rt.phase, rt.probe}
+		if t.ready[o] == nil {
+			t.ready[o] = &tally{}
+		}
+		t.ready[o].add(now)
 		if rt.probe {
 			rt.phase.probeDone(now.Sub(rt.created))
 		}
@@ -117,6 +144,7 @@ func (t *tracker) seen(obj any) {
 	if rt.asked && rt.done.IsZero() &&
 		((t.rotate != "" && r.Status.LastRotateRequestedAt == t.rotate) || (t.revoke != "" && r.Status.LastRevokeRequestedAt == t.revoke)) {
 		rt.done, progress = now, true
+		t.done.add(now)
 	}
 	if progress {
 		close(t.changed)
@@ -129,7 +157,7 @@ func (t *tracker) seen(obj any) {
 func (t *tracker) ask(rotate, revoke string) []types.NamespacedName {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.rotate, t.revoke = rotate, revoke
+	t.rotate, t.revoke, t.done = rotate, revoke, tally{}
 	keys := make([]types.NamespacedName, 0, len(t.rings))
 	for k, rt := range t.rings {
 		rt.asked, rt.done = true, time.Time{}
@@ -138,25 +166,23 @@ func (t *tracker) ask(rotate, revoke string) []types.NamespacedName {
 	return keys
 }
 
-// count returns how many of the rings that match are ready and how many
-// asked have echoed the request, and the latest of those times.
-func (t *tracker) count(match func(*ringTimes) bool) (ready, done int, lastReady, lastDone time.Time) {
+// readyOf is how many of the rings p created, its probes or its bulk, are
+// Ready, and when the last became so.
+func (t *tracker) readyOf(p *phase, probe bool) tally {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, rt := range t.rings {
-		if !match(rt) {
-			continue
-		}
-		if !rt.ready.IsZero() {
-			ready++
-			lastReady = later(lastReady, rt.ready)
-		}
-		if rt.asked && !rt.done.IsZero() {
-			done++
-			lastDone = later(lastDone, rt.done)
-		}
+	if n := t.ready[origin{p, probe}]; n != nil {
+		return *n
 	}
-	return ready, done, lastReady, lastDone
+	return tally{}
+}
+
+// echoed is how many of the rings asked have echoed the request, and when
+// the last did.
+func (t *tracker) echoed() tally {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.done
 }
 
 // wait waits until cond holds, checking it whenever a ring reaches a state,
