@@ -65,6 +65,8 @@ type phase struct {
 	mem reading
 	// atIdle is the reading that found the operator idle.
 	atIdle reading
+	// err is why the phase did not finish.
+	err error
 
 	mu     sync.Mutex
 	probes []time.Duration // create-to-Ready of each probe ring created
@@ -228,7 +230,8 @@ func (b *bench) request(ctx context.Context, name, what string) (*phase, error) 
 // created, until done holds and every probe ring is Ready; then it waits
 // for the operator to go idle. last is when the bulk's last ring reached
 // the phase's state.
-func (b *bench) runPhase(ctx context.Context, p *phase, bulk func(context.Context) error, done func() (bool, string), last func() time.Time) error {
+func (b *bench) runPhase(ctx context.Context, p *phase, bulk func(context.Context) error, done func() (bool, string), last func() time.Time) (err error) {
+	defer func() { p.err = err }()
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
 	defer cancel()
 	cpu0, _ := b.env.Operator.CPU()
@@ -242,7 +245,7 @@ func (b *bench) runPhase(ctx context.Context, p *phase, bulk func(context.Contex
 	if b.cfg.probeEvery > 0 {
 		probes.Go(func() { probeErr <- b.probe(probing, p) })
 	}
-	err := bulk(ctx)
+	err = bulk(ctx)
 	p.issued = time.Since(start)
 	if err == nil {
 		err = b.track.wait(ctx, p.name, done)

@@ -64,8 +64,10 @@ func (r *report) printPhase(w io.Writer, p *phase) {
 	created := p.probesCreated
 	p.mu.Unlock()
 	fmt.Fprintf(w, "\n-- %s: %d rings\n", p.name, p.rings)
-	switch p.name {
-	case "create":
+	switch {
+	case p.err != nil:
+		fmt.Fprintf(w, "NOT FINISHED:     %v\n", p.err)
+	case p.name == "create":
 		fmt.Fprintf(w, "All Ready:        %s after the first create (all created after %s)\n", secs(p.done), secs(p.issued))
 	default:
 		fmt.Fprintf(w, "All echoed:       %s after the first request (all requested after %s)\n", secs(p.done), secs(p.issued))
@@ -112,7 +114,7 @@ func (r *report) row() string {
 	}
 	cells := []string{fmt.Sprintf("%d in %d", r.cfg.rings, r.cfg.namespaces), "-", "-", "-", "-", "-", "-", "-", r.load[0]}
 	if create != nil {
-		cells[1] = secs(create.done)
+		cells[1] = doneCell(create)
 		cells[2] = probeCell(create)
 		cells[4] = perRingCell(create)
 		cells[3] = "peak " + mb(create.mem.rss)
@@ -122,13 +124,20 @@ func (r *report) row() string {
 		}
 	}
 	if rotate != nil {
-		cells[5] = fmt.Sprintf("%s (probes %s)", secs(rotate.done), probeCell(rotate))
+		cells[5] = fmt.Sprintf("%s (probes %s)", doneCell(rotate), probeCell(rotate))
 		cells[6] = perRingCell(rotate)
 	}
 	if revoke != nil {
-		cells[7] = fmt.Sprintf("%s (probes %s)", secs(revoke.done), probeCell(revoke))
+		cells[7] = fmt.Sprintf("%s (probes %s)", doneCell(revoke), probeCell(revoke))
 	}
 	return "| " + strings.Join(cells, " | ") + " |"
+}
+
+func doneCell(p *phase) string {
+	if p.err != nil {
+		return "not finished"
+	}
+	return secs(p.done)
 }
 
 func probeCell(p *phase) string {
