@@ -64,9 +64,11 @@ func (r *report) printPhase(w io.Writer, p *phase) {
 	created := p.probesCreated
 	p.mu.Unlock()
 	fmt.Fprintf(w, "\n-- %s: %d rings\n", p.name, p.rings)
-	switch {
-	case p.err != nil:
+	if p.err != nil {
 		fmt.Fprintf(w, "NOT FINISHED:     %v\n", p.err)
+	}
+	switch {
+	case p.done == 0:
 	case p.name == "create":
 		fmt.Fprintf(w, "All Ready:        %s after the first create (all created after %s)\n", secs(p.done), secs(p.issued))
 	default:
@@ -134,7 +136,7 @@ func (r *report) row() string {
 }
 
 func doneCell(p *phase) string {
-	if p.err != nil {
+	if p.done == 0 {
 		return "not finished"
 	}
 	return secs(p.done)
