@@ -374,7 +374,8 @@ func (b *bench) settle(ctx context.Context, bl *baseline) (*settled, error) {
 	s.profile, _ = b.cfg.heapProfilePath(b.root)
 	if s.profileFailure = b.mon.heapProfile(ctx, s.profile); s.profileFailure == nil {
 		if _, s.live, s.profileFailure = pprofTop(ctx, s.profile, ""); s.profileFailure == nil {
-			s.top, s.grown, s.profileFailure = pprofTop(ctx, s.profile, bl.profile)
+			s.grown = s.live - bl.live
+			s.top, _, s.profileFailure = pprofTop(ctx, s.profile, bl.profile)
 		}
 	}
 	if s.after, err = b.mon.read(ctx); err != nil {
@@ -384,8 +385,8 @@ func (b *bench) settle(ctx context.Context, bl *baseline) (*settled, error) {
 }
 
 // pprofTop is go tool pprof's table of the profile's in-use bytes by
-// function, the 20 largest, and the total; with a base profile, of what
-// grew since the base.
+// function, the 20 largest, and the total; with a base profile, the table
+// of what grew since the base (its total is then the base's).
 func pprofTop(ctx context.Context, profile, base string) (string, float64, error) {
 	args := []string{"tool", "pprof", "-top", "-nodecount=20", "-sample_index=inuse_space", "-unit=B"}
 	if base != "" {

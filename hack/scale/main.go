@@ -127,6 +127,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	report := &report{cfg: cfg, started: time.Now(), load: []string{loadAverage()}}
 	defer func() {
 		if len(report.phases) > 0 {
+			report.load = append(report.load, loadAverage())
 			report.print(os.Stdout, b)
 		}
 	}()
@@ -155,7 +156,6 @@ func run(ctx context.Context, cfg config) (err error) {
 			return err
 		}
 	}
-	report.load = append(report.load, loadAverage())
 	return nil
 }
 

@@ -97,8 +97,10 @@ func (r *report) printPhase(w io.Writer, p *phase) {
 		}
 		fmt.Fprintf(w, "  operator's own count (rest_client_requests_total, the Lease included): %s; the Lease: %d requests\n", strings.Join(parts, ", "), p.leases)
 	}
-	fmt.Fprintf(w, "Memory (peak):    RSS %s, heap in use %s, goroutines %.0f; at idle RSS %s, heap in use %s\n",
-		mb(p.mem.rss), mb(p.mem.heap), p.mem.goroutines, mb(p.atIdle.rss), mb(p.atIdle.heap))
+	fmt.Fprintf(w, "Memory (peak):    RSS %s, heap in use %s, goroutines %.0f\n", mb(p.mem.rss), mb(p.mem.heap), p.mem.goroutines)
+	if p.idle > 0 {
+		fmt.Fprintf(w, "  at idle:        RSS %s, heap in use %s\n", mb(p.atIdle.rss), mb(p.atIdle.heap))
+	}
 }
 
 // row is the run as a row of the Markdown table in docs/development.md.
@@ -168,10 +170,7 @@ func perRing(top string, rings int) string {
 	for line := range strings.Lines(top) {
 		f := strings.Fields(line)
 		if len(f) < 6 || !strings.HasSuffix(f[0], "B") || !strings.HasSuffix(f[3], "B") {
-			if strings.Contains(line, "total") {
-				fmt.Fprintf(&b, "  (%s)\n", strings.TrimSpace(line))
-			}
-			continue
+			continue // the header, and the totals the caller shows
 		}
 		flat, err1 := strconv.ParseFloat(strings.TrimSuffix(f[0], "B"), 64)
 		cum, err2 := strconv.ParseFloat(strings.TrimSuffix(f[3], "B"), 64)
