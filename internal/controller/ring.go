@@ -219,7 +219,9 @@ func (r *rings) write(ctx context.Context, rg ring, res ringplan.Result, snaps [
 			return applied, errors.Join(append(errs, r.secrets.destroy(ctx, snaps, staleTickets(history, res.Read().Current)))...)
 		}
 		log.FromContext(ctx).Info("Published ticket key epoch", "epoch", next.Epoch, "snapshot", snap.Name, "keys", ringstatus.Describe(next, res.Plan, r.Clock.Now()))
-		r.Recorder.Eventf(rg.obj, snap, corev1.EventTypeNormal, "Rotated", "Publish", "Published epoch %d (%s): %s", next.Epoch, snap.Name, ringstatus.Describe(next, res.Plan, r.Clock.Now()))
+		if res.Announced() {
+			r.Recorder.Eventf(rg.obj, snap, corev1.EventTypeNormal, "Rotated", "Publish", "Published epoch %d (%s): %s", next.Epoch, snap.Name, ringstatus.Describe(next, res.Plan, r.Clock.Now()))
+		}
 		newest, kept = snap, next
 	}
 	failed, err := r.secrets.deliver(ctx, rg.owner, newest, rg.targets)

@@ -12,6 +12,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -82,7 +83,7 @@ var _ = Describe("TicketKeyRing", func() {
 				}
 			}
 		}
-		Expect(evs).To(ContainElement(HaveField("Reason", "Rotated")))
+		Expect(evs).NotTo(ContainElement(HaveField("Reason", "Rotated")), "a new ring's first epoch is routine: no event")
 
 		By("exporting the epoch and the active key's age")
 		Expect(gaugeValue("ringmaster_ticketkeyring_epoch", ns, "web")).To(BeEquivalentTo(1))
@@ -243,6 +244,13 @@ var _ = Describe("TicketKeyRing", func() {
 		Expect(r.Keys[1].ID).To(Equal(newStaged.ID))
 		Expect(r.Keys[1].ActiveFrom).To(BeTemporally("==", fakeClock.Now()))
 		Expect(getRing(ctx, ring).Status.ActiveKey.ID).To(Equal(newStaged.ID))
+
+		By("announcing each request's epoch, and not the scheduled one between them")
+		published := func(epoch int) types.GomegaMatcher {
+			return ContainElement(And(HaveField("Reason", "Rotated"), HaveField("Note", HavePrefix(fmt.Sprintf("Published epoch %d ", epoch)))))
+		}
+		Eventually(func() []eventsv1.Event { return events(ctx, ns) }, timeout, poll).Should(And(published(2), published(4)))
+		Expect(events(ctx, ns)).NotTo(published(3), "the events of one ring are emitted in order: epoch 3's would be there by now")
 	})
 
 	It("refuses a request annotation that is not a bounded RFC 3339 time, says so, and echoes none of it", func() {

@@ -23,6 +23,17 @@ func (r Result) Publication() (keyring.Ring, bool) {
 	return next, true
 }
 
+// Announced reports whether the publication gets a Normal Rotated event:
+// only one that carries out a rotate-now request now. A scheduled rotation
+// and a new ring's first epoch are routine; the status, the rotation
+// counter and the log record them, and an event for each would be one more
+// write per rotation for every ring. A revoke has its Warning Revoked, and
+// a failure its Warning.
+func (r Result) Announced() bool {
+	_, ok := r.Publication()
+	return ok && r.Requests.Rotate != "" && !r.in.History.Handled(r.Requests.Rotate)
+}
+
 // Applied is how the reconcile's writes went.
 type Applied struct {
 	// Publish says why the publication's snapshot could not be written:

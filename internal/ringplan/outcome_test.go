@@ -112,6 +112,42 @@ func TestReport(t *testing.T) {
 	})
 }
 
+func TestAnnounced(t *testing.T) {
+	const rotate, revoke = "2026-03-01T12:10:00Z", "2026-03-01T12:11:00Z"
+	tests := []struct {
+		name      string
+		at        time.Duration
+		edit      func(*ringplan.Read)
+		published bool
+		announced bool
+	}{
+		{name: "a new ring's first epoch", edit: func(r *ringplan.Read) { r.Current, r.History = keyring.Ring{}, keyring.History{} }, published: true},
+		{name: "a scheduled rotation", at: 2 * time.Hour, published: true},
+		{name: "a rotate-now", at: 10 * time.Minute, edit: func(r *ringplan.Read) { r.Rotate = rotate }, published: true, announced: true},
+		{name: "a rotate-now an epoch on record carried out", at: 10 * time.Minute, edit: func(r *ringplan.Read) { r.Rotate = "2026-03-01T11:00:00Z" }},
+		{name: "a scheduled rotation while an old request stays annotated", at: 2 * time.Hour, edit: func(r *ringplan.Read) {
+			r.Rotate, r.Last.LastRotateRequestedAt = "2026-03-01T11:00:00Z", "2026-03-01T11:00:00Z"
+		}, published: true},
+		{name: "a revoke, which has its Warning Revoked", at: 10 * time.Minute, edit: func(r *ringplan.Read) { r.Revoke = revoke }, published: true},
+		{name: "nothing published", at: 10 * time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rd := read(t, t0.Add(tt.at))
+			if tt.edit != nil {
+				tt.edit(&rd)
+			}
+			res, _ := reported(t, rd, nil, ringplan.Applied{})
+			if _, published := res.Publication(); published != tt.published {
+				t.Fatalf("published %v, want %v", published, tt.published)
+			}
+			if got := res.Announced(); got != tt.announced {
+				t.Errorf("Announced() = %v, want %v", got, tt.announced)
+			}
+		})
+	}
+}
+
 func TestMintProblemWithNoKeyLeft(t *testing.T) {
 	cur, _ := steady(t)
 	late := cur.Keys[0].ExpiresAt.Add(time.Hour)
