@@ -41,6 +41,8 @@ func (r *ClusterTicketKeyRingReconciler) Reconcile(ctx context.Context, req reco
 	if err := r.Get(ctx, req.NamespacedName, ctkr); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.gauges.forget(req.NamespacedName)
+			r.secrets.known.forgetRing(v1alpha1.KindClusterTicketKeyRing, r.Namespace, req.Name)
+			r.statuses.forget(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -48,11 +50,13 @@ func (r *ClusterTicketKeyRingReconciler) Reconcile(ctx context.Context, req reco
 		return reconcile.Result{}, nil // its Secrets go with it, by owner reference
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("clusterRing", klog.KObj(ctkr)))
-	rg := ring{obj: ctkr, owner: distribute.ClusterOwnerOf(ctkr, r.Namespace), spec: ctkr.Spec.TicketKeyRingSpec, status: ctkr.Status}
+	base := r.statuses.base(ctkr, ctkr.Status)
+	rg := ring{obj: ctkr, owner: distribute.ClusterOwnerOf(ctkr, r.Namespace), spec: ctkr.Spec.TicketKeyRingSpec, status: base}
 	sel, err := metav1.LabelSelectorAsSelector(&ctkr.Spec.NamespaceSelector)
 	if err != nil {
 		status := ringstatus.Build(ctkr.Status, ringstatus.Outcome{Now: r.Clock.Now(), Generation: ctkr.Generation,
 			Halted: &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: fmt.Sprintf("Invalid spec.namespaceSelector: %v", err)}})
+		r.statuses.forget(req.NamespacedName)
 		return result(reconcile.Result{}, applyStatus(ctx, r.Client, ctkr, ctkr.Status, status))
 	}
 	namespaces := &corev1.NamespaceList{}
@@ -64,7 +68,7 @@ func (r *ClusterTicketKeyRingReconciler) Reconcile(ctx context.Context, req reco
 		rg.voters = confirm.VoterNamespaces(rg.targets, namespaces.Items, c.VoterNamespaceSelector)
 	}
 	status, res, err := r.reconcile(ctx, rg)
-	return result(res, errors.Join(err, applyRingStatus(ctx, r.Client, r.secrets.APIReader, ctkr, ctkr.Status, status,
+	return result(res, errors.Join(err, applyRememberedStatus(ctx, r.Client, r.secrets.APIReader, &r.statuses, ctkr, base, status,
 		func(x *v1alpha1.ClusterTicketKeyRing) v1alpha1.TicketKeyRingStatus { return x.Status })))
 }
 

@@ -139,6 +139,7 @@ func (r *ECHKeyRingReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	if err := r.Get(ctx, req.NamespacedName, ekr); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.NamespacedName)
+			r.secrets.known.forgetRing(v1alpha1.KindECHKeyRing, req.Namespace, req.Name)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -383,7 +384,7 @@ func (r *ECHKeyRingReconciler) write(ctx context.Context, ekr *v1alpha1.ECHKeyRi
 		}
 		errs = append(errs, err)
 	}
-	errs = append(errs, r.secrets.destroy(ctx, snaps, func(s *corev1.Secret) bool { return staleECH(s, ring) }))
+	errs = append(errs, r.secrets.destroy(ctx, owner, snaps, func(s *corev1.Secret) bool { return staleECH(s, ring) }))
 	return w, errors.Join(errs...)
 }
 

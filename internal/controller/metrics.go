@@ -41,6 +41,15 @@ var dnsUpdatesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help: "Signed DNS updates of ECH records, by ClusterDNSZone and result (written, failed, or rate_limited by the zone's budget).",
 }, []string{"zone", "result"})
 
+// snapshotReadsTotal counts the reads of a ring's snapshots, by where they
+// came from. Labels: source ("cache", when the cache holds every snapshot
+// the operator knows of at the version it knows, or "api", listed from the
+// API server).
+var snapshotReadsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Name: "ringmaster_snapshot_reads_total",
+	Help: "Reads of a ring's snapshot Secrets: from the cache (shown current) or from the API server.",
+}, []string{"source"})
+
 // sharedWritesTotal counts writes of shared rings' entries in Vault.
 // Labels: result ("won", or "lost" to another operator's check-and-set).
 var sharedWritesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -48,6 +48,8 @@ type rings struct {
 	gauges *ringGauges
 	// memory is what this operator remembers of shared entries.
 	memory ringplan.Memory
+	// statuses are the statuses written that the cache may not show yet.
+	statuses statusMemory[v1alpha1.TicketKeyRingStatus]
 	// keepInBackups: see Options.KeepSecretsInBackups.
 	keepInBackups bool
 }
@@ -216,7 +218,7 @@ func (r *rings) write(ctx context.Context, rg ring, res ringplan.Result, snaps [
 		}
 		errs = append(errs, err)
 		if applied.Publish != nil {
-			return applied, errors.Join(append(errs, r.secrets.destroy(ctx, snaps, staleTickets(history, res.Read().Current)))...)
+			return applied, errors.Join(append(errs, r.secrets.destroy(ctx, rg.owner, snaps, staleTickets(history, res.Read().Current)))...)
 		}
 		log.FromContext(ctx).Info("Published ticket key epoch", "epoch", next.Epoch, "snapshot", snap.Name, "keys", ringstatus.Describe(next, res.Plan, r.Clock.Now()))
 		if res.Announced() {
@@ -226,7 +228,7 @@ func (r *rings) write(ctx context.Context, rg ring, res ringplan.Result, snaps [
 	}
 	failed, err := r.secrets.deliver(ctx, rg.owner, newest, rg.targets)
 	applied.Failed = failed
-	errs = append(errs, err, r.secrets.destroy(ctx, snaps, staleTickets(history, kept)))
+	errs = append(errs, err, r.secrets.destroy(ctx, rg.owner, snaps, staleTickets(history, kept)))
 	return applied, errors.Join(errs...)
 }
 

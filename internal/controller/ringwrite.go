@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -25,27 +27,50 @@ import (
 // reconciles call it; what goes into the Secrets is decided before.
 type ringSecrets struct {
 	client.Client
-	// APIReader reads around the cache: the snapshots, which must be
-	// current, and a foreign Secret in the way.
+	// APIReader reads around the cache: the snapshots, when the cache
+	// cannot be shown current, and a foreign Secret in the way.
 	APIReader client.Reader
 	// Nudger, when set, is told of every projection written with a new
 	// epoch, so that the pods mounting it are re-mounted at once
 	// (internal/nudge). Nothing waits for it.
 	Nudger nudger
+	// known is what the operator knows of each ring's snapshots, for
+	// telling a current cache from a stale one.
+	known snapshotMemory
 }
 
 // nudger is what ringSecrets needs of a *nudge.Nudger.
 type nudger interface{ Nudge(nudge.Delivery) }
 
 // snapshots lists owner's snapshot Secrets, newest epoch first, leaving out
-// those being deleted and those owner does not control. It reads around the
-// cache: the record must be current, or a reconcile that follows a publish
-// too closely would plan from the epoch before it.
+// those being deleted and those owner does not control. The record must be
+// current, or a reconcile that follows a publish too closely would plan
+// from the epoch before it: it comes from the cache only when the cache
+// holds exactly the snapshots the operator last listed from the API server
+// or wrote itself since, each at the resourceVersion it knows (less those
+// it deleted); otherwise from the API server.
 func (w *ringSecrets) snapshots(ctx context.Context, owner distribute.Owner) ([]*corev1.Secret, error) {
+	cached := &corev1.SecretList{}
+	if err := w.List(ctx, cached, client.InNamespace(owner.Home), client.MatchingLabels(owner.SnapshotLabels())); err == nil {
+		if out, ok := w.known.current(owner, ownedSnapshots(owner, cached)); ok {
+			snapshotReadsTotal.WithLabelValues("cache").Inc()
+			return out, nil
+		}
+	}
 	list := &corev1.SecretList{}
 	if err := w.APIReader.List(ctx, list, client.InNamespace(owner.Home), client.MatchingLabels(owner.SnapshotLabels())); err != nil {
+		w.known.forget(owner)
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
+	snapshotReadsTotal.WithLabelValues("api").Inc()
+	out := ownedSnapshots(owner, list)
+	w.known.listed(owner, out)
+	return out, nil
+}
+
+// ownedSnapshots are the snapshots of list that owner controls and that
+// are not being deleted, newest epoch first.
+func ownedSnapshots(owner distribute.Owner, list *corev1.SecretList) []*corev1.Secret {
 	var out []*corev1.Secret
 	for i := range list.Items {
 		if s := &list.Items[i]; owner.Owns(s) && s.DeletionTimestamp.IsZero() {
@@ -55,7 +80,7 @@ func (w *ringSecrets) snapshots(ctx context.Context, owner distribute.Owner) ([]
 	slices.SortFunc(out, func(a, b *corev1.Secret) int {
 		return cmp.Compare(distribute.SnapshotEpoch(b), distribute.SnapshotEpoch(a))
 	})
-	return out, nil
+	return out
 }
 
 // publish creates an epoch's immutable snapshot Secret. A problem says why
@@ -66,8 +91,10 @@ func (w *ringSecrets) publish(ctx context.Context, owner distribute.Owner, snap 
 	key := snap.Namespace + "/" + snap.Name
 	err := w.Create(ctx, snap)
 	if err == nil {
+		w.known.wrote(owner, snap)
 		return nil, nil
 	}
+	w.known.forget(owner)
 	if !apierrors.IsAlreadyExists(err) {
 		return &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Writing snapshot %s failed: %v", key, err)},
 			fmt.Errorf("write snapshot %s: %w", key, err)
@@ -202,17 +229,131 @@ func (w *ringSecrets) existing(ctx context.Context, reader client.Reader, want *
 
 // destroy deletes the snapshots stale says hold a key that expired.
 // Forward secrecy needs the bytes gone, not only unused.
-func (w *ringSecrets) destroy(ctx context.Context, snaps []*corev1.Secret, stale func(*corev1.Secret) bool) error {
+func (w *ringSecrets) destroy(ctx context.Context, owner distribute.Owner, snaps []*corev1.Secret, stale func(*corev1.Secret) bool) error {
 	var errs []error
 	for _, s := range snaps {
 		if !stale(s) {
 			continue
 		}
 		if err := w.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
+			w.known.forget(owner)
 			errs = append(errs, fmt.Errorf("delete snapshot %s: %w", s.Name, err))
 			continue
 		}
+		w.known.deleted(owner, s)
 		log.FromContext(ctx).Info("Deleted snapshot holding expired keys", "snapshot", s.Name)
 	}
 	return errors.Join(errs...)
+}
+
+// snapshotMemory is what the operator knows of each ring's snapshots, so
+// that a reconcile may read them from the cache once the cache is shown
+// current: the snapshots it last listed from the API server or created
+// since, each by UID at the resourceVersion the API server returned, and
+// those it deleted since, which the cache may still hold. It knows nothing
+// of a ring until it has listed the ring's snapshots from the API server,
+// and forgets a ring at any write whose outcome it cannot be sure of.
+type snapshotMemory struct {
+	mu    sync.Mutex
+	rings map[ringID]*knownSnapshots
+}
+
+// ringID names a ring of any kind by where its snapshots live.
+type ringID struct{ kind, home, name string }
+
+func idOf(o distribute.Owner) ringID { return ringID{kind: o.Kind, home: o.Home, name: o.Name} }
+
+type knownSnapshots struct {
+	// ring is the ring's UID: a ring created again under its name is
+	// another ring.
+	ring types.UID
+	have map[types.UID]string
+	gone map[types.UID]struct{}
+}
+
+// current returns the snapshots of the cache, less those the operator
+// deleted, when they are exactly those the operator knows, at the
+// resourceVersions it knows; otherwise false, and the caller lists them from
+// the API server.
+func (m *snapshotMemory) current(o distribute.Owner, cached []*corev1.Secret) ([]*corev1.Secret, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := m.rings[idOf(o)]
+	if k == nil || k.ring != o.UID {
+		return nil, false
+	}
+	var out []*corev1.Secret
+	inCache := make(map[types.UID]bool, len(cached))
+	for _, s := range cached {
+		inCache[s.UID] = true
+		if _, ok := k.gone[s.UID]; ok {
+			continue
+		}
+		if rv, ok := k.have[s.UID]; !ok || rv != s.ResourceVersion {
+			return nil, false
+		}
+		out = append(out, s)
+	}
+	if len(out) != len(k.have) {
+		return nil, false
+	}
+	for uid := range k.gone {
+		if !inCache[uid] {
+			delete(k.gone, uid) // the cache has seen the delete
+		}
+	}
+	return out, true
+}
+
+// listed records the snapshots an API server list returned.
+func (m *snapshotMemory) listed(o distribute.Owner, snaps []*corev1.Secret) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rings == nil {
+		m.rings = map[ringID]*knownSnapshots{}
+	}
+	k := &knownSnapshots{ring: o.UID, have: make(map[types.UID]string, len(snaps)), gone: map[types.UID]struct{}{}}
+	if old := m.rings[idOf(o)]; old != nil && old.ring == o.UID {
+		k.gone = old.gone
+	}
+	for _, s := range snaps {
+		k.have[s.UID] = s.ResourceVersion
+		delete(k.gone, s.UID)
+	}
+	m.rings[idOf(o)] = k
+}
+
+// wrote records a snapshot the operator created, as the API server
+// returned it.
+func (m *snapshotMemory) wrote(o distribute.Owner, s *corev1.Secret) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if k := m.rings[idOf(o)]; k != nil && k.ring == o.UID && s.UID != "" && s.ResourceVersion != "" {
+		k.have[s.UID] = s.ResourceVersion
+		return
+	}
+	delete(m.rings, idOf(o))
+}
+
+// deleted records a snapshot the operator deleted (or found gone).
+func (m *snapshotMemory) deleted(o distribute.Owner, s *corev1.Secret) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if k := m.rings[idOf(o)]; k != nil && k.ring == o.UID {
+		delete(k.have, s.UID)
+		k.gone[s.UID] = struct{}{}
+	}
+}
+
+// forget drops what the operator knows of o's snapshots: the next read
+// lists them from the API server.
+func (m *snapshotMemory) forget(o distribute.Owner) {
+	m.forgetRing(o.Kind, o.Home, o.Name)
+}
+
+// forgetRing drops a ring that is gone.
+func (m *snapshotMemory) forgetRing(kind, home, name string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.rings, ringID{kind: kind, home: home, name: name})
 }

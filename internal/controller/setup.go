@@ -110,7 +110,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	secrets := &ringSecrets{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
 	shared := &rings{Client: mgr.GetClient(), secrets: secrets, Recorder: recorder, Clock: o.Clock, Sources: sources,
 		Prober: o.Prober, gauges: newRingGauges(o.Clock), keepInBackups: o.KeepSecretsInBackups}
-	collectors := []prometheus.Collector{rotationsTotal, unconfirmedActivationsTotal, unconfirmedPublicationsTotal, dnsUpdatesTotal,
+	collectors := []prometheus.Collector{rotationsTotal, snapshotReadsTotal, unconfirmedActivationsTotal, unconfirmedPublicationsTotal, dnsUpdatesTotal,
 		sharedWritesTotal, sharedPropagationSeconds, shared.gauges}
 	if o.Nudger != nil {
 		secrets.Nudger = o.Nudger

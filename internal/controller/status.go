@@ -2,14 +2,17 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -118,4 +121,85 @@ func result(res reconcile.Result, err error) (reconcile.Result, error) {
 		return reconcile.Result{}, err
 	}
 	return res, nil
+}
+
+// statusMemory holds the status the operator last wrote of each ring until
+// the cache shows it. A reconcile started by the watch events of the
+// operator's own writes often reads the ring from a cache that has not yet
+// seen the status just written: it would plan from the status before (an
+// epoch behind, a request not yet echoed), compute the written status
+// again with new transition times, and have its apply refused for the
+// stale resourceVersion. Starting from the written status instead, it
+// finds nothing to write. Only the operator writes a ring's status, so a
+// cached status other than the one written is one the cache has not caught
+// up with. An entry lives from a write until the cache shows it, or the
+// ring is gone: what it holds grows with the rings in flight, not with
+// all of them.
+type statusMemory[S any] struct {
+	mu      sync.Mutex
+	written map[types.NamespacedName]writtenStatus[S]
+}
+
+type writtenStatus[S any] struct {
+	uid    types.UID
+	status S
+}
+
+// base is the status a reconcile of obj starts from: the one last written,
+// while the cache's (cached) differs from it; else the cache's.
+func (m *statusMemory[S]) base(obj client.Object, cached S) S {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := client.ObjectKeyFromObject(obj)
+	w, ok := m.written[key]
+	switch {
+	case !ok:
+		return cached
+	case w.uid != obj.GetUID() || !statusChanged(w.status, cached):
+		delete(m.written, key)
+		return cached
+	}
+	return w.status
+}
+
+// wrote records a status written of obj, as the API server stores it:
+// through JSON, which keeps times to the second. A status it cannot
+// record so is forgotten.
+func (m *statusMemory[S]) wrote(obj client.Object, status S) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := client.ObjectKeyFromObject(obj)
+	var stored S
+	b, err := json.Marshal(status)
+	if err == nil {
+		err = json.Unmarshal(b, &stored)
+	}
+	if err != nil {
+		delete(m.written, key)
+		return
+	}
+	if m.written == nil {
+		m.written = map[types.NamespacedName]writtenStatus[S]{}
+	}
+	m.written[key] = writtenStatus[S]{uid: obj.GetUID(), status: stored}
+}
+
+// forget drops a ring that is gone.
+func (m *statusMemory[S]) forget(key types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.written, key)
+}
+
+// applyRememberedStatus is applyRingStatus from the status a reconcile
+// started from (statusMemory.base), recording what it wrote.
+func applyRememberedStatus[S any, O client.Object](ctx context.Context, c client.Client, reader client.Reader, m *statusMemory[S], obj O, base, next S, statusOf func(O) S) error {
+	if !statusChanged(base, next) {
+		return nil
+	}
+	err := applyRingStatus(ctx, c, reader, obj, base, next, statusOf)
+	if err == nil {
+		m.wrote(obj, next)
+	}
+	return err
 }

@@ -40,6 +40,8 @@ func (r *TicketKeyRingReconciler) Reconcile(ctx context.Context, req reconcile.R
 	if err := r.Get(ctx, req.NamespacedName, tkr); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.gauges.forget(req.NamespacedName)
+			r.secrets.known.forgetRing(v1alpha1.KindTicketKeyRing, req.Namespace, req.Name)
+			r.statuses.forget(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -47,10 +49,11 @@ func (r *TicketKeyRingReconciler) Reconcile(ctx context.Context, req reconcile.R
 		return reconcile.Result{}, nil // its Secrets go with it, by owner reference
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("ring", klog.KObj(tkr)))
+	base := r.statuses.base(tkr, tkr.Status)
 	status, res, err := r.reconcile(ctx, ring{
-		obj: tkr, owner: distribute.OwnerOf(tkr), spec: tkr.Spec, status: tkr.Status,
+		obj: tkr, owner: distribute.OwnerOf(tkr), spec: tkr.Spec, status: base,
 		namespace: tkr.Namespace, targets: []string{tkr.Namespace}, voters: []string{tkr.Namespace},
 	})
-	return result(res, errors.Join(err, applyRingStatus(ctx, r.Client, r.secrets.APIReader, tkr, tkr.Status, status,
+	return result(res, errors.Join(err, applyRememberedStatus(ctx, r.Client, r.secrets.APIReader, &r.statuses, tkr, base, status,
 		func(x *v1alpha1.TicketKeyRing) v1alpha1.TicketKeyRingStatus { return x.Status })))
 }
