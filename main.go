@@ -42,6 +42,9 @@ func main() {
 		"After every new epoch, patch one annotation (ringmaster.io/delivered) of each pod mounting the projection, so that its kubelet re-mounts it at once rather than on its own sync (up to about 90 s). Needs RBAC to patch pods, under the admission guard of config/admission/pods.yaml.")
 	exclude := flag.Bool("exclude-secrets-from-backup", true,
 		"Label every Secret that holds keys velero.io/exclude-from-backup=true, so that backups skip them: a key in a backup outlives its expiresAt.")
+	qps := flag.Float64("kube-api-qps", -1,
+		"Most requests a second to the API server, on average; negative: no limit in the client, and the API server's priority and fairness queues the operator's requests among everyone's.")
+	burst := flag.Int("kube-api-burst", 0, "Requests the operator may send at once over --kube-api-qps (default: twice it).")
 	printVersion := flag.Bool("version", false, "Print the version and exit.")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
@@ -61,13 +64,13 @@ func main() {
 	o.WatchNamespaces = namespaces
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
 
-	if err := run(o); err != nil {
+	if err := run(o, float32(*qps), *burst); err != nil {
 		ctrl.Log.WithName("setup").Error(err, "Operator stopped")
 		os.Exit(1)
 	}
 }
 
-func run(o operator.Options) error {
+func run(o operator.Options, qps float32, burst int) error {
 	if o.Namespace == "" {
 		return fmt.Errorf("the operator's namespace is unknown: set --cluster-resource-namespace or $POD_NAMESPACE")
 	}
@@ -75,12 +78,21 @@ func run(o operator.Options) error {
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
+	// Without a limit in the client (controller-runtime's default), the API
+	// server's priority and fairness decides: it queues the operator's
+	// requests in its service account's flow, apart from other clients', and
+	// a bulk of rings then runs as fast as the API server allows.
+	cfg.QPS, cfg.Burst = -1, 0
+	if qps > 0 {
+		cfg.QPS, cfg.Burst = qps, cmp.Or(burst, int(2*qps))
+	}
 	ctx := ctrl.SetupSignalHandler()
 	op, err := operator.New(ctx, cfg, o)
 	if err != nil {
 		return err
 	}
 	ctrl.Log.WithName("setup").Info("Starting operator", "version", version.Version(), "namespace", o.Namespace, "leaderElection", o.LeaderElection,
-		"metrics", cmp.Or(o.MetricsAddr, "0"), "watchNamespaces", o.WatchNamespaces, "certificatePolicy", !o.NoCertificatePolicy, "nudge", !o.NoNudge)
+		"metrics", cmp.Or(o.MetricsAddr, "0"), "watchNamespaces", o.WatchNamespaces, "certificatePolicy", !o.NoCertificatePolicy, "nudge", !o.NoNudge,
+		"kubeAPIQPS", cfg.QPS, "kubeAPIBurst", cfg.Burst)
 	return op.Start(ctx)
 }

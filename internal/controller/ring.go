@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -96,7 +97,7 @@ func (r *rings) reconcile(ctx context.Context, rg ring) (v1alpha1.TicketKeyRingS
 	if !out.MintRetry {
 		mintErr = mintError(minted.Err)
 	}
-	return out.Status, reconcile.Result{RequeueAfter: out.Requeue}, errors.Join(mintErr, writeErr, r.sweep(ctx, sh))
+	return out.Status, reconcile.Result{RequeueAfter: out.Requeue, Priority: ptr.To(scheduled)}, errors.Join(mintErr, writeErr, r.sweep(ctx, sh))
 }
 
 // read gathers what ringplan.Decide plans from: the ring's history and

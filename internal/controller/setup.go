@@ -11,10 +11,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -179,12 +182,12 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 			return fmt.Errorf("index %T by key source: %w", obj, err)
 		}
 	}
-	workers := controller.Options{MaxConcurrentReconciles: o.RingWorkers}
+	workers := controller.Options{MaxConcurrentReconciles: o.RingWorkers, UsePriorityQueue: ptr.To(true)}
 	specOrAnnotations := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))
 
 	if err := builder.ControllerManagedBy(mgr).Named("ticketkeyring").WithOptions(workers).
 		For(&v1alpha1.TicketKeyRing{}, specOrAnnotations).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindTicketKeyRing))).
+		Watches(&corev1.Secret{}, atPriority(scheduled, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindTicketKeyRing)))).
 		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.TicketKeyRingList{}))).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(shared.sourcedRingsIn), builder.WithPredicates(labelsChanged())).
 		WatchesRawSource(shared.Prober.Source(v1alpha1.KindTicketKeyRing)).
@@ -194,7 +197,7 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 	ctkr := &ClusterTicketKeyRingReconciler{rings: shared, Namespace: o.Namespace}
 	if err := builder.ControllerManagedBy(mgr).Named("clusterticketkeyring").WithOptions(workers).
 		For(&v1alpha1.ClusterTicketKeyRing{}, specOrAnnotations).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindClusterTicketKeyRing))).
+		Watches(&corev1.Secret{}, atPriority(scheduled, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindClusterTicketKeyRing)))).
 		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.ClusterTicketKeyRingList{}))).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(ctkr.allRings), builder.WithPredicates(labelsChanged())).
 		WatchesRawSource(shared.Prober.Source(v1alpha1.KindClusterTicketKeyRing)).
@@ -202,6 +205,64 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 		return fmt.Errorf("set up the ClusterTicketKeyRing controller: %w", err)
 	}
 	return nil
+}
+
+// scheduled is the work queue priority of a ring's work that nobody waits
+// on: the look its RequeueAfter schedules (the next rotation, the next
+// expiry), and the reconcile that the watch events of its own Secret
+// writes start. A ring created, edited or annotated (rotate-now, revoke)
+// is enqueued at the default priority, 0, and goes first: the priority
+// queue serves higher priorities first, so no ring waits behind a bulk's
+// routine work. The events of the cache's first list come at this
+// priority too (controller-runtime's handler.LowPriority).
+const scheduled = handler.LowPriority
+
+// atPriority has h enqueue what it enqueues at priority p, or lower.
+func atPriority(p int, h handler.EventHandler) handler.EventHandler {
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Create(ctx, e, lowered(q, p))
+		},
+		UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Update(ctx, e, lowered(q, p))
+		},
+		DeleteFunc: func(ctx context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Delete(ctx, e, lowered(q, p))
+		},
+		GenericFunc: func(ctx context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			h.Generic(ctx, e, lowered(q, p))
+		},
+	}
+}
+
+// lowered is q adding at priority p or lower; q itself when it is not a
+// priority queue.
+func lowered(q workqueue.TypedRateLimitingInterface[reconcile.Request], p int) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+	pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request])
+	if !ok {
+		return q
+	}
+	return loweredQueue{PriorityQueue: pq, priority: p}
+}
+
+type loweredQueue struct {
+	priorityqueue.PriorityQueue[reconcile.Request]
+	priority int
+}
+
+func (q loweredQueue) Add(item reconcile.Request) { q.AddWithOpts(priorityqueue.AddOpts{}, item) }
+
+func (q loweredQueue) AddAfter(item reconcile.Request, after time.Duration) {
+	q.AddWithOpts(priorityqueue.AddOpts{After: after}, item)
+}
+
+func (q loweredQueue) AddRateLimited(item reconcile.Request) {
+	q.AddWithOpts(priorityqueue.AddOpts{RateLimited: true}, item)
+}
+
+func (q loweredQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request) {
+	o.Priority = ptr.To(min(ptr.Deref(o.Priority, 0), q.priority))
+	q.PriorityQueue.AddWithOpts(o, items...)
 }
 
 // sourceRefOf is the key source a ring names, for sourceRefIndex.
