@@ -1,8 +1,10 @@
 package controller
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
@@ -41,8 +43,11 @@ func CacheOptions(namespace string) cache.Options {
 		// Not a ByObject entry: that would need cert-manager's API served
 		// when the operator starts.
 		DefaultTransform: func(obj any) (any, error) {
-			if c, ok := obj.(*cmapi.Certificate); ok {
-				return StripCertificate(c)
+			switch o := obj.(type) {
+			case *cmapi.Certificate:
+				return StripCertificate(o)
+			case *v1alpha1.TicketKeyRing, *v1alpha1.ClusterTicketKeyRing:
+				return StripRing(o.(client.Object)), nil
 			}
 			return obj, nil
 		},
@@ -85,6 +90,40 @@ func StripCertificate(obj any) (any, error) {
 		}
 	}
 	return out, nil
+}
+
+// requestAnnotations are the annotations whose managers a ring's
+// reconcile reads (ringstatus.RequestedBy).
+var requestAnnotations = []string{v1alpha1.RotateRequestedAtAnnotation, v1alpha1.RevokeRequestedAtAnnotation}
+
+// StripRing is the cache transform of TicketKeyRings and
+// ClusterTicketKeyRings: of their managed fields it keeps only what
+// ringstatus.RequestedBy reads, the manager and time of each entry that
+// owns a request annotation, with the fields of those annotations alone.
+// The rest, the status's entry above all (every key and condition the
+// operator applied), is the largest part of a ring the cache would hold,
+// and nothing reads it. Transforming its own output changes nothing.
+func StripRing(obj client.Object) client.Object {
+	var kept []metav1.ManagedFieldsEntry
+	for _, f := range obj.GetManagedFields() {
+		if f.FieldsV1 == nil {
+			continue
+		}
+		var owned []string
+		for _, a := range requestAnnotations {
+			if bytes.Contains(f.FieldsV1.GetRawBytes(), []byte(`"f:`+a+`"`)) {
+				owned = append(owned, fmt.Sprintf(`%q:{}`, "f:"+a))
+			}
+		}
+		if len(owned) == 0 {
+			continue
+		}
+		raw := []byte(`{"f:metadata":{"f:annotations":{` + strings.Join(owned, ",") + `}}}`)
+		kept = append(kept, metav1.ManagedFieldsEntry{Manager: f.Manager, Operation: f.Operation, APIVersion: f.APIVersion, Time: f.Time,
+			FieldsType: f.FieldsType, FieldsV1: &metav1.FieldsV1{Raw: raw}, Subresource: f.Subresource})
+	}
+	obj.SetManagedFields(kept)
+	return obj
 }
 
 // keptLabels are labels as the caches keep them: all, or none if they are

@@ -18,10 +18,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/certpolicy"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
+	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 )
 
@@ -410,4 +412,37 @@ func liveHeap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+func TestStripRing(t *testing.T) {
+	at := func(m int) *metav1.Time { return &metav1.Time{Time: time.Date(2026, 3, 1, 12, m, 0, 0, time.UTC)} }
+	fields := func(s string) *metav1.FieldsV1 { return &metav1.FieldsV1{Raw: []byte(s)} }
+	ring := &v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", ManagedFields: []metav1.ManagedFieldsEntry{
+		{Manager: "kubectl-client-side-apply", Operation: metav1.ManagedFieldsOperationUpdate, Time: at(0), FieldsType: "FieldsV1",
+			FieldsV1: fields(`{"f:spec":{"f:rotationInterval":{},"f:retainedKeys":{}}}`)},
+		{Manager: "ringmaster", Operation: metav1.ManagedFieldsOperationApply, Time: at(1), FieldsType: "FieldsV1", Subresource: "status",
+			FieldsV1: fields(`{"f:status":{"f:epoch":{},"f:keys":{},"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{}}}}}`)},
+		{Manager: "kubectl-ringmaster", Operation: metav1.ManagedFieldsOperationUpdate, Time: at(2), FieldsType: "FieldsV1",
+			FieldsV1: fields(`{"f:metadata":{"f:annotations":{".":{},"f:ringmaster.io/revoke-requested-at":{},"f:team":{}}}}`)},
+		{Manager: "oncall", Operation: metav1.ManagedFieldsOperationUpdate, Time: at(3), FieldsType: "FieldsV1",
+			FieldsV1: fields(`{"f:metadata":{"f:annotations":{"f:ringmaster.io/rotate-requested-at":{}}}}`)},
+	}}}
+	whole := ring.DeepCopy()
+	got := StripRing(ring.DeepCopy())
+	for _, a := range requestAnnotations {
+		if b, w := ringstatus.RequestedBy(got.GetManagedFields(), a), ringstatus.RequestedBy(whole.GetManagedFields(), a); b != w {
+			t.Errorf("%s requested by %q once stripped, %q whole", a, b, w)
+		}
+	}
+	if n := len(got.GetManagedFields()); n != 2 {
+		t.Fatalf("%d managed fields entries kept, want the 2 that own a request: %+v", n, got.GetManagedFields())
+	}
+	for _, f := range got.GetManagedFields() {
+		if strings.Contains(string(f.FieldsV1.Raw), "team") || strings.Contains(string(f.FieldsV1.Raw), "status") {
+			t.Errorf("kept fields beyond the requests: %s", f.FieldsV1.Raw)
+		}
+	}
+	if again := StripRing(got.DeepCopyObject().(client.Object)); !equality.Semantic.DeepEqual(again, got) {
+		t.Errorf("transforming its own output changed it: %+v", again.GetManagedFields())
+	}
 }
