@@ -113,7 +113,8 @@ const MaxRevocations = 10
 
 // Build is the ring's status after a reconcile with outcome o, from its
 // status before.
-func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) v1alpha1.TicketKeyRingStatus {
+func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) (out v1alpha1.TicketKeyRingStatus) {
+	defer func() { stampTransitions(prev.Conditions, out.Conditions, o.Now) }()
 	s := *prev.DeepCopy()
 	s.LastRotateRequestedAt, s.LastRevokeRequestedAt = bounded(s.LastRotateRequestedAt), bounded(s.LastRevokeRequestedAt)
 	s.Revocations = boundedRevocations(s.Revocations)
@@ -198,6 +199,21 @@ func RefusedCondition(annotations []string, generation int64) metav1.Condition {
 	return metav1.Condition{Type: v1alpha1.ConditionRequestRefused, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonInvalidRequest, ObservedGeneration: generation,
 		Message: fmt.Sprintf("Annotation %s holds no RFC 3339 time of at most 64 characters (the value is not shown): it is not carried out. Set it to the current time, e.g. $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ)",
 			strings.Join(annotations, " and "))}
+}
+
+// stampTransitions dates each condition that turned to its status in this
+// outcome by its clock, to the second as the API server keeps it, rather
+// than by the wall clock meta.SetStatusCondition reads: how long a ring
+// has failed (ringplan.MintRetry) is then measured on one clock.
+func stampTransitions(prev, next []metav1.Condition, now time.Time) {
+	if now.IsZero() {
+		return
+	}
+	for i := range next {
+		if p := meta.FindStatusCondition(prev, next[i].Type); p == nil || p.Status != next[i].Status {
+			next[i].LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
+		}
+	}
 }
 
 // confirmationOverdue sets ConfirmationOverdue while the ring has
