@@ -148,8 +148,15 @@ func (w *ringSecrets) deliver(ctx context.Context, owner distribute.Owner, snap 
 				Message: fmt.Sprintf("Secret %s/%s exists and is not this ring's; it was left untouched: rename spec.distribution.secretName or remove it", ns, want.Name)})
 		}
 	}
+	// A TicketKeyRing's projections live in its own namespace: a list there
+	// reads that namespace's Secrets from the cache, not every ring's, which
+	// made each reconcile's cost grow with the rings of the cluster.
+	opts := []client.ListOption{client.MatchingLabels(owner.ProjectionLabels())}
+	if owner.Namespace != "" {
+		opts = append(opts, client.InNamespace(owner.Namespace))
+	}
 	copies := &corev1.SecretList{}
-	if err := w.List(ctx, copies, client.MatchingLabels(owner.ProjectionLabels())); err != nil {
+	if err := w.List(ctx, copies, opts...); err != nil {
 		return failed, errors.Join(append(errs, fmt.Errorf("list projections: %w", err))...)
 	}
 	for i := range copies.Items {
