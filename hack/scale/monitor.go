@@ -195,7 +195,7 @@ func (m *monitor) waitIdle(ctx context.Context) (reading, error) {
 		}
 		select {
 		case <-ctx.Done():
-			return reading{}, fmt.Errorf("the operator never went idle (queue depth %.0f, %0.f reconciles running, last request %s ago; %v): %w",
+			return reading{}, fmt.Errorf("the operator never went idle (queue depth %.0f, %0.f reconciles running, last request %s ago; %w): %w",
 				r.depth, r.active, time.Since(last).Round(time.Second), err, ctx.Err())
 		case <-time.After(500 * time.Millisecond):
 		}

@@ -118,9 +118,9 @@ func StripRing(obj client.Object) client.Object {
 		if len(owned) == 0 {
 			continue
 		}
-		raw := []byte(`{"f:metadata":{"f:annotations":{` + strings.Join(owned, ",") + `}}}`)
+		raw := `{"f:metadata":{"f:annotations":{` + strings.Join(owned, ",") + `}}}`
 		kept = append(kept, metav1.ManagedFieldsEntry{Manager: f.Manager, Operation: f.Operation, APIVersion: f.APIVersion, Time: f.Time,
-			FieldsType: f.FieldsType, FieldsV1: &metav1.FieldsV1{Raw: raw}, Subresource: f.Subresource})
+			FieldsType: f.FieldsType, FieldsV1: metav1.NewFieldsV1(raw), Subresource: f.Subresource})
 	}
 	obj.SetManagedFields(kept)
 	return obj

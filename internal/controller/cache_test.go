@@ -416,7 +416,7 @@ func liveHeap() uint64 {
 
 func TestStripRing(t *testing.T) {
 	at := func(m int) *metav1.Time { return &metav1.Time{Time: time.Date(2026, 3, 1, 12, m, 0, 0, time.UTC)} }
-	fields := func(s string) *metav1.FieldsV1 { return &metav1.FieldsV1{Raw: []byte(s)} }
+	fields := metav1.NewFieldsV1
 	ring := &v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", ManagedFields: []metav1.ManagedFieldsEntry{
 		{Manager: "kubectl-client-side-apply", Operation: metav1.ManagedFieldsOperationUpdate, Time: at(0), FieldsType: "FieldsV1",
 			FieldsV1: fields(`{"f:spec":{"f:rotationInterval":{},"f:retainedKeys":{}}}`)},
@@ -438,8 +438,8 @@ func TestStripRing(t *testing.T) {
 		t.Fatalf("%d managed fields entries kept, want the 2 that own a request: %+v", n, got.GetManagedFields())
 	}
 	for _, f := range got.GetManagedFields() {
-		if strings.Contains(string(f.FieldsV1.Raw), "team") || strings.Contains(string(f.FieldsV1.Raw), "status") {
-			t.Errorf("kept fields beyond the requests: %s", f.FieldsV1.Raw)
+		if strings.Contains(f.FieldsV1.GetRawString(), "team") || strings.Contains(f.FieldsV1.GetRawString(), "status") {
+			t.Errorf("kept fields beyond the requests: %s", f.FieldsV1.GetRawString())
 		}
 	}
 	if again := StripRing(got.DeepCopyObject().(client.Object)); !equality.Semantic.DeepEqual(again, got) {

@@ -21,6 +21,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -130,9 +131,9 @@ var _ = Describe("The admission guard of pods", Ordered, func() {
 		updated.Annotations[v1alpha1.DeliveredAnnotation] = "web-ticket-keys=4"
 		Expect(asOperator.Update(ctx, updated)).To(Succeed(), "an update changing the annotation alone")
 
-		applied := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod.Name, Annotations: map[string]string{v1alpha1.DeliveredAnnotation: "web-ticket-keys=5"}}}
-		Expect(asOperator.Patch(ctx, applied, client.Apply, client.FieldOwner("ringmaster-apply"), client.ForceOwnership)).To(Succeed(), "server-side apply of the annotation alone")
+		applied := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod",
+			"metadata": map[string]any{"namespace": ns, "name": pod.Name, "annotations": map[string]any{v1alpha1.DeliveredAnnotation: "web-ticket-keys=5"}}}}
+		Expect(asOperator.Apply(ctx, client.ApplyConfigurationFromUnstructured(applied), client.FieldOwner("ringmaster-apply"), client.ForceOwnership)).To(Succeed(), "server-side apply of the annotation alone")
 		Expect(current().Annotations).To(HaveKeyWithValue(v1alpha1.DeliveredAnnotation, "web-ticket-keys=5"))
 
 		By("a patch naming another pod's UID takes nothing")
@@ -188,7 +189,7 @@ var _ = Describe("The admission guard of pods", Ordered, func() {
 		msg, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		Expect(resp.StatusCode).To(Equal(http.StatusForbidden), "an exec: %s", msg)
-		Expect(string(msg)).To(ContainSubstring(testenv.PodGuardName+": the ringmaster operator (system:serviceaccount:ringmaster-system:ringmaster) "+only+"connect "+target+"/exec"))
+		Expect(string(msg)).To(ContainSubstring(testenv.PodGuardName + ": the ringmaster operator (system:serviceaccount:ringmaster-system:ringmaster) " + only + "connect " + target + "/exec"))
 		refused("a create", asOperator.Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "evil"},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "evil.example/x"}}}}), only+"create pod "+ns+"/evil")
 
@@ -289,7 +290,9 @@ var _ = Describe("Nudging the pods of a ring", Ordered, func() {
 		epoch := getRing(ctx, ring).Status.Epoch
 		waitEpoch(ctx, ring, epoch)
 		Eventually(annotated(ctx, ns, fmt.Sprintf("web-ticket-keys=%d", epoch)), timeout, poll).Should(Equal(3))
-		Eventually(func() (uint64, error) { return histogramCount("ringmaster_nudge_seconds", map[string]string{"priority": "revoke"}) }, timeout, poll).
+		Eventually(func() (uint64, error) {
+			return histogramCount("ringmaster_nudge_seconds", map[string]string{"priority": "revoke"})
+		}, timeout, poll).
 			Should(BeNumerically(">=", 1), "the revoke's nudge counted as such")
 
 		for _, name := range []string{"other", "unbound"} {

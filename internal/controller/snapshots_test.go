@@ -11,7 +11,6 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -161,7 +160,7 @@ var _ = Describe("The snapshots a reconcile plans from", func() {
 		Expect(api.lists.Load()).To(BeEquivalentTo(2))
 
 		By("another ring of the same name")
-		owner.UID = types.UID(uuid.NewUUID())
+		owner.UID = uuid.NewUUID()
 		Expect(names()).To(BeEmpty(), "the old ring's snapshot is not the new one's")
 		Expect(api.lists.Load()).To(BeEquivalentTo(3))
 	})

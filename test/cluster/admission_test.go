@@ -190,8 +190,8 @@ func guardsPods(ctx SpecContext) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: shopNS, Name: pods.Items[0].Name}}
 	err = operatorSA.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"app":"stolen"}}}`)))
 	Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want Forbidden, got %v", err)
-	Expect(err.Error()).To(ContainSubstring(policy+": the ringmaster operator (system:serviceaccount:"+releaseNS+":"+release+") may change nothing of a pod but the annotation "+
-		v1alpha1.DeliveredAnnotation+", and may not change the labels of pod "+shopNS+"/"+pod.Name))
+	Expect(err.Error()).To(ContainSubstring(policy + ": the ringmaster operator (system:serviceaccount:" + releaseNS + ":" + release + ") may change nothing of a pod but the annotation " +
+		v1alpha1.DeliveredAnnotation + ", and may not change the labels of pod " + shopNS + "/" + pod.Name))
 	err = operatorSA.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"activeDeadlineSeconds":1}}`)))
 	Expect(apierrors.IsForbidden(err)).To(BeTrue(), "want Forbidden, got %v", err)
 	Expect(err.Error()).To(ContainSubstring("may not change the spec of pod " + shopNS + "/" + pod.Name))
