@@ -1,23 +1,18 @@
 package fleet
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+
+	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 )
 
 // OperatorServiceAccount is the operator's service account in
@@ -66,24 +61,5 @@ func (c *Cluster) UseServiceAccount(ctx context.Context, dir string) error {
 // Apply creates every object of a YAML file, such as the roles of
 // config/rbac; those that exist already are left as they are.
 func (c *Cluster) Apply(ctx context.Context, path string) error {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return fmt.Errorf("%s: %w", path, err)
-		}
-		if len(u.Object) == 0 {
-			continue
-		}
-		if err := c.Client.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("%s: create %s %s: %w", path, u.GetKind(), u.GetName(), err)
-		}
-	}
+	return testenv.ApplyFile(ctx, c.Client, path)
 }

@@ -218,7 +218,11 @@ func (e *Env) Token(ctx context.Context, serviceAccount string, audiences []stri
 
 // Apply creates every object of a YAML file, such as the roles of
 // config/rbac; those that exist are left.
-func (e *Env) Apply(ctx context.Context, path string) error {
+func (e *Env) Apply(ctx context.Context, path string) error { return ApplyFile(ctx, e.Client, path) }
+
+// ApplyFile creates, through c, every object of the YAML file at path;
+// those that exist already are left as they are.
+func ApplyFile(ctx context.Context, c client.Client, path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -235,7 +239,7 @@ func (e *Env) Apply(ctx context.Context, path string) error {
 		if len(u.Object) == 0 {
 			continue
 		}
-		if err := e.Client.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := c.Create(ctx, u); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("%s: create %s %s: %w", path, u.GetKind(), u.GetName(), err)
 		}
 	}
