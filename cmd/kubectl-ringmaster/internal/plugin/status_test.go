@@ -23,7 +23,14 @@ var _ = Describe("status", func() {
 		// scheduled rotation and a new ring's first epoch have none).
 		Expect(run(team, "rotate", "web", "-n", "shop", "--timeout", "2m").Code).To(Equal(0))
 		r := published("shop", "web")
-		res := run(admin, "status", "web", "-n", "shop")
+		// The operator's event is sent after its status write, and
+		// asynchronously: the status may be read before it arrives.
+		rotated := `(?m)^  Normal\s+Rotated\s+\S+\s+Published epoch ` + strconv.FormatInt(r.Status.Epoch, 10) + ` `
+		var res result
+		Eventually(func() string {
+			res = run(admin, "status", "web", "-n", "shop")
+			return res.Out
+		}, timeout, poll).Should(MatchRegexp(rotated), "the operator's events on the ring")
 		Expect(res.Code).To(Equal(0), res.Err)
 		Expect(res.Err).To(BeEmpty())
 		Expect(res.Out).To(HavePrefix("TicketKeyRing shop/web\n"))
@@ -36,7 +43,6 @@ var _ = Describe("status", func() {
 		Expect(res.Out).To(MatchRegexp(`(?m)^  shop\s+web-ticket-keys\s+` + strconv.FormatInt(r.Status.Epoch, 10) + `\s`))
 		Expect(res.Out).To(MatchRegexp(`(?m)^  shop\s+` + r.Status.Snapshot + `\s`))
 		Expect(res.Out).To(ContainSubstring("Pods:\n  not asked: the ring has no spec.confirmation, under which the operator asks its pods which keys they hold\n"))
-		Expect(res.Out).To(MatchRegexp(`(?m)^  Normal\s+Rotated\s+\S+\s+Published epoch `+strconv.FormatInt(r.Status.Epoch, 10)+` `), "the operator's events on the ring")
 
 		projection := &corev1.Secret{}
 		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "shop", Name: "web-ticket-keys"}, projection)).To(Succeed())
