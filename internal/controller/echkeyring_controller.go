@@ -17,7 +17,6 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -71,7 +70,7 @@ func (r *ECHKeyRingReconciler) SetupWithManager(mgr manager.Manager, workers int
 		r.secrets = &ringSecrets{Client: r.Client, APIReader: r.APIReader}
 	}
 	changed := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deletionChanged()))
-	return builder.ControllerManagedBy(mgr).Named("echkeyring").WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
+	return builder.ControllerManagedBy(mgr).Named("echkeyring").WithOptions(ringWork(workers)).
 		For(&v1alpha1.ECHKeyRing{}, changed).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindECHKeyRing))).
 		Watches(&v1alpha1.ClusterDNSZone{}, handler.EnqueueRequestsFromMapFunc(r.ringsOfZone)).

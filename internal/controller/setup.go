@@ -29,6 +29,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/dnswork"
+	"github.com/ringmaster-io/ringmaster/internal/fairqueue"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/nudge"
 )
@@ -182,7 +183,7 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 			return fmt.Errorf("index %T by key source: %w", obj, err)
 		}
 	}
-	workers := controller.Options{MaxConcurrentReconciles: o.RingWorkers, UsePriorityQueue: ptr.To(true)}
+	workers := ringWork(o.RingWorkers)
 	specOrAnnotations := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))
 
 	if err := builder.ControllerManagedBy(mgr).Named("ticketkeyring").WithOptions(workers).
@@ -205,6 +206,13 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 		return fmt.Errorf("set up the ClusterTicketKeyRing controller: %w", err)
 	}
 	return nil
+}
+
+// ringWork is the work queue of every ring controller: controller-runtime's
+// priority queue, fair between namespaces within a priority (package
+// fairqueue), served by workers reconciles at a time.
+func ringWork(workers int) controller.Options {
+	return controller.Options{MaxConcurrentReconciles: workers, UsePriorityQueue: ptr.To(true), NewQueue: fairqueue.NewQueue}
 }
 
 // scheduled is the work queue priority of a ring's work that nobody waits
