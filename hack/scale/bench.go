@@ -277,7 +277,8 @@ func (b *bench) runPhase(ctx context.Context, p *phase, bulk func(context.Contex
 	}
 	p.idle, p.atIdle = time.Since(start), at
 	b.mon.withPhase(func(p *phase) {
-		p.mem.rss, p.mem.heap, p.mem.goroutines = max(p.mem.rss, at.rss), max(p.mem.heap, at.heap), max(p.mem.goroutines, at.goroutines)
+		p.mem.rss, p.mem.anon = max(p.mem.rss, at.rss), max(p.mem.anon, at.anon)
+		p.mem.heap, p.mem.goroutines = max(p.mem.heap, at.heap), max(p.mem.goroutines, at.goroutines)
 	})
 	cpu1, _ := b.env.Operator.CPU()
 	p.cpu = cpu1 - cpu0

@@ -43,10 +43,10 @@ type monitor struct {
 
 // reading is the operator's state at one moment.
 type reading struct {
-	rss, heap, goroutines float64
-	depth, active         float64 // its work queues' depth and busy workers, all controllers
-	leader                float64
-	requests              map[string]float64 // its rest_client_requests_total by method, Lease included
+	rss, anon, heap, goroutines float64 // anon: RSS's anonymous part (fleet.Mem)
+	depth, active               float64 // its work queues' depth and busy workers, all controllers
+	leader                      float64
+	requests                    map[string]float64 // its rest_client_requests_total by method, Lease included
 }
 
 // run samples the operator's RSS every 250 ms, scrapes its metrics every
@@ -55,8 +55,10 @@ func (m *monitor) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		every(ctx, 250*time.Millisecond, func() {
-			if rss, err := fleet.ProcRSS(m.pid); err == nil {
-				m.withPhase(func(p *phase) { p.mem.rss = max(p.mem.rss, float64(rss)) })
+			if mem, err := fleet.ProcMem(m.pid); err == nil {
+				m.withPhase(func(p *phase) {
+					p.mem.rss, p.mem.anon = max(p.mem.rss, float64(mem.RSS)), max(p.mem.anon, float64(mem.Anon))
+				})
 			}
 		})
 	})
@@ -137,11 +139,11 @@ func (m *monitor) tail() {
 // read scrapes the operator's metrics and reads its RSS.
 func (m *monitor) read(ctx context.Context) (reading, error) {
 	var r reading
-	rss, err := fleet.ProcRSS(m.pid)
+	mem, err := fleet.ProcMem(m.pid)
 	if err != nil {
 		return r, err
 	}
-	r.rss = float64(rss)
+	r.rss, r.anon = float64(mem.RSS), float64(mem.Anon)
 	m.scraping.Lock()
 	exp, err := fleet.Scrape(ctx, m.http, m.metrics)
 	m.scraping.Unlock()

@@ -41,12 +41,12 @@ func (r *report) print(w io.Writer, b *bench) {
 		r.printPhase(w, p)
 	}
 	if bl := r.baseline; bl != nil {
-		fmt.Fprintf(w, "\nBaseline (idle, leading, before the first ring): RSS %s, heap in use %s, goroutines %.0f; live heap %s (%s)\n",
-			mb(bl.rss), mb(bl.heap), bl.goroutines, mb(bl.live), bl.profile)
+		fmt.Fprintf(w, "\nBaseline (idle, leading, before the first ring): RSS %s (anonymous %s), heap in use %s, goroutines %.0f; live heap %s (%s)\n",
+			mb(bl.rss), mb(bl.anon), mb(bl.heap), bl.goroutines, mb(bl.live), bl.profile)
 	}
 	if s := r.settled; s != nil {
-		fmt.Fprintf(w, "\nSettled (idle %s after the bulk, %d rings): RSS %s, heap in use %s, goroutines %.0f; after the heap profile's garbage collection: RSS %s\n",
-			s.idleFor, s.rings, mb(s.before.rss), mb(s.before.heap), s.before.goroutines, mb(s.after.rss))
+		fmt.Fprintf(w, "\nSettled (idle %s after the bulk, %d rings): RSS %s (anonymous %s), heap in use %s, goroutines %.0f; after the heap profile's garbage collection: RSS %s (anonymous %s)\n",
+			s.idleFor, s.rings, mb(s.before.rss), mb(s.before.anon), mb(s.before.heap), s.before.goroutines, mb(s.after.rss), mb(s.after.anon))
 		if s.profileFailure != nil {
 			fmt.Fprintf(w, "Heap profile: %v\n", s.profileFailure)
 		} else {
@@ -97,9 +97,9 @@ func (r *report) printPhase(w io.Writer, p *phase) {
 		}
 		fmt.Fprintf(w, "  operator's own count (rest_client_requests_total, the Lease included): %s; the Lease: %d requests\n", strings.Join(parts, ", "), p.leases)
 	}
-	fmt.Fprintf(w, "Memory (peak):    RSS %s, heap in use %s, goroutines %.0f\n", mb(p.mem.rss), mb(p.mem.heap), p.mem.goroutines)
+	fmt.Fprintf(w, "Memory (peak):    RSS %s (anonymous %s), heap in use %s, goroutines %.0f\n", mb(p.mem.rss), mb(p.mem.anon), mb(p.mem.heap), p.mem.goroutines)
 	if p.idle > 0 {
-		fmt.Fprintf(w, "  at idle:        RSS %s, heap in use %s\n", mb(p.atIdle.rss), mb(p.atIdle.heap))
+		fmt.Fprintf(w, "  at idle:        RSS %s (anonymous %s), heap in use %s\n", mb(p.atIdle.rss), mb(p.atIdle.anon), mb(p.atIdle.heap))
 	}
 }
 
@@ -123,8 +123,8 @@ func (r *report) row() string {
 		cells[4] = perRingCell(create)
 		cells[3] = "peak " + mb(create.mem.rss)
 		if s := r.settled; s != nil {
-			cells[3] = fmt.Sprintf("%s peak, %s settled; heap %s peak, %s settled; live %s, %s/ring",
-				mb(create.mem.rss), mb(s.before.rss), mb(create.mem.heap), mb(s.before.heap), mb(s.live), kb(s.grown/float64(s.rings)))
+			cells[3] = fmt.Sprintf("%s peak (%s anonymous), %s settled (%s); heap %s peak, %s settled; live %s, %s/ring",
+				mb(create.mem.rss), mb(create.mem.anon), mb(s.before.rss), mb(s.before.anon), mb(create.mem.heap), mb(s.before.heap), mb(s.live), kb(s.grown/float64(s.rings)))
 		}
 	}
 	if rotate != nil {

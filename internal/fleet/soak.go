@@ -168,24 +168,46 @@ func (l *StreamLoad) Stop() {
 // ProcRSS returns a process's resident set size in bytes (VmRSS of
 // /proc/PID/status).
 func ProcRSS(pid int) (int64, error) {
+	m, err := ProcMem(pid)
+	return m.RSS, err
+}
+
+// Mem is a process's resident memory, in bytes.
+type Mem struct {
+	// RSS is all of it (VmRSS), the pages of its mapped binary included.
+	RSS int64
+	// Anon is its anonymous part (RssAnon): the heap, stacks and the
+	// runtime's own, which only an exit gives back.
+	Anon int64
+}
+
+// ProcMem reads a process's resident memory from /proc/PID/status.
+func ProcMem(pid int) (Mem, error) {
+	var m Mem
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return m, err
 	}
 	defer f.Close()
+	fields := map[string]*int64{"VmRSS:": &m.RSS, "RssAnon:": &m.Anon}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		v, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
+		name, v, _ := strings.Cut(sc.Text(), "\t")
+		dst, ok := fields[name]
 		if !ok {
 			continue
 		}
 		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/status VmRSS %q: %w", pid, v, err)
+			return m, fmt.Errorf("/proc/%d/status %s %q: %w", pid, name, v, err)
 		}
-		return kb << 10, nil
+		*dst = kb << 10
+		delete(fields, name)
 	}
-	return 0, fmt.Errorf("/proc/%d/status has no VmRSS", pid)
+	if len(fields) > 0 {
+		return m, fmt.Errorf("/proc/%d/status has no %s", pid, strings.Join(slices.Sorted(maps.Keys(fields)), " or "))
+	}
+	return m, sc.Err()
 }
 
 // Scrape reads a plain-HTTP Prometheus endpoint.
