@@ -6,8 +6,6 @@ SHELL := /usr/bin/env bash -o pipefail
 BIN := $(CURDIR)/bin
 CONTROLLER_GEN_VERSION := v0.23.0
 CONTROLLER_GEN := $(BIN)/controller-gen
-GOLANGCI_LINT_VERSION := v2.15.0
-GOLANGCI_LINT := $(BIN)/golangci-lint
 HELM_VERSION := v3.22.0
 HELM := $(BIN)/helm
 # The release version, written in internal/version/VERSION only: the
@@ -72,10 +70,9 @@ vet: ## Run go vet.
 	go vet -tags integration,e2e,cluster ./...
 
 .PHONY: test
-test: manifests generate vet envtest vault cert-manager servers helm images cosign registry cluster-build kube-router ## Run every test: unit, integration and end to end (one go test run; real Vault, cert-manager, nginx and HAProxy), then the chart in a real single-node cluster (root). The README's and CI's test command.
+test: manifests generate vet envtest vault cert-manager servers helm sbom-tool cosign registry ## Run the unit, integration and end-to-end tests (one go test run; real API server, Vault, cert-manager, nginx, HAProxy, Knot, Prometheus), the images' and the release's, and Caddy's. The README's and CI's test command; make test-cluster runs the chart in a real cluster.
 	$(TOOLS_ENV) go test -tags integration,e2e $(PKG) -count=1 $(TESTFLAGS)
 	@$(MAKE) --no-print-directory test-caddy
-	@$(MAKE) --no-print-directory run-test-cluster
 
 .PHONY: test-caddy
 test-caddy: ## Run the Caddy STEK provider's tests (its own module, ./caddy): builds Caddy with tls.stek.ringmaster and runs two instances on one ring.
@@ -99,27 +96,27 @@ test-integration: envtest vault cert-manager servers helm sbom-tool cosign regis
 	$(TOOLS_ENV) go test -tags integration $(PKG) -count=1 $(TESTFLAGS)
 
 .PHONY: test-cluster
-test-cluster: manifests generate servers helm images cosign cluster-build kube-router ## Run only the cluster suite (make test runs it too, last): install the chart into a real single-node cluster and drive a fleet through it. Needs root.
+test-cluster: manifests generate servers helm images cosign cluster-build kube-router ## Run the cluster suite: install the chart into a real single-node cluster and drive a fleet through it, with the fault specs that fit (about 13 min warm; its node, containerd, kube-router and images take about 20 min more to build cold, which is why make test leaves it out). Needs root.
 	@$(MAKE) --no-print-directory run-test-cluster
 
 .PHONY: test-faults
-test-faults: manifests generate servers helm images cosign cluster-build vault kube-router ## Run the cluster suite's fault specs make test leaves out for time (containerd restarted, Vault unreachable, helm upgrade, node restart, each during a rotation under load, invariants checked). Needs root.
+test-faults: manifests generate servers helm images cosign cluster-build vault kube-router ## Run the cluster suite's fault specs make test-cluster leaves out for time (containerd restarted, Vault unreachable, helm upgrade, node restart, each during a rotation under load, invariants checked). Needs root.
 	@RINGMASTER_VAULT="$$(hack/vault.sh)" $(MAKE) --no-print-directory run-test-cluster CLUSTER_LABELS=faults-long
 
-# The cluster suite's specs that make test and make test-cluster run: all
+# The cluster suite's specs that make test-cluster runs: all
 # but the long fault specs, which make test-faults runs, and the
 # measurements, which make measure-cluster runs.
 CLUSTER_LABELS ?= !faults-long && !measure
 
-# The cluster suite runs alone, after the others: its cluster and fleet want
-# the machine's 2 cores, and would slow the timing-sensitive suites beside
-# it. Its cluster is stopped afterwards even if the test binary was killed.
+# The cluster suite runs alone: its cluster and fleet want the machine's 2
+# cores, and would slow the timing-sensitive suites beside it. Its cluster
+# is stopped afterwards even if the test binary was killed.
 .PHONY: run-test-cluster
 run-test-cluster:
 	status=0; SYNC_FREQUENCY=$(SYNC_FREQUENCY) RINGMASTER_HELM=$(HELM) RINGMASTER_KUBE_ROUTER=$(BIN)/kube-router RINGMASTER_COSIGN="$$(hack/cosign.sh)" RINGMASTER_COSIGN_KEY="$$(hack/cosign.sh test-key)/cosign.key" RINGMASTER_IMAGES=$(BIN)/images RINGMASTER_IMAGE_TAG=$(IMAGE_TAG) go test -tags cluster ./test/cluster/ -count=1 -timeout $(CLUSTER_TIMEOUT) -v -ginkgo.v -ginkgo.label-filter='$(CLUSTER_LABELS)' $(TESTFLAGS) || status=$$?; \
 		RINGMASTER_CLUSTER=ringmaster-e2e hack/cluster/down.sh; exit $$status
 
-# The cluster suite's measurements (label measure) are left out of make test:
+# The cluster suite's measurements (label measure) are left out of make test-cluster:
 # they take about an hour. SYNC_FREQUENCY is the kubelet's (hack/cluster/up.sh).
 SYNC_FREQUENCY ?= 10s
 CLUSTER_TIMEOUT ?= 30m
@@ -177,8 +174,8 @@ chart-dryrun: helm envtest ## Validate the rendered chart with a server-side dry
 	hack/chart-dryrun.sh
 
 .PHONY: lint
-lint: golangci-lint golangci-kal ## Run golangci-lint (.golangci.yml) on every build tag's files, and kube-api-linter (.golangci-kal.yml) on api/.
-	$(GOLANGCI_LINT) run --allow-parallel-runners --build-tags integration,e2e,cluster ./...
+lint: golangci-kal ## Run golangci-lint (.golangci.yml) on every build tag's files, and kube-api-linter (.golangci-kal.yml) on api/: one build of golangci-lint, with the kube-api-linter plugin compiled in.
+	$(BIN)/golangci-kal run --allow-parallel-runners --build-tags integration,e2e,cluster ./...
 	$(BIN)/golangci-kal run --allow-parallel-runners -c .golangci-kal.yml ./api/...
 
 .PHONY: verify
@@ -284,9 +281,6 @@ registry: ## Build the CNCF distribution registry, the single-node cluster's and
 golangci-kal: ## Build golangci-lint with the kube-api-linter plugin (hack/tools/golangci-kal; cached).
 	@hack/golangci-kal.sh >/dev/null
 
-.PHONY: golangci-lint
-golangci-lint: ## Build golangci-lint (cached).
-	@hack/gotool.sh golangci-lint github.com/golangci/golangci-lint/v2/cmd/golangci-lint $(GOLANGCI_LINT_VERSION) >/dev/null
 
 .PHONY: servers
 servers: ## Install nginx, HAProxy, Prometheus and Knot DNS from Debian's packages where missing, for the sidecar's interop tests, the alert-rule tests and ECH's DNS publishing (needs root or sudo once).
