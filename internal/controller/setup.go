@@ -188,6 +188,7 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 
 	if err := builder.ControllerManagedBy(mgr).Named("ticketkeyring").WithOptions(workers).
 		For(&v1alpha1.TicketKeyRing{}, specOrAnnotations).
+		Watches(&v1alpha1.TicketKeyRing{}, shared.statuses.forgetShown(ringStatus)).
 		Watches(&corev1.Secret{}, atPriority(scheduled, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindTicketKeyRing)))).
 		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.TicketKeyRingList{}))).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(shared.sourcedRingsIn), builder.WithPredicates(labelsChanged())).
@@ -198,6 +199,7 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 	ctkr := &ClusterTicketKeyRingReconciler{rings: shared, Namespace: o.Namespace}
 	if err := builder.ControllerManagedBy(mgr).Named("clusterticketkeyring").WithOptions(workers).
 		For(&v1alpha1.ClusterTicketKeyRing{}, specOrAnnotations).
+		Watches(&v1alpha1.ClusterTicketKeyRing{}, shared.statuses.forgetShown(ringStatus)).
 		Watches(&corev1.Secret{}, atPriority(scheduled, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindClusterTicketKeyRing)))).
 		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.ClusterTicketKeyRingList{}))).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(ctkr.allRings), builder.WithPredicates(labelsChanged())).
@@ -206,6 +208,17 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 		return fmt.Errorf("set up the ClusterTicketKeyRing controller: %w", err)
 	}
 	return nil
+}
+
+// ringStatus is the status of a ring of either ticket kind.
+func ringStatus(obj client.Object) (v1alpha1.TicketKeyRingStatus, bool) {
+	switch r := obj.(type) {
+	case *v1alpha1.TicketKeyRing:
+		return r.Status, true
+	case *v1alpha1.ClusterTicketKeyRing:
+		return r.Status, true
+	}
+	return v1alpha1.TicketKeyRingStatus{}, false
 }
 
 // ringWork is the work queue of every ring controller: controller-runtime's
