@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -45,6 +46,8 @@ func main() {
 	qps := flag.Float64("kube-api-qps", -1,
 		"Most requests a second to the API server, on average; negative: no limit in the client, and the API server's priority and fairness queues the operator's requests among everyone's.")
 	burst := flag.Int("kube-api-burst", 0, "Requests the operator may send at once over --kube-api-qps (default: twice it).")
+	memoryRatio := flag.Float64("memory-limit-ratio", operator.DefaultMemoryLimitRatio,
+		"The Go runtime's soft memory limit as a share of the container's memory limit ($"+operator.MemoryLimitEnv+", in bytes, which the chart sets from the downward API), so that the garbage collector works harder before the container is OOM-killed; GOMEMLIMIT, when set, wins.")
 	printVersion := flag.Bool("version", false, "Print the version and exit.")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
@@ -63,6 +66,15 @@ func main() {
 	}
 	o.WatchNamespaces = namespaces
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zo)))
+	limit, err := operator.SoftMemoryLimit(os.Getenv(operator.MemoryLimitEnv), os.Getenv("GOMEMLIMIT"), *memoryRatio)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	if limit > 0 {
+		debug.SetMemoryLimit(limit)
+		ctrl.Log.WithName("setup").Info("Set the Go runtime's soft memory limit", "bytes", limit, "ratio", *memoryRatio)
+	}
 
 	if err := run(o, float32(*qps), *burst); err != nil {
 		ctrl.Log.WithName("setup").Error(err, "Operator stopped")

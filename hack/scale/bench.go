@@ -21,6 +21,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/apiaudit"
 	"github.com/ringmaster-io/ringmaster/internal/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/operator"
 )
 
 // probeNamespace holds the probe rings, apart from the bulk's, so that the
@@ -98,6 +99,9 @@ func setup(ctx context.Context, cfg config) (*bench, error) {
 		args = append(args, fmt.Sprintf("--ring-workers=%d", cfg.ringWorkers))
 	}
 	var env []string
+	if cfg.memoryLimit > 0 {
+		env = append(env, fmt.Sprintf("%s=%d", operator.MemoryLimitEnv, cfg.memoryLimit))
+	}
 	if cfg.goMemLimit != "" {
 		env = append(env, "GOMEMLIMIT="+cfg.goMemLimit)
 	}
@@ -134,8 +138,8 @@ func setup(ctx context.Context, cfg config) (*bench, error) {
 	if err := b.mon.waitLeader(wait, e.Operator); err != nil {
 		return nil, errors.Join(err, b.close())
 	}
-	fmt.Fprintf(os.Stderr, "The operator (pid %d, log %s) leads, as %s/%s, metrics on %s, pprof on %s, GOMEMLIMIT %q\n",
-		e.Operator.PID, e.Operator.Log, fleet.OperatorNamespace, fleet.OperatorServiceAccount, metricsAddr, pprofAddr, cfg.goMemLimit)
+	fmt.Fprintf(os.Stderr, "The operator (pid %d, log %s) leads, as %s/%s, metrics on %s, pprof on %s, %s\n",
+		e.Operator.PID, e.Operator.Log, fleet.OperatorNamespace, fleet.OperatorServiceAccount, metricsAddr, pprofAddr, memoryLimits(cfg))
 	return b, nil
 }
 

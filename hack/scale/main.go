@@ -2,7 +2,8 @@
 // On the loopback control plane (a real etcd and kube-apiserver, as make
 // soak and the e2e suite start them), with the operator built as the
 // images are, running as its own service account with config/rbac's roles,
-// leader election and the chart's default GOMEMLIMIT, it
+// leader election and the chart's memory limit (the operator's soft
+// limit is its --memory-limit-ratio of it), it
 //
 //   - creates -rings rings over -namespaces namespaces at once and measures
 //     the time until every one is Ready, from the first create;
@@ -54,6 +55,7 @@ type config struct {
 	activation        time.Duration
 	retained          int
 	goMemLimit        string
+	memoryLimit       int64
 	ringWorkers       int
 	settle, quiet     time.Duration
 	timeout           time.Duration
@@ -75,7 +77,8 @@ func main() {
 	flag.DurationVar(&cfg.rotation, "rotation-interval", time.Hour, "every ring's rotationInterval: long, so that no ring rotates by the clock during the bench")
 	flag.DurationVar(&cfg.activation, "activation-delay", 10*time.Second, "every ring's activationDelay: a rotate-now promotes a staged key only once it is this old")
 	flag.IntVar(&cfg.retained, "retained-keys", 3, "every ring's retainedKeys")
-	flag.StringVar(&cfg.goMemLimit, "gomemlimit", "256MiB", "the operator's GOMEMLIMIT: the chart's default is its memory limit, 256Mi; empty: none")
+	flag.Int64Var(&cfg.memoryLimit, "memory-limit", 256<<20, "the container memory limit the operator is told, in bytes ($RINGMASTER_MEMORY_LIMIT, as the chart sets it from its 256Mi): its Go soft limit is --memory-limit-ratio of it; 0: none")
+	flag.StringVar(&cfg.goMemLimit, "gomemlimit", "", "the operator's GOMEMLIMIT, which wins over -memory-limit; empty: none")
 	flag.IntVar(&cfg.ringWorkers, "ring-workers", 0, "the operator's --ring-workers; 0: its default")
 	flag.DurationVar(&cfg.settle, "settle", 30*time.Second, "how long the operator stays idle after the bulk before the settled memory reading and heap profile")
 	flag.DurationVar(&cfg.quiet, "quiet", 3*time.Second, "how long without a request of the operator (its Lease's aside), its queues empty, counts as idle")

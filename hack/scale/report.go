@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ringmaster-io/ringmaster/internal/operator"
 )
 
 // report is what the bench prints at the end, also when a phase failed.
@@ -25,15 +27,11 @@ func (r *report) print(w io.Writer, b *bench) {
 	cfg := r.cfg
 	fmt.Fprintf(w, "\n==== Scale report: %d TicketKeyRings in %d namespaces (rotationInterval %s, activationDelay %s, retainedKeys %d), %s\n",
 		cfg.rings, cfg.namespaces, cfg.rotation, cfg.activation, cfg.retained, r.started.UTC().Format(time.RFC3339))
-	limit := cfg.goMemLimit
-	if limit == "" {
-		limit = "none"
-	}
 	workers := "default"
 	if cfg.ringWorkers > 0 {
 		workers = strconv.Itoa(cfg.ringWorkers)
 	}
-	fmt.Fprintf(w, "Operator: built as the images are, as service account ringmaster-system/ringmaster with config/rbac's roles, leader election, GOMEMLIMIT %s, --ring-workers %s\n", limit, workers)
+	fmt.Fprintf(w, "Operator: built as the images are, as service account ringmaster-system/ringmaster with config/rbac's roles, leader election, %s, --ring-workers %s\n", memoryLimits(cfg), workers)
 	fmt.Fprintf(w, "Machine: %d CPUs, load average %s at the start and %s at the end (shared: other work competes with the operator, the API server and the bench)\n",
 		runtime.NumCPU(), r.load[0], r.load[len(r.load)-1])
 	fmt.Fprintf(w, "Requests: the operator's, from kube-apiserver's audit log of its service account, watches and its Lease left out; per ring of the bulk (probe rings apart)\n")
@@ -193,4 +191,17 @@ func bytesOf(v float64) string {
 		return kb(v)
 	}
 	return fmt.Sprintf("%.0f B", v)
+}
+
+// memoryLimits says what the operator is told of memory: the container's
+// limit, from which it sets its soft limit, and GOMEMLIMIT, which wins.
+func memoryLimits(cfg config) string {
+	out := "no memory limit"
+	if cfg.memoryLimit > 0 {
+		out = fmt.Sprintf("memory limit %s (the Go soft limit %.0f%% of it)", mb(float64(cfg.memoryLimit)), operator.DefaultMemoryLimitRatio*100)
+	}
+	if cfg.goMemLimit != "" {
+		out += ", GOMEMLIMIT " + cfg.goMemLimit
+	}
+	return out
 }
