@@ -71,6 +71,11 @@ type phase struct {
 
 	mu     sync.Mutex
 	probes []time.Duration // create-to-Ready of each probe ring created
+	// stamped is each probe ring's Ready lastTransitionTime less its
+	// creationTimestamp: the same wait by the API server's and the
+	// operator's clocks, to the second, without the bench's own create
+	// call and watch.
+	stamped []time.Duration
 	// probesCreated counts the probe rings created during the phase.
 	probesCreated int
 }
@@ -79,10 +84,11 @@ func newPhase(name string) *phase {
 	return &phase{name: name, requests: apiaudit.Counts{}, probeRequests: apiaudit.Counts{}}
 }
 
-func (p *phase) probeDone(d time.Duration) {
+func (p *phase) probeDone(d, stamped time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.probes = append(p.probes, d)
+	p.stamped = append(p.stamped, stamped)
 }
 
 func setup(ctx context.Context, cfg config) (*bench, error) {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -138,7 +139,11 @@ func (t *tracker) seen(obj any) {
 		}
 		t.ready[o].add(now)
 		if rt.probe {
-			rt.phase.probeDone(now.Sub(rt.created))
+			var stamped time.Duration
+			if c := meta.FindStatusCondition(r.Status.Conditions, v1alpha1.ConditionReady); c != nil {
+				stamped = c.LastTransitionTime.Sub(r.CreationTimestamp.Time)
+			}
+			rt.phase.probeDone(now.Sub(rt.created), stamped)
 		}
 	}
 	if rt.asked && rt.done.IsZero() &&
