@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/operator"
 )
 
 // What the operator holds grows with the number of objects it serves, not
@@ -34,6 +36,9 @@ var _ = Describe("The operator's memory under a tenant's large pods", func() {
 		pods  = 80
 		size  = 1 << 20
 		bound = 64 << 20
+		// chartLimit is the chart's resources.limits.memory, which the
+		// chart passes to the operator as $RINGMASTER_MEMORY_LIMIT.
+		chartLimit = 256 << 20
 	)
 
 	It("grows by less than 64 MiB while a ring probes 80 Pending pods of 1 MiB every round", func(ctx SpecContext) {
@@ -77,13 +82,14 @@ var _ = Describe("The operator's memory under a tenant's large pods", func() {
 			Expect(c.Create(ctx, fleet.LargePod(ns, fmt.Sprintf("pending-%02d", i), size, secret, int32(port)))).To(Succeed())
 		}
 
-		By("the operator again, a fresh process serving its metrics; what it holds before the ring probes")
+		By("the operator again, a fresh process serving its metrics, told the chart's memory limit as the chart tells it; what it holds before the ring probes")
 		metricsAddr := freeAddr()
-		args := env.Cluster.OperatorArgs
+		args, environ := env.Cluster.OperatorArgs, env.Cluster.OperatorEnv
 		env.Cluster.OperatorArgs = append(args, "--metrics-bind-address", metricsAddr, "--metrics-insecure")
+		env.Cluster.OperatorEnv = append(slices.Clone(environ), fmt.Sprintf("%s=%d", operator.MemoryLimitEnv, chartLimit))
 		Expect(env.RestartOperator(ctx)).To(Succeed())
 		DeferCleanup(func(ctx SpecContext) {
-			env.Cluster.OperatorArgs = args
+			env.Cluster.OperatorArgs, env.Cluster.OperatorEnv = args, environ
 			Expect(env.RestartOperator(ctx)).To(Succeed())
 		})
 		url := "http://" + metricsAddr + "/metrics"
@@ -101,6 +107,10 @@ var _ = Describe("The operator's memory under a tenant's large pods", func() {
 			Expect(c.Get(ctx, client.ObjectKeyFromObject(ring), ring)).To(Succeed())
 			return fleet.Ready(ring)
 		}, time.Minute, 200*time.Millisecond).Should(BeTrue())
+		expo, err := fleet.Scrape(ctx, http.DefaultClient, url)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(fleet.SumMetric(expo, "go_gc_gomemlimit_bytes")).To(BeEquivalentTo(chartLimit*3/4),
+			"the Go soft limit is --memory-limit-ratio (0.75) of the container's limit")
 		heapBefore := heapSys()
 		rssBefore, err := fleet.ProcPeakRSS(env.Operator.PID)
 		Expect(err).NotTo(HaveOccurred())
