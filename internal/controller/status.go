@@ -158,11 +158,17 @@ func (m *statusMemory[S]) base(obj client.Object, cached S) S {
 	switch {
 	case !ok:
 		return cached
-	case w.uid != obj.GetUID() || !statusChanged(w.status, cached):
+	case w.shown(obj, cached):
 		delete(m.written, key)
 		return cached
 	}
 	return w.status
+}
+
+// shown reports whether the cache's copy of obj, with status cached, ends
+// the entry: it shows the status written, or is another ring of the name.
+func (w writtenStatus[S]) shown(obj client.Object, cached S) bool {
+	return w.uid != obj.GetUID() || !statusChanged(w.status, cached)
 }
 
 // wrote records a status written of obj, as the API server stores it:
@@ -193,7 +199,7 @@ func (m *statusMemory[S]) shown(obj client.Object, cached S) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	key := client.ObjectKeyFromObject(obj)
-	if w, ok := m.written[key]; ok && (w.uid != obj.GetUID() || !statusChanged(w.status, cached)) {
+	if w, ok := m.written[key]; ok && w.shown(obj, cached) {
 		delete(m.written, key)
 	}
 }
