@@ -131,7 +131,9 @@ func setup(ctx context.Context, cfg config) (*bench, error) {
 		return nil, errors.Join(err, b.close())
 	}
 	b.mon = &monitor{pid: e.Operator.PID, metrics: "http://" + metricsAddr + "/metrics", pprof: "http://" + pprofAddr,
-		http: &http.Client{Timeout: 30 * time.Second}, audit: apiaudit.NewReader(e.AuditLog), probeNS: probeNamespace,
+		// Uncompressed: on loopback a gzipped scrape only costs the
+		// operator the compression, 4% of its processor at 10,000 rings.
+		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableCompression: true}}, audit: apiaudit.NewReader(e.AuditLog), probeNS: probeNamespace,
 		quiet: cfg.quiet, scrapeEv: cfg.scrapeEvery}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b.stop = cancel

@@ -43,11 +43,12 @@ var dnsUpdatesTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 
 // snapshotReadsTotal counts the reads of a ring's snapshots, by where they
 // came from. Labels: source ("cache", when the cache holds every snapshot
-// the operator knows of at the version it knows, or "api", listed from the
-// API server).
+// the operator knows of at the version it knows; "api", the ring's listed
+// from the API server; "sweep", every snapshot of a kind of ring in a
+// namespace listed from the API server, once per namespace after a start).
 var snapshotReadsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "ringmaster_snapshot_reads_total",
-	Help: "Reads of a ring's snapshot Secrets: from the cache (shown current) or from the API server.",
+	Help: "Reads of rings' snapshot Secrets: from the cache (shown current), from the API server, or a namespace's from the API server at once (sweep).",
 }, []string{"source"})
 
 // sharedWritesTotal counts writes of shared rings' entries in Vault.

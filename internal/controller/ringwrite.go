@@ -6,11 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -48,8 +46,19 @@ type nudger interface{ Nudge(nudge.Delivery) }
 // from the epoch before it: it comes from the cache only when the cache
 // holds exactly the snapshots the operator last listed from the API server
 // or wrote itself since, each at the resourceVersion it knows (less those
-// it deleted); otherwise from the API server.
+// it deleted); otherwise from the API server. The first ring of a kind to
+// be read in a namespace lists the snapshots of all its rings there
+// (snapshotMemory.sweep), so that a bulk of new rings costs one list per
+// namespace rather than one per ring.
 func (w *ringSecrets) snapshots(ctx context.Context, owner distribute.Owner) ([]*corev1.Secret, error) {
+	if !w.known.isSwept(owner) {
+		all := &corev1.SecretList{}
+		if err := w.APIReader.List(ctx, all, client.InNamespace(owner.Home), client.MatchingLabelsSelector{Selector: owner.HomeSnapshots()}); err != nil {
+			return nil, fmt.Errorf("list the snapshots of namespace %s: %w", owner.Home, err)
+		}
+		snapshotReadsTotal.WithLabelValues("sweep").Inc()
+		w.known.sweep(owner, all.Items)
+	}
 	cached := &corev1.SecretList{}
 	if err := w.List(ctx, cached, client.InNamespace(owner.Home), client.MatchingLabels(owner.SnapshotLabels())); err == nil {
 		if out, ok := w.known.current(owner, ownedSnapshots(owner, cached)); ok {
@@ -251,116 +260,4 @@ func (w *ringSecrets) destroy(ctx context.Context, owner distribute.Owner, snaps
 		log.FromContext(ctx).Info("Deleted snapshot holding expired keys", "snapshot", s.Name)
 	}
 	return errors.Join(errs...)
-}
-
-// snapshotMemory is what the operator knows of each ring's snapshots, so
-// that a reconcile may read them from the cache once the cache is shown
-// current: the snapshots it last listed from the API server or created
-// since, each by UID at the resourceVersion the API server returned, and
-// those it deleted since, which the cache may still hold. It knows nothing
-// of a ring until it has listed the ring's snapshots from the API server,
-// and forgets a ring at any write whose outcome it cannot be sure of.
-type snapshotMemory struct {
-	mu    sync.Mutex
-	rings map[ringID]*knownSnapshots
-}
-
-// ringID names a ring of any kind by where its snapshots live.
-type ringID struct{ kind, home, name string }
-
-func idOf(o distribute.Owner) ringID { return ringID{kind: o.Kind, home: o.Home, name: o.Name} }
-
-type knownSnapshots struct {
-	// ring is the ring's UID: a ring created again under its name is
-	// another ring.
-	ring types.UID
-	have map[types.UID]string
-	gone map[types.UID]struct{}
-}
-
-// current returns the snapshots of the cache, less those the operator
-// deleted, when they are exactly those the operator knows, at the
-// resourceVersions it knows; otherwise false, and the caller lists them from
-// the API server.
-func (m *snapshotMemory) current(o distribute.Owner, cached []*corev1.Secret) ([]*corev1.Secret, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	k := m.rings[idOf(o)]
-	if k == nil || k.ring != o.UID {
-		return nil, false
-	}
-	var out []*corev1.Secret
-	inCache := make(map[types.UID]bool, len(cached))
-	for _, s := range cached {
-		inCache[s.UID] = true
-		if _, ok := k.gone[s.UID]; ok {
-			continue
-		}
-		if rv, ok := k.have[s.UID]; !ok || rv != s.ResourceVersion {
-			return nil, false
-		}
-		out = append(out, s)
-	}
-	if len(out) != len(k.have) {
-		return nil, false
-	}
-	for uid := range k.gone {
-		if !inCache[uid] {
-			delete(k.gone, uid) // the cache has seen the delete
-		}
-	}
-	return out, true
-}
-
-// listed records the snapshots an API server list returned.
-func (m *snapshotMemory) listed(o distribute.Owner, snaps []*corev1.Secret) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.rings == nil {
-		m.rings = map[ringID]*knownSnapshots{}
-	}
-	k := &knownSnapshots{ring: o.UID, have: make(map[types.UID]string, len(snaps)), gone: map[types.UID]struct{}{}}
-	if old := m.rings[idOf(o)]; old != nil && old.ring == o.UID {
-		k.gone = old.gone
-	}
-	for _, s := range snaps {
-		k.have[s.UID] = s.ResourceVersion
-		delete(k.gone, s.UID)
-	}
-	m.rings[idOf(o)] = k
-}
-
-// wrote records a snapshot the operator created, as the API server
-// returned it.
-func (m *snapshotMemory) wrote(o distribute.Owner, s *corev1.Secret) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if k := m.rings[idOf(o)]; k != nil && k.ring == o.UID && s.UID != "" && s.ResourceVersion != "" {
-		k.have[s.UID] = s.ResourceVersion
-		return
-	}
-	delete(m.rings, idOf(o))
-}
-
-// deleted records a snapshot the operator deleted (or found gone).
-func (m *snapshotMemory) deleted(o distribute.Owner, s *corev1.Secret) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if k := m.rings[idOf(o)]; k != nil && k.ring == o.UID {
-		delete(k.have, s.UID)
-		k.gone[s.UID] = struct{}{}
-	}
-}
-
-// forget drops what the operator knows of o's snapshots: the next read
-// lists them from the API server.
-func (m *snapshotMemory) forget(o distribute.Owner) {
-	m.forgetRing(o.Kind, o.Home, o.Name)
-}
-
-// forgetRing drops a ring that is gone.
-func (m *snapshotMemory) forgetRing(kind, home, name string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.rings, ringID{kind: kind, home: home, name: name})
 }

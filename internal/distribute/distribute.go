@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
@@ -106,6 +107,30 @@ func (o Owner) ringLabel() string {
 // SnapshotLabels select the ring's snapshots in its home namespace.
 func (o Owner) SnapshotLabels() map[string]string {
 	return map[string]string{o.ringLabel(): o.Name, v1alpha1.ComponentLabel: v1alpha1.ComponentSnapshot}
+}
+
+// HomeSnapshots selects the snapshots of every ring of the owner's kind in
+// its home namespace, so that one list can stand for a list per ring.
+func (o Owner) HomeSnapshots() labels.Selector {
+	sel := labels.SelectorFromSet(labels.Set{v1alpha1.ComponentLabel: v1alpha1.ComponentSnapshot})
+	exists, err := labels.NewRequirement(o.ringLabel(), selection.Exists, nil)
+	if err != nil {
+		panic(err) // a constant, valid label key
+	}
+	return sel.Add(*exists)
+}
+
+// SnapshotRing is the ring of the owner's kind that controls s, by name
+// and UID: s is labelled with the name and its controller reference is a
+// ring of that kind and name. ok is false for a Secret of another kind's
+// ring, of no ring, or being deleted, which no ring plans from.
+func (o Owner) SnapshotRing(s *corev1.Secret) (name string, uid types.UID, ok bool) {
+	ref := metav1.GetControllerOfNoCopy(s)
+	if ref == nil || ref.Kind != o.Kind || ref.APIVersion != v1alpha1.GroupVersion.String() ||
+		s.Labels[o.ringLabel()] != ref.Name || !s.DeletionTimestamp.IsZero() {
+		return "", "", false
+	}
+	return ref.Name, ref.UID, true
 }
 
 // ProjectionLabels are the labels of every projection Secret of the ring.
