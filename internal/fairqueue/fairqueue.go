@@ -7,13 +7,17 @@
 // goes before any at a lower one (scheduled work), whatever its namespace.
 //
 // It does so with the queue's own ordering: a request added ready is given,
-// inside its priority's band, a rank that counts the requests of its
-// namespace already waiting at that priority, and the queue serves higher
-// values first. A request added for later (RequeueAfter, a retry after an
-// error) is ranked first in its band: it is ordered by when it falls due.
+// inside its priority's band, a rank that is its place among the requests
+// of its namespace waiting at that priority, and the queue serves higher
+// values first. As a namespace's requests are handed out, those behind
+// them move up a rank: a namespace whose requests come one at a time is
+// never left at the back of the band because they once waited together.
+// A request added for later (RequeueAfter, a retry after an error) is
+// ranked first in its band: it is ordered by when it falls due.
 package fairqueue
 
 import (
+	"container/list"
 	"sync"
 	"time"
 
@@ -39,11 +43,13 @@ type Queue struct {
 	priorityqueue.PriorityQueue[reconcile.Request]
 
 	mu sync.Mutex
-	// waiting holds the priority of every request added ready and not yet
-	// handed out; depth counts them by namespace and priority. Both are
-	// emptied as requests are handed out: their size is the queue's.
-	waiting map[reconcile.Request]int
-	depth   map[flow]int
+	// waiting holds every request added ready and not yet handed out, by
+	// the priority it was added at, and its place in its flow; flows holds
+	// each namespace's waiting requests at one priority, in the order they
+	// came. Both are emptied as requests are handed out: their size is the
+	// queue's.
+	waiting map[reconcile.Request]waiter
+	flows   map[flow]*list.List
 }
 
 // flow is one namespace's requests at one priority.
@@ -52,9 +58,14 @@ type flow struct {
 	priority  int
 }
 
+type waiter struct {
+	priority int
+	place    *list.Element
+}
+
 // New wraps q, a new priority queue nothing has been added to yet.
 func New(q priorityqueue.PriorityQueue[reconcile.Request]) *Queue {
-	return &Queue{PriorityQueue: q, waiting: map[reconcile.Request]int{}, depth: map[flow]int{}}
+	return &Queue{PriorityQueue: q, waiting: map[reconcile.Request]waiter{}, flows: map[flow]*list.List{}}
 }
 
 // NewQueue is New for controller.Options.NewQueue: controller-runtime's
@@ -98,27 +109,44 @@ func (q *Queue) rank(item reconcile.Request, p int) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if had, ok := q.waiting[item]; ok {
-		if had >= p {
+		if had.priority >= p {
 			return band - 1
 		}
 		q.leave(item, had)
 	}
 	f := flow{item.Namespace, p}
-	r := q.depth[f]
-	q.depth[f] = r + 1
-	q.waiting[item] = p
-	return min(r, band-1)
+	l := q.flows[f]
+	if l == nil {
+		l = list.New()
+		q.flows[f] = l
+	}
+	q.waiting[item] = waiter{priority: p, place: l.PushBack(item)}
+	return min(l.Len()-1, band-1)
 }
 
-// leave forgets item, waiting at priority p. q.mu is held.
-func (q *Queue) leave(item reconcile.Request, p int) {
+// leave forgets item, waiting as w, and moves each request of its flow
+// that was ranked behind it up a rank: the queue places it again, higher.
+// A request that the queue hands out meanwhile is placed anew and
+// reconciled once more, which a reconcile takes as it takes any repeat.
+// q.mu is held.
+func (q *Queue) leave(item reconcile.Request, w waiter) {
 	delete(q.waiting, item)
-	f := flow{item.Namespace, p}
-	if q.depth[f] <= 1 {
-		delete(q.depth, f)
+	f := flow{item.Namespace, w.priority}
+	l := q.flows[f]
+	place := 0
+	for e := l.Front(); e != w.place && place < band; e = e.Next() {
+		place++
+	}
+	next := w.place.Next()
+	l.Remove(w.place)
+	if l.Len() == 0 {
+		delete(q.flows, f)
 		return
 	}
-	q.depth[f]--
+	for ; next != nil && place < band-1; next = next.Next() {
+		q.PriorityQueue.AddWithOpts(priorityqueue.AddOpts{Priority: ptr.To(w.priority*band - place)}, next.Value.(reconcile.Request))
+		place++
+	}
 }
 
 // GetWithPriority hands out the next request and the priority it was
@@ -126,8 +154,8 @@ func (q *Queue) leave(item reconcile.Request, p int) {
 func (q *Queue) GetWithPriority() (reconcile.Request, int, bool) {
 	item, placed, shutdown := q.PriorityQueue.GetWithPriority()
 	q.mu.Lock()
-	if p, ok := q.waiting[item]; ok {
-		q.leave(item, p)
+	if w, ok := q.waiting[item]; ok {
+		q.leave(item, w)
 	}
 	q.mu.Unlock()
 	return item, priorityOf(placed), shutdown

@@ -64,14 +64,27 @@ func TestOrder(t *testing.T) {
 		adds: append(append(bulk("bulk", 4, 0), add{req: "probe/p"}), add{req: "bulk/r4"}),
 		want: []string{"bulk/r0@0", "probe/p@0", "bulk/r1@0", "bulk/r2@0", "bulk/r3@0", "bulk/r4@0"},
 	}, {
-		name: "past the band's last place, a namespace's requests keep the order they came in",
-		adds: append(bulk("a", band+1, 0), bulk("b", band+1, 0)...),
+		name: "past the band's last place, namespaces still take turns: the requests behind move up as the first are handed out",
+		adds: append(bulk("a", band+2, 0), bulk("b", band+2, 0)...),
 		want: func() []string {
 			var w []string
-			for i := range band - 1 {
+			for i := range band + 2 {
 				w = append(w, fmt.Sprintf("a/r%d@0", i), fmt.Sprintf("b/r%d@0", i))
 			}
-			return append(w, fmt.Sprintf("a/r%d@0", band-1), fmt.Sprintf("a/r%d@0", band), fmt.Sprintf("b/r%d@0", band-1), fmt.Sprintf("b/r%d@0", band))
+			return w
+		}(),
+	}, {
+		name: "rings created one at a time behind a bulk, that once waited together, never fall behind it",
+		adds: append(bulk("bulk", 3*band, 0), bulk("probe", band+2, 0)...),
+		want: func() []string {
+			var w []string
+			for i := range band + 2 {
+				w = append(w, fmt.Sprintf("bulk/r%d@0", i), fmt.Sprintf("probe/r%d@0", i))
+			}
+			for i := band + 2; i < 3*band; i++ {
+				w = append(w, fmt.Sprintf("bulk/r%d@0", i))
+			}
+			return w
 		}(),
 	}, {
 		name: "a higher priority goes first whatever the ranks",
@@ -106,8 +119,8 @@ func TestOrder(t *testing.T) {
 			if q.Len() != 0 {
 				t.Errorf("%d requests left in the queue", q.Len())
 			}
-			if len(q.waiting) != 0 || len(q.depth) != 0 {
-				t.Errorf("bookkeeping left once drained: %d waiting, %d flows", len(q.waiting), len(q.depth))
+			if len(q.waiting) != 0 || len(q.flows) != 0 {
+				t.Errorf("bookkeeping left once drained: %d waiting, %d flows", len(q.waiting), len(q.flows))
 			}
 		})
 	}
