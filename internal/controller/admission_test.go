@@ -283,7 +283,7 @@ var _ = Describe("A forged snapshot, without the admission guard", func() {
 })
 
 var _ = Describe("The operator's cache of ringmaster's Secrets", func() {
-	It("keeps whole only the Secrets a ring controls, and of a tenant's only what tells it apart", func() {
+	It("keeps whole only the snapshots a ring controls, of its projections the data's digest, and of a tenant's only what tells it apart", func() {
 		ctx := context.Background()
 		ns := newNamespace(ctx)
 		ring := createRing(ctx, ns, "web", nil)
@@ -303,9 +303,15 @@ var _ = Describe("The operator's cache of ringmaster's Secrets", func() {
 		Expect(cached.Annotations).To(BeEmpty())
 		Expect(cached.ManagedFields).To(BeEmpty())
 
+		snap := &corev1.Secret{}
+		Expect(operatorCache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-e1"}, snap)).To(Succeed())
+		Expect(bytes.Equal(snap.Data[keyring.FileName], getSecret(ctx, ns, "web-e1").Data[keyring.FileName])).To(BeTrue(), "the snapshot, whole")
+		Expect(snap.ManagedFields).To(BeEmpty())
+
 		own := &corev1.Secret{}
 		Expect(operatorCache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-ticket-keys"}, own)).To(Succeed())
-		Expect(own.Data).To(Equal(getSecret(ctx, ns, "web-ticket-keys").Data), "the projection, whole")
+		Expect(own.Data).To(HaveLen(1), "the projection's digest, not its keys")
+		Expect(own.Data[distribute.DigestKey]).To(Equal(distribute.DataDigest(getSecret(ctx, ns, "web-ticket-keys").Data)))
 		Expect(own.Annotations).To(HaveKeyWithValue(v1alpha1.EpochAnnotation, "1"))
 		Expect(own.ManagedFields).To(BeEmpty())
 		Expect(ringReason(ctx, ring)()).To(Equal(v1alpha1.ReasonPublished), "a tenant's Secret labelled for the ring changes nothing")

@@ -149,10 +149,13 @@ func cut(s string) string {
 }
 
 // KeepOwnedSecrets is the cache transform of ringmaster.io/ticket-keys
-// Secrets. A Secret that a TicketKeyRing or ClusterTicketKeyRing controls
-// (whose data the operator compares with what it would write), or that
-// lives in the operator's namespace (where cluster rings' snapshots live and
-// only administrators write), is kept whole but for its managed fields. Of any
+// Secrets. A Secret that a ring controls (whose data the operator plans
+// from or compares with what it would write), or that lives in the
+// operator's namespace (where cluster rings' snapshots live and only
+// administrators write), is kept whole but for its managed fields; of a
+// ring's projection it keeps the digest of the data, not the data
+// (distribute.DigestKey): the operator compares a projection with what it
+// would write, and never reads its keys. Of any
 // other, it keeps the name, labels, owner references and type: enough to
 // map it to a ring and to see that it is not the ring's, and nothing a
 // tenant could inflate it with. Owner.Owns decides ownership by the ring's
@@ -165,6 +168,13 @@ func KeepOwnedSecrets(namespace string) toolscache.TransformFunc {
 			return obj, nil // a deletion tombstone: passed on as it is
 		}
 		s.ManagedFields = nil
+		if controlledByRing(s) && s.Labels[v1alpha1.ComponentLabel] == v1alpha1.ComponentProjection && !distribute.Digested(s) {
+			digest := distribute.DataDigest(s.Data)
+			for _, v := range s.Data {
+				clear(v)
+			}
+			s.Data = map[string][]byte{distribute.DigestKey: digest}
+		}
 		if s.Namespace == namespace || controlledByRing(s) {
 			return s, nil
 		}

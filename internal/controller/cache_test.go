@@ -89,6 +89,25 @@ func TestKeepOwnedSecrets(t *testing.T) {
 			}
 		})
 	}
+	// A ring's projection keeps its data's digest, not its keys.
+	for _, ns := range []string{"shop", "ringmaster-system"} {
+		projection := secret(ns, ringRef(v1alpha1.KindTicketKeyRing))
+		projection.Labels[v1alpha1.ComponentLabel] = v1alpha1.ComponentProjection
+		projection.Data = map[string][]byte{"ticketkeys.json": bytes.Clone(big)}
+		digest := distribute.DataDigest(projection.DeepCopy().Data)
+		keys := projection.Data["ticketkeys.json"]
+		got, _ := KeepOwnedSecrets("ringmaster-system")(projection)
+		s := got.(*corev1.Secret)
+		if !distribute.Digested(s) || !bytes.Equal(s.Data[distribute.DigestKey], digest) || s.Annotations[v1alpha1.EpochAnnotation] != "3" {
+			t.Errorf("a projection in %s is kept as %d data keys, not its digest, or lost its annotations", ns, len(s.Data))
+		}
+		if bytes.ContainsFunc(keys, func(r rune) bool { return r != 0 }) {
+			t.Errorf("the projection's decoded data in %s was dropped without being zeroed", ns)
+		}
+		if again, _ := KeepOwnedSecrets("ringmaster-system")(s.DeepCopy()); !bytes.Equal(again.(*corev1.Secret).Data[distribute.DigestKey], digest) {
+			t.Error("a projection transformed twice changed")
+		}
+	}
 	tomb := toolscache.DeletedFinalStateUnknown{Key: "shop/x"}
 	if got, err := KeepOwnedSecrets("ringmaster-system")(tomb); err != nil || got != tomb {
 		t.Errorf("a tombstone became %v, %v", got, err)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,16 +46,45 @@ func homeOf(o distribute.Owner) homeID { return homeID{kind: o.Kind, home: o.Hom
 
 // knownSnapshots is the record of one ring. A record whose ring is empty
 // is a doubt: the ring's snapshots are unknown, whatever a sweep said.
+// A ring has a few snapshots: slices, not maps, for ten thousand rings.
 type knownSnapshots struct {
 	// ring is the ring's UID: a ring created again under its name is
 	// another ring.
 	ring types.UID
-	have map[types.UID]string
-	gone map[types.UID]struct{}
+	// have are the snapshots known, each at a resourceVersion.
+	have []knownSnapshot
+	// gone are the snapshots the operator deleted that the cache may
+	// still hold.
+	gone []types.UID
 }
 
-func newKnown(ring types.UID) *knownSnapshots {
-	return &knownSnapshots{ring: ring, have: map[types.UID]string{}, gone: map[types.UID]struct{}{}}
+type knownSnapshot struct {
+	uid types.UID
+	rv  string
+}
+
+func newKnown(ring types.UID) *knownSnapshots { return &knownSnapshots{ring: ring} }
+
+// version is the resourceVersion the record knows uid at.
+func (k *knownSnapshots) version(uid types.UID) (string, bool) {
+	for _, s := range k.have {
+		if s.uid == uid {
+			return s.rv, true
+		}
+	}
+	return "", false
+}
+
+// add records uid at rv.
+func (k *knownSnapshots) add(uid types.UID, rv string) {
+	k.drop(uid)
+	k.have = append(k.have, knownSnapshot{uid: uid, rv: rv})
+	k.gone = slices.DeleteFunc(k.gone, func(g types.UID) bool { return g == uid })
+}
+
+// drop forgets uid.
+func (k *knownSnapshots) drop(uid types.UID) {
+	k.have = slices.DeleteFunc(k.have, func(s knownSnapshot) bool { return s.uid == uid })
 }
 
 // record is o's record, nil if the memory does not know o's snapshots: a
@@ -99,13 +129,11 @@ func (m *snapshotMemory) current(o distribute.Owner, cached []*corev1.Secret) ([
 		return nil, false
 	}
 	var out []*corev1.Secret
-	inCache := make(map[types.UID]bool, len(cached))
 	for _, s := range cached {
-		inCache[s.UID] = true
-		if _, ok := k.gone[s.UID]; ok {
+		if slices.Contains(k.gone, s.UID) {
 			continue
 		}
-		if rv, ok := k.have[s.UID]; !ok || rv != s.ResourceVersion {
+		if rv, ok := k.version(s.UID); !ok || rv != s.ResourceVersion {
 			return nil, false
 		}
 		out = append(out, s)
@@ -113,11 +141,10 @@ func (m *snapshotMemory) current(o distribute.Owner, cached []*corev1.Secret) ([
 	if len(out) != len(k.have) {
 		return nil, false
 	}
-	for uid := range k.gone {
-		if !inCache[uid] {
-			delete(k.gone, uid) // the cache has seen the delete
-		}
-	}
+	// The cache has seen the deletes of those it no longer holds.
+	k.gone = slices.DeleteFunc(k.gone, func(g types.UID) bool {
+		return !slices.ContainsFunc(cached, func(s *corev1.Secret) bool { return s.UID == g })
+	})
 	return out, true
 }
 
@@ -130,8 +157,7 @@ func (m *snapshotMemory) listed(o distribute.Owner, snaps []*corev1.Secret) {
 		k.gone = old.gone
 	}
 	for _, s := range snaps {
-		k.have[s.UID] = s.ResourceVersion
-		delete(k.gone, s.UID)
+		k.add(s.UID, s.ResourceVersion)
 	}
 	m.set(idOf(o), k)
 }
@@ -158,7 +184,7 @@ func (m *snapshotMemory) sweep(o distribute.Owner, list []corev1.Secret) {
 		case k.ring != uid:
 			k.ring = "" // a doubt
 		}
-		k.have[s.UID] = s.ResourceVersion
+		k.add(s.UID, s.ResourceVersion)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -180,7 +206,7 @@ func (m *snapshotMemory) wrote(o distribute.Owner, s *corev1.Secret) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if k := m.record(o); k != nil && s.UID != "" && s.ResourceVersion != "" {
-		k.have[s.UID] = s.ResourceVersion
+		k.add(s.UID, s.ResourceVersion)
 		return
 	}
 	m.unknown(o)
@@ -191,8 +217,8 @@ func (m *snapshotMemory) deleted(o distribute.Owner, s *corev1.Secret) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if k := m.record(o); k != nil {
-		delete(k.have, s.UID)
-		k.gone[s.UID] = struct{}{}
+		k.drop(s.UID)
+		k.gone = append(k.gone, s.UID)
 	}
 }
 

@@ -8,6 +8,8 @@ package distribute
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"slices"
@@ -349,11 +351,42 @@ func Decide(o Owner, have, want *corev1.Secret) (a Action, edited bool) {
 
 // InSync reports whether the projection Secret have carries what want does,
 // so that an unchanged projection is never rewritten and a hand edit is.
+// have may be as the operator's cache keeps a projection, its data's
+// digest in place of the data (Digested).
 func InSync(have, want *corev1.Secret) bool {
-	return have.Type == want.Type &&
-		maps.EqualFunc(have.Data, want.Data, func(a, b []byte) bool { return string(a) == string(b) }) &&
+	sameData := maps.EqualFunc(have.Data, want.Data, func(a, b []byte) bool { return string(a) == string(b) })
+	if Digested(have) {
+		sameData = bytes.Equal(have.Data[DigestKey], DataDigest(want.Data))
+	}
+	return have.Type == want.Type && sameData &&
 		maps.Equal(have.Labels, want.Labels) &&
 		have.Annotations[v1alpha1.EpochAnnotation] == want.Annotations[v1alpha1.EpochAnnotation]
+}
+
+// DigestKey is the one data key of a projection Secret as the operator's
+// cache keeps it: the SHA-256 of its data (DataDigest) in place of the
+// data, which the operator never reads back. So the operator's memory
+// holds each key once, in its snapshot, not again in every projection.
+const DigestKey = "ringmaster.io/data-sha256"
+
+// DataDigest is the SHA-256 of a Secret's data: each key and its value,
+// in key order, each preceded by its length.
+func DataDigest(data map[string][]byte) []byte {
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(data)) {
+		_ = binary.Write(h, binary.BigEndian, uint64(len(k)))
+		h.Write([]byte(k))
+		_ = binary.Write(h, binary.BigEndian, uint64(len(data[k])))
+		h.Write(data[k])
+	}
+	return h.Sum(nil)
+}
+
+// Digested reports whether s's data is a digest (DigestKey), as the
+// operator's cache keeps a projection.
+func Digested(s *corev1.Secret) bool {
+	d, ok := s.Data[DigestKey]
+	return ok && len(s.Data) == 1 && len(d) == sha256.Size
 }
 
 // Updated is have brought in line with want: want's data and labels, and

@@ -225,6 +225,16 @@ func TestDecide(t *testing.T) {
 
 	foreignNeighbour := neighbour.DeepCopy()
 	foreignNeighbour.OwnerReferences = nil
+	// As the operator's cache keeps projections: the data's digest.
+	digested := func(s *corev1.Secret) *corev1.Secret {
+		s = s.DeepCopy()
+		s.Data = map[string][]byte{DigestKey: DataDigest(s.Data)}
+		return s
+	}
+	// A hand edit that happens to look like the cache's form: its
+	// "digest" is not the data's.
+	forged := want.DeepCopy()
+	forged.Data = map[string][]byte{DigestKey: make([]byte, 32)}
 
 	tests := []struct {
 		name       string
@@ -236,6 +246,10 @@ func TestDecide(t *testing.T) {
 		{"in sync", want.DeepCopy(), Keep, false},
 		{"an older epoch: routine", Projection(owner, e1, "shop"), Update, false},
 		{"the same epoch with other content: edited by hand", edited, Update, true},
+		{"in sync, as the cache keeps it", digested(want), Keep, false},
+		{"an older epoch, as the cache keeps it", digested(Projection(owner, e1, "shop")), Update, false},
+		{"edited by hand, as the cache keeps it", digested(edited), Update, true},
+		{"edited by hand into the cache's form", forged, Update, true},
 		{"labels edited away: still ours by owner reference", relabelled, Update, true},
 		{"an Opaque Secret squatting the name with our owner reference: not ours to delete", retyped, Conflict, false},
 		{"a Secret of ringmaster's labelled as the ring's that no ring controls (an orphan delete's): removed, the ring takes its place", foreign, Recreate, false},
@@ -256,9 +270,11 @@ func TestDecide(t *testing.T) {
 		})
 	}
 
-	up := Updated(edited, want)
-	if !InSync(up, want) || up.UID != edited.UID {
-		t.Error("Updated does not bring the Secret in line, or loses its identity")
+	for _, have := range []*corev1.Secret{edited, digested(edited)} {
+		up := Updated(have, want)
+		if !InSync(up, want) || up.UID != edited.UID || Digested(up) {
+			t.Error("Updated does not bring the Secret in line, or loses its identity, or writes a digest")
+		}
 	}
 }
 
