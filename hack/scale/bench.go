@@ -25,8 +25,21 @@ import (
 )
 
 // probeNamespace holds the probe rings, apart from the bulk's, so that the
-// audit log tells their requests apart.
+// audit log tells their requests apart; with -probe-namespaces above 1,
+// it is the prefix of the probe namespaces.
 const probeNamespace = "scale-probe"
+
+// isProbe reports whether ns holds probe rings.
+func isProbe(ns string) bool { return strings.HasPrefix(ns, probeNamespace) }
+
+// probeNamespaceOf is where the i-th probe ring goes: the probe namespace,
+// or one of -probe-namespaces in turn.
+func (b *bench) probeNamespaceOf(i int) string {
+	if b.cfg.probeNamespaces <= 1 {
+		return probeNamespace
+	}
+	return fmt.Sprintf("%s-%03d", probeNamespace, i%b.cfg.probeNamespaces)
+}
 
 // bench is a running bench: the control plane, the operator, the watch of
 // every ring and the monitor of the operator.
@@ -133,7 +146,7 @@ func setup(ctx context.Context, cfg config) (*bench, error) {
 	b.mon = &monitor{pid: e.Operator.PID, metrics: "http://" + metricsAddr + "/metrics", pprof: "http://" + pprofAddr,
 		// Uncompressed: on loopback a gzipped scrape only costs the
 		// operator the compression, 4% of its processor at 10,000 rings.
-		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableCompression: true}}, audit: apiaudit.NewReader(e.AuditLog), probeNS: probeNamespace,
+		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableCompression: true}}, audit: apiaudit.NewReader(e.AuditLog),
 		quiet: cfg.quiet, scrapeEv: cfg.scrapeEvery}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b.stop = cancel
@@ -184,10 +197,13 @@ func (b *bench) create(ctx context.Context) (*phase, error) {
 			return p, err
 		}
 	}
-	if err := b.env.Cluster.CreateNamespace(ctx, probeNamespace); err != nil {
-		return p, err
+	for i := range max(b.cfg.probeNamespaces, 1) {
+		if err := b.env.Cluster.CreateNamespace(ctx, b.probeNamespaceOf(i)); err != nil {
+			return p, err
+		}
 	}
-	fmt.Fprintf(os.Stderr, "Creating %d rings in %d namespaces, %d at a time, and a probe ring every %s\n", b.cfg.rings, b.cfg.namespaces, b.cfg.creators, b.cfg.probeEvery)
+	fmt.Fprintf(os.Stderr, "Creating %d rings in %d namespaces, %d at a time, and a probe ring every %s in %d namespace(s) of their own, in turn\n",
+		b.cfg.rings, b.cfg.namespaces, b.cfg.creators, b.cfg.probeEvery, max(b.cfg.probeNamespaces, 1))
 	return p, b.runPhase(ctx, p, func(ctx context.Context) error {
 		return parallel(ctx, b.cfg.rings, b.cfg.creators, func(i int) error {
 			key := b.bulkKey(i)
@@ -217,7 +233,7 @@ func (b *bench) request(ctx context.Context, name, what string) (*phase, error) 
 	keys := b.track.ask(rotate, revoke)
 	p.rings = len(keys)
 	for _, k := range keys {
-		if k.Namespace != probeNamespace {
+		if !isProbe(k.Namespace) {
 			p.bulk++
 		}
 	}
@@ -314,7 +330,8 @@ func (b *bench) probe(ctx context.Context, p *phase) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-		key := types.NamespacedName{Namespace: probeNamespace, Name: fmt.Sprintf("probe-%05d", b.probeID.Add(1))}
+		id := b.probeID.Add(1)
+		key := types.NamespacedName{Namespace: b.probeNamespaceOf(int(id)), Name: fmt.Sprintf("probe-%05d", id)}
 		b.track.add(key, p, true)
 		if err := b.client.Create(ctx, b.ringObject(key)); err != nil {
 			if ctx.Err() != nil {

@@ -49,6 +49,7 @@ type config struct {
 	rings, namespaces int
 	rotate, revoke    bool
 	probeEvery        time.Duration
+	probeNamespaces   int
 	creators          int
 	clientQPS         float64
 	rotation          time.Duration
@@ -72,6 +73,7 @@ func main() {
 	flag.IntVar(&cfg.namespaces, "namespaces", 10, "namespaces the rings are spread over")
 	flag.StringVar(&phases, "phases", "create,rotate,revoke", "phases to run, in this order: create (always), rotate (a rotate-now of every ring at once), revoke (a revoke of every ring at once)")
 	flag.DurationVar(&cfg.probeEvery, "probe-every", time.Second, "create a probe ring this often while a phase's bulk is handled, and report their create-to-Ready latency; 0: none")
+	flag.IntVar(&cfg.probeNamespaces, "probe-namespaces", 1, "spread the probe rings over this many namespaces, in turn: with 1, a namespace creating a ring every -probe-every, which the fair queue serves at its share (one namespace's) of the operator; with more, tenants that each create a ring now and then")
 	flag.IntVar(&cfg.creators, "creators", 8, "concurrent requests that create or annotate the rings")
 	flag.Float64Var(&cfg.clientQPS, "client-qps", 500, "the bench's own request rate limit (burst twice as many); the operator's is its own")
 	flag.DurationVar(&cfg.rotation, "rotation-interval", time.Hour, "every ring's rotationInterval: long, so that no ring rotates by the clock during the bench")
@@ -100,9 +102,9 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	if cfg.rings < 1 || cfg.namespaces < 1 || cfg.namespaces > cfg.rings || cfg.creators < 1 || cfg.probeEvery < 0 ||
+	if cfg.rings < 1 || cfg.namespaces < 1 || cfg.namespaces > cfg.rings || cfg.creators < 1 || cfg.probeEvery < 0 || cfg.probeNamespaces < 1 ||
 		cfg.activation < 0 || cfg.activation >= cfg.rotation || cfg.settle < 0 || cfg.quiet <= 0 || cfg.scrapeEvery <= 0 || cfg.memProfileRate < 0 {
-		fmt.Fprintln(os.Stderr, "scale: want -rings >= -namespaces >= 1, -creators >= 1, -probe-every >= 0, 0 <= -activation-delay < -rotation-interval, -settle >= 0, -quiet and -scrape-every > 0, -memprofilerate >= 0")
+		fmt.Fprintln(os.Stderr, "scale: want -rings >= -namespaces >= 1, -creators >= 1, -probe-every >= 0, -probe-namespaces >= 1, 0 <= -activation-delay < -rotation-interval, -settle >= 0, -quiet and -scrape-every > 0, -memprofilerate >= 0")
 		os.Exit(2)
 	}
 

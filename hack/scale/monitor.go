@@ -24,7 +24,6 @@ type monitor struct {
 	pprof    string // its pprof base URL
 	http     *http.Client
 	audit    *apiaudit.Reader
-	probeNS  string
 	quiet    time.Duration
 	scrapeEv time.Duration
 
@@ -128,7 +127,7 @@ func (m *monitor) tail() {
 		if p == nil {
 			continue
 		}
-		if r.Namespace == m.probeNS {
+		if isProbe(r.Namespace) {
 			p.probeRequests.Add(r)
 		} else {
 			p.requests.Add(r)
