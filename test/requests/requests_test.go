@@ -42,9 +42,11 @@ import (
 // reconcile at most), and the operator makes fewer. A change that adds a
 // request per ring or per rotation fails here.
 //
-// Writes are exact. Reads and refusals measured 0 per rotation and one
-// read per new ring (its first list of snapshots, from the API server: the
-// operator knows nothing of a ring before it); their limits leave room for
+// Writes are exact. Reads and refusals measured 0 per rotation and, for
+// new rings, one read per namespace (the first ring read there lists every
+// ring's snapshots, a sweep, and the others read theirs from the cache:
+// 0.1 to 0.2 per ring, the rings being 10 in one namespace and the first
+// workers sweeping it at once); their limits leave room for
 // a rare reconcile that finds the cache behind the operator's own writes
 // (a list around the cache, a refused status patch and the get after it),
 // and none for one more request per ring. Before issue 37 (c5c595f): 6.3
@@ -54,11 +56,12 @@ const (
 	// A new ring: its first snapshot's create, its projection's create and
 	// the status patch; no event (a new ring's first epoch is routine).
 	maxWritesPerNewRing = 3.0
-	// The list of its snapshots around the cache, once.
-	maxReadsPerNewRing   = 1.5
+	// The list of every snapshot of its namespace around the cache, once
+	// per namespace.
+	maxReadsPerNewRing   = 0.5
 	maxRefusedPerNewRing = 0.5
-	// All of them: 4.0 measured.
-	maxRequestsPerNewRing = 4.5
+	// All of them: 3.2 measured (4.0 before the sweep).
+	maxRequestsPerNewRing = 3.5
 
 	// A rotation: the new snapshot's create, the projection's update, the
 	// expired snapshot's delete and the status patch; no event (a
