@@ -48,6 +48,8 @@ func main() {
 	burst := flag.Int("kube-api-burst", 0, "Requests the operator may send at once over --kube-api-qps (default: twice it).")
 	memoryRatio := flag.Float64("memory-limit-ratio", operator.DefaultMemoryLimitRatio,
 		"The Go runtime's soft memory limit as a share of the container's memory limit ($"+operator.MemoryLimitEnv+", in bytes, which the chart sets from the downward API), so that the garbage collector works harder before the container is OOM-killed; GOMEMLIMIT, when set, wins.")
+	gcPercent := flag.Int("gc-percent", operator.DefaultGCPercent,
+		"The garbage collector's target: collect once the heap has grown by this percentage of what was live after the last collection; GOGC, when set, wins; negative: Go's default, 100.")
 	printVersion := flag.Bool("version", false, "Print the version and exit.")
 	zo := zap.Options{}
 	zo.BindFlags(flag.CommandLine)
@@ -74,6 +76,10 @@ func main() {
 	if limit > 0 {
 		debug.SetMemoryLimit(limit)
 		ctrl.Log.WithName("setup").Info("Set the Go runtime's soft memory limit", "bytes", limit, "ratio", *memoryRatio)
+	}
+	if p, ok := operator.GCPercent(*gcPercent, os.Getenv("GOGC")); ok {
+		debug.SetGCPercent(p)
+		ctrl.Log.WithName("setup").Info("Set the garbage collector's target", "percent", p)
 	}
 
 	if err := run(o, float32(*qps), *burst); err != nil {

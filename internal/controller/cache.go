@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unique"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
@@ -168,6 +169,7 @@ func KeepOwnedSecrets(namespace string) toolscache.TransformFunc {
 			return obj, nil // a deletion tombstone: passed on as it is
 		}
 		s.ManagedFields = nil
+		intern(s)
 		if controlledByRing(s) && s.Labels[v1alpha1.ComponentLabel] == v1alpha1.ComponentProjection && !distribute.Digested(s) {
 			digest := distribute.DataDigest(s.Data)
 			for _, v := range s.Data {
@@ -187,6 +189,33 @@ func KeepOwnedSecrets(namespace string) toolscache.TransformFunc {
 			},
 			Type: s.Type,
 		}, nil
+	}
+}
+
+// intern makes the strings that the operator's Secrets share (namespace,
+// label keys and values, annotation keys, owner references, type) one copy
+// each: at 10,000 rings the cache holds 20,000 to 40,000 of these Secrets,
+// each with the same dozen strings.
+func intern(s *corev1.Secret) {
+	in := func(v string) string { return unique.Make(v).Value() }
+	s.Namespace, s.Type = in(s.Namespace), corev1.SecretType(in(string(s.Type)))
+	if len(s.Labels) > 0 {
+		labels := make(map[string]string, len(s.Labels))
+		for k, v := range s.Labels {
+			labels[in(k)] = in(v)
+		}
+		s.Labels = labels
+	}
+	if len(s.Annotations) > 0 {
+		annotations := make(map[string]string, len(s.Annotations))
+		for k, v := range s.Annotations {
+			annotations[in(k)] = v
+		}
+		s.Annotations = annotations
+	}
+	for i := range s.OwnerReferences {
+		r := &s.OwnerReferences[i]
+		r.APIVersion, r.Kind, r.Name = in(r.APIVersion), in(r.Kind), in(r.Name)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
@@ -107,6 +108,28 @@ func TestKeepOwnedSecrets(t *testing.T) {
 		if again, _ := KeepOwnedSecrets("ringmaster-system")(s.DeepCopy()); !bytes.Equal(again.(*corev1.Secret).Data[distribute.DigestKey], digest) {
 			t.Error("a projection transformed twice changed")
 		}
+	}
+	// The strings Secrets share are held once: each Secret decoded has its
+	// own copies, the cache one.
+	var kept []*corev1.Secret
+	for range 2 {
+		in := secret(strings.Clone("shop"), ringRef(v1alpha1.KindTicketKeyRing))
+		in.Labels = map[string]string{strings.Clone(v1alpha1.RingLabel): strings.Clone("web")}
+		got, _ := KeepOwnedSecrets("ringmaster-system")(in)
+		kept = append(kept, got.(*corev1.Secret))
+	}
+	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+	a, b := kept[0], kept[1]
+	var ka, kb string
+	for k := range a.Labels {
+		ka = k
+	}
+	for k := range b.Labels {
+		kb = k
+	}
+	if !same(a.Namespace, b.Namespace) || !same(ka, kb) || !same(a.Labels[ka], b.Labels[kb]) ||
+		!same(a.OwnerReferences[0].Kind, b.OwnerReferences[0].Kind) || !same(string(a.Type), string(b.Type)) {
+		t.Error("two Secrets of one namespace and ring keep their own copies of the strings they share")
 	}
 	tomb := toolscache.DeletedFinalStateUnknown{Key: "shop/x"}
 	if got, err := KeepOwnedSecrets("ringmaster-system")(tomb); err != nil || got != tomb {

@@ -36,3 +36,26 @@ func TestSoftMemoryLimit(t *testing.T) {
 		})
 	}
 }
+
+func TestGCPercent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		flag int
+		goGC string
+		want int
+		set  bool
+	}{
+		{name: "the default", flag: operator.DefaultGCPercent, want: 50, set: true},
+		{name: "a flag", flag: 80, want: 80, set: true},
+		{name: "GOGC wins", flag: 50, goGC: "200"},
+		{name: "GOGC off wins", flag: 50, goGC: "off"},
+		{name: "Go's default asked for", flag: -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, set := operator.GCPercent(tc.flag, tc.goGC)
+			if got != tc.want || set != tc.set {
+				t.Errorf("GCPercent(%d, %q) = %d, %v; want %d, %v", tc.flag, tc.goGC, got, set, tc.want, tc.set)
+			}
+		})
+	}
+}

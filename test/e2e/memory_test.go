@@ -111,6 +111,8 @@ var _ = Describe("The operator's memory under a tenant's large pods", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(fleet.SumMetric(expo, "go_gc_gomemlimit_bytes")).To(BeEquivalentTo(chartLimit*3/4),
 			"the Go soft limit is --memory-limit-ratio (0.75) of the container's limit")
+		Expect(fleet.SumMetric(expo, "go_gc_gogc_percent")).To(BeEquivalentTo(operator.DefaultGCPercent),
+			"the garbage collector's target is --gc-percent's default")
 		heapBefore := heapSys()
 		rssBefore, err := fleet.ProcPeakRSS(env.Operator.PID)
 		Expect(err).NotTo(HaveOccurred())
