@@ -199,19 +199,13 @@ func KeepOwnedSecrets(namespace string) toolscache.TransformFunc {
 func intern(s *corev1.Secret) {
 	in := func(v string) string { return unique.Make(v).Value() }
 	s.Namespace, s.Type = in(s.Namespace), corev1.SecretType(in(string(s.Type)))
-	if len(s.Labels) > 0 {
-		labels := make(map[string]string, len(s.Labels))
-		for k, v := range s.Labels {
-			labels[in(k)] = in(v)
-		}
-		s.Labels = labels
+	// In place: assigning to a key a map holds stores the key given (Go
+	// updates string keys), and allocates nothing.
+	for k, v := range s.Labels {
+		s.Labels[in(k)] = in(v)
 	}
-	if len(s.Annotations) > 0 {
-		annotations := make(map[string]string, len(s.Annotations))
-		for k, v := range s.Annotations {
-			annotations[in(k)] = v
-		}
-		s.Annotations = annotations
+	for k, v := range s.Annotations {
+		s.Annotations[in(k)] = v
 	}
 	for i := range s.OwnerReferences {
 		r := &s.OwnerReferences[i]
