@@ -96,7 +96,7 @@ test-integration: envtest vault cert-manager servers helm sbom-tool cosign regis
 	$(TOOLS_ENV) go test -tags integration $(PKG) -count=1 $(TESTFLAGS)
 
 .PHONY: test-cluster
-test-cluster: manifests generate servers helm images cosign cluster-build kube-router ## Run the cluster suite: install the chart into a real single-node cluster and drive a fleet through it, with the fault specs that fit (about 13 min warm; its node, containerd, kube-router and images take about 20 min more to build cold, which is why make test leaves it out). Needs root.
+test-cluster: manifests generate servers helm images cosign cluster-build kube-router ## Run the cluster suite: install the chart into a real single-node cluster and drive a fleet through it, with the fault specs that fit (about 15 min warm; its node, containerd, kube-router and images take about 20 min more to build cold, which is why make test leaves it out). Needs root.
 	@$(MAKE) --no-print-directory run-test-cluster
 
 .PHONY: test-faults

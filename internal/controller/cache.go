@@ -169,27 +169,38 @@ func KeepOwnedSecrets(namespace string) toolscache.TransformFunc {
 			return obj, nil // a deletion tombstone: passed on as it is
 		}
 		s.ManagedFields = nil
-		intern(s)
-		if controlledByRing(s) && s.Labels[v1alpha1.ComponentLabel] == v1alpha1.ComponentProjection && !distribute.Digested(s) {
-			digest := distribute.DataDigest(s.Data)
-			for _, v := range s.Data {
-				clear(v)
+		switch {
+		case controlledByRing(s) && s.Labels[v1alpha1.ComponentLabel] == v1alpha1.ComponentProjection:
+			digestData(s)
+		case s.Namespace == namespace || controlledByRing(s):
+		default:
+			s = &corev1.Secret{
+				TypeMeta: s.TypeMeta,
+				ObjectMeta: metav1.ObjectMeta{
+					Name: s.Name, Namespace: s.Namespace, UID: s.UID,
+					ResourceVersion: s.ResourceVersion, CreationTimestamp: s.CreationTimestamp, DeletionTimestamp: s.DeletionTimestamp,
+					Labels: s.Labels, OwnerReferences: s.OwnerReferences,
+				},
+				Type: s.Type,
 			}
-			s.Data = map[string][]byte{distribute.DigestKey: digest}
 		}
-		if s.Namespace == namespace || controlledByRing(s) {
-			return s, nil
-		}
-		return &corev1.Secret{
-			TypeMeta: s.TypeMeta,
-			ObjectMeta: metav1.ObjectMeta{
-				Name: s.Name, Namespace: s.Namespace, UID: s.UID,
-				ResourceVersion: s.ResourceVersion, CreationTimestamp: s.CreationTimestamp, DeletionTimestamp: s.DeletionTimestamp,
-				Labels: s.Labels, OwnerReferences: s.OwnerReferences,
-			},
-			Type: s.Type,
-		}, nil
+		intern(s)
+		return s, nil
 	}
+}
+
+// digestData replaces a projection's data with its digest
+// (distribute.DigestKey), zeroing the keys it held; a projection
+// transformed already keeps its digest.
+func digestData(s *corev1.Secret) {
+	if distribute.Digested(s) {
+		return
+	}
+	digest := distribute.DataDigest(s.Data)
+	for _, v := range s.Data {
+		clear(v)
+	}
+	s.Data = map[string][]byte{distribute.DigestKey: digest}
 }
 
 // intern makes the strings that the operator's Secrets share (namespace,

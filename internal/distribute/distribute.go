@@ -354,9 +354,11 @@ func Decide(o Owner, have, want *corev1.Secret) (a Action, edited bool) {
 // have may be as the operator's cache keeps a projection, its data's
 // digest in place of the data (Digested).
 func InSync(have, want *corev1.Secret) bool {
-	sameData := maps.EqualFunc(have.Data, want.Data, func(a, b []byte) bool { return string(a) == string(b) })
+	var sameData bool
 	if Digested(have) {
 		sameData = bytes.Equal(have.Data[DigestKey], DataDigest(want.Data))
+	} else {
+		sameData = maps.EqualFunc(have.Data, want.Data, func(a, b []byte) bool { return string(a) == string(b) })
 	}
 	return have.Type == want.Type && sameData &&
 		maps.Equal(have.Labels, want.Labels) &&

@@ -10,8 +10,9 @@
 // inside its priority's band, a rank that is its place among the requests
 // of its namespace waiting at that priority, and the queue serves higher
 // values first. As a namespace's requests are handed out, those behind
-// them move up a rank: a namespace whose requests come one at a time is
-// never left at the back of the band because they once waited together.
+// them move up a rank, so that namespaces take turns however long their
+// queues; a namespace is still served at its share, one request in as
+// many as there are busy namespaces.
 // A request added for later (RequeueAfter, a retry after an error) is
 // ranked first in its band: it is ordered by when it falls due.
 package fairqueue
