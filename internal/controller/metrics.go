@@ -1,6 +1,9 @@
 package controller
 
 import (
+	"cmp"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -128,17 +131,38 @@ func (g *ringGauges) Describe(ch chan<- *prometheus.Desc) {
 	ch <- g.unconfirmed
 }
 
-// Collect implements prometheus.Collector.
+// Collect implements prometheus.Collector. It copies the gauges under the
+// lock and emits them after releasing it, so that a scrape (40,000 series
+// at 10,000 rings) never holds up a reconcile recording its ring. It emits
+// each family in the order the registry sorts it to, by the label values
+// in their names' order (name, then namespace), which makes that sort a
+// pass over sorted input.
 func (g *ringGauges) Collect(ch chan<- prometheus.Metric) {
 	now := g.clock.Now()
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	for ring, v := range g.rings {
-		ch <- prometheus.MustNewConstMetric(g.epoch, prometheus.GaugeValue, float64(v.epoch), ring.Namespace, ring.Name)
-		ch <- prometheus.MustNewConstMetric(g.age, prometheus.GaugeValue, now.Sub(v.activeFrom).Seconds(), ring.Namespace, ring.Name)
-		ch <- prometheus.MustNewConstMetric(g.overdue, prometheus.GaugeValue, secondsSince(now, v.overdueSince), ring.Namespace, ring.Name)
-		ch <- prometheus.MustNewConstMetric(g.unconfirmed, prometheus.GaugeValue, secondsSince(now, v.unconfirmedSince), ring.Namespace, ring.Name)
+	rings := make([]keyedGauge, 0, len(g.rings))
+	for k, v := range g.rings {
+		rings = append(rings, keyedGauge{k, v})
 	}
+	g.mu.Unlock()
+	slices.SortFunc(rings, func(a, b keyedGauge) int {
+		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.Namespace, b.Namespace))
+	})
+	emit := func(d *prometheus.Desc, value func(ringGauge) float64) {
+		for _, r := range rings {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, value(r.ringGauge), r.Namespace, r.Name)
+		}
+	}
+	emit(g.epoch, func(v ringGauge) float64 { return float64(v.epoch) })
+	emit(g.age, func(v ringGauge) float64 { return now.Sub(v.activeFrom).Seconds() })
+	emit(g.overdue, func(v ringGauge) float64 { return secondsSince(now, v.overdueSince) })
+	emit(g.unconfirmed, func(v ringGauge) float64 { return secondsSince(now, v.unconfirmedSince) })
+}
+
+// keyedGauge is a ring's gauges with its name, as Collect emits them.
+type keyedGauge struct {
+	types.NamespacedName
+	ringGauge
 }
 
 // secondsSince is now - t in seconds, or 0 for a zero t.
