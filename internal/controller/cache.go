@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -103,7 +104,8 @@ var requestAnnotations = []string{v1alpha1.RotateRequestedAtAnnotation, v1alpha1
 // owns a request annotation, with the fields of those annotations alone.
 // The rest, the status's entry above all (every key and condition the
 // operator applied), is the largest part of a ring the cache would hold,
-// and nothing reads it. Transforming its own output changes nothing.
+// and nothing reads it. It also makes the strings rings share one copy
+// each (in). Transforming its own output changes nothing.
 func StripRing(obj client.Object) client.Object {
 	var kept []metav1.ManagedFieldsEntry
 	for _, f := range obj.GetManagedFields() {
@@ -120,11 +122,41 @@ func StripRing(obj client.Object) client.Object {
 			continue
 		}
 		raw := `{"f:metadata":{"f:annotations":{` + strings.Join(owned, ",") + `}}}`
-		kept = append(kept, metav1.ManagedFieldsEntry{Manager: f.Manager, Operation: f.Operation, APIVersion: f.APIVersion, Time: f.Time,
-			FieldsType: f.FieldsType, FieldsV1: metav1.NewFieldsV1(raw), Subresource: f.Subresource})
+		kept = append(kept, metav1.ManagedFieldsEntry{Manager: in(f.Manager), Operation: f.Operation, APIVersion: in(f.APIVersion), Time: f.Time,
+			FieldsType: in(f.FieldsType), FieldsV1: metav1.NewFieldsV1(raw), Subresource: in(f.Subresource)})
 	}
 	obj.SetManagedFields(kept)
+	obj.SetNamespace(in(obj.GetNamespace()))
+	if ann := obj.GetAnnotations(); ann != nil {
+		for k, v := range ann {
+			ann[in(k)] = in(v)
+		}
+	}
+	switch r := obj.(type) {
+	case *v1alpha1.TicketKeyRing:
+		internStatus(&r.Status)
+	case *v1alpha1.ClusterTicketKeyRing:
+		internStatus(&r.Status)
+	}
 	return obj
+}
+
+// internStatus makes the strings of a ring's status one copy each: the
+// conditions' types, reasons and messages, which most rings share, and the
+// key ids and states, each of which appears twice in a status.
+func internStatus(st *v1alpha1.TicketKeyRingStatus) {
+	for i := range st.Conditions {
+		c := &st.Conditions[i]
+		c.Type, c.Status, c.Reason, c.Message = in(c.Type), metav1.ConditionStatus(in(string(c.Status))), in(c.Reason), in(c.Message)
+	}
+	for i := range st.Keys {
+		k := &st.Keys[i]
+		k.ID, k.State = in(k.ID), v1alpha1.KeyState(in(string(k.State)))
+	}
+	if st.ActiveKey != nil {
+		st.ActiveKey.ID = in(st.ActiveKey.ID)
+	}
+	st.LastRotateRequestedAt, st.LastRevokeRequestedAt = in(st.LastRotateRequestedAt), in(st.LastRevokeRequestedAt)
 }
 
 // keptLabels are labels as the caches keep them: all, or none if they are
@@ -200,15 +232,17 @@ func digestData(s *corev1.Secret) {
 	for _, v := range s.Data {
 		clear(v)
 	}
-	s.Data = map[string][]byte{distribute.DigestKey: digest}
+	// The decoded map, emptied, holds the digest: a small map keeps its
+	// storage, and a new one would cost as much as the digest's Secret.
+	clear(s.Data)
+	s.Data[distribute.DigestKey] = digest
 }
 
 // intern makes the strings that the operator's Secrets share (namespace,
-// label keys and values, annotation keys, owner references, type) one copy
-// each: at 10,000 rings the cache holds 20,000 to 40,000 of these Secrets,
-// each with the same dozen strings.
+// labels, annotations, owner references, type) one copy each: at 10,000
+// rings the cache holds 20,000 to 40,000 of these Secrets, each with the
+// same dozen strings, and a ring's Secrets share its name and UID.
 func intern(s *corev1.Secret) {
-	in := func(v string) string { return unique.Make(v).Value() }
 	s.Namespace, s.Type = in(s.Namespace), corev1.SecretType(in(string(s.Type)))
 	// In place: assigning to a key a map holds stores the key given (Go
 	// updates string keys), and allocates nothing.
@@ -216,13 +250,35 @@ func intern(s *corev1.Secret) {
 		s.Labels[in(k)] = in(v)
 	}
 	for k, v := range s.Annotations {
-		s.Annotations[in(k)] = v
+		s.Annotations[in(k)] = in(v)
 	}
 	for i := range s.OwnerReferences {
 		r := &s.OwnerReferences[i]
-		r.APIVersion, r.Kind, r.Name = in(r.APIVersion), in(r.Kind), in(r.Name)
+		r.APIVersion, r.Kind, r.Name, r.UID = in(r.APIVersion), in(r.Kind), in(r.Name), types.UID(in(string(r.UID)))
+		r.Controller, r.BlockOwnerDeletion = internBool(r.Controller), internBool(r.BlockOwnerDeletion)
 	}
 }
+
+// in is s's one copy (unique.Make): it lives while anything the caches
+// keep refers to it, and no longer.
+func in(s string) string { return unique.Make(s).Value() }
+
+// internBool is a pointer to the one true or the one false, for an owner
+// reference's flags.
+func internBool(b *bool) *bool {
+	switch {
+	case b == nil:
+		return nil
+	case *b:
+		return &trueValue
+	}
+	return &falseValue
+}
+
+// trueValue and falseValue are what internBool points to. Nothing writes
+// through a cached object's pointers: controller-runtime's cache hands out
+// deep copies.
+var trueValue, falseValue = true, false
 
 // controlledByRing reports whether a ring of any kind is s's controller.
 func controlledByRing(s *corev1.Secret) bool {

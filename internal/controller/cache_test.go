@@ -128,8 +128,12 @@ func TestKeepOwnedSecrets(t *testing.T) {
 		kb = k
 	}
 	if !same(a.Namespace, b.Namespace) || !same(ka, kb) || !same(a.Labels[ka], b.Labels[kb]) ||
-		!same(a.OwnerReferences[0].Kind, b.OwnerReferences[0].Kind) || !same(string(a.Type), string(b.Type)) {
+		!same(a.OwnerReferences[0].Kind, b.OwnerReferences[0].Kind) || !same(string(a.Type), string(b.Type)) ||
+		!same(string(a.OwnerReferences[0].UID), string(b.OwnerReferences[0].UID)) {
 		t.Error("two Secrets of one namespace and ring keep their own copies of the strings they share")
+	}
+	if a.OwnerReferences[0].Controller != b.OwnerReferences[0].Controller || !*a.OwnerReferences[0].Controller {
+		t.Error("two Secrets' owner references keep their own copies of the controller flag, or lost it")
 	}
 	tomb := toolscache.DeletedFinalStateUnknown{Key: "shop/x"}
 	if got, err := KeepOwnedSecrets("ringmaster-system")(tomb); err != nil || got != tomb {
@@ -486,5 +490,26 @@ func TestStripRing(t *testing.T) {
 	}
 	if again := StripRing(got.DeepCopyObject().(client.Object)); !equality.Semantic.DeepEqual(again, got) {
 		t.Errorf("transforming its own output changed it: %+v", again.GetManagedFields())
+	}
+	// Rings decoded one by one share their conditions' and keys' strings
+	// once cached, and keep their values.
+	decoded := func() *v1alpha1.TicketKeyRing {
+		r := &v1alpha1.TicketKeyRing{}
+		if err := json.Unmarshal([]byte(`{"metadata":{"name":"web","namespace":"shop"},"status":{
+			"conditions":[{"type":"Ready","status":"True","reason":"Published","message":"Epoch 2 is published to 1 namespace(s)"}],
+			"activeKey":{"id":"29865907"},"keys":[{"id":"29865907","state":"active"}],"lastRotateRequestedAt":"2026-12-03T10:30:44Z"}}`), r); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+	r1, r2 := StripRing(decoded()).(*v1alpha1.TicketKeyRing), StripRing(decoded()).(*v1alpha1.TicketKeyRing)
+	c1, c2 := r1.Status.Conditions[0], r2.Status.Conditions[0]
+	if !same(c1.Message, c2.Message) || !same(c1.Reason, c2.Reason) || !same(string(r1.Status.Keys[0].State), string(r2.Status.Keys[0].State)) ||
+		!same(r1.Status.ActiveKey.ID, r1.Status.Keys[0].ID) || !same(r1.Status.LastRotateRequestedAt, r2.Status.LastRotateRequestedAt) {
+		t.Error("two rings decoded apart keep their own copies of the strings their statuses share")
+	}
+	if !equality.Semantic.DeepEqual(r1, decoded()) {
+		t.Errorf("interning changed the ring: %+v", r1.Status)
 	}
 }
