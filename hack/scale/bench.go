@@ -20,6 +20,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/apiaudit"
+	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
 )
@@ -53,6 +54,8 @@ type bench struct {
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 	probeID atomic.Int64
+	// stand is the operator's stand-in under -floor, nil otherwise.
+	stand *standIn
 }
 
 // phase is what one phase measured.
@@ -150,10 +153,21 @@ func setup(ctx context.Context, cfg config) (*bench, error) {
 		quiet: cfg.quiet, scrapeEv: cfg.scrapeEvery}
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b.stop = cancel
-	b.wg.Go(func() { b.mon.run(bg) })
 	if err := b.track.start(bg, rc, b.client); err != nil {
 		return nil, errors.Join(err, b.close())
 	}
+	if cfg.floor {
+		if err := e.KillOperator(); err != nil {
+			return nil, errors.Join(err, b.close())
+		}
+		if b.stand, err = newStandIn(filepath.Join(e.Work, "operator.kubeconfig"), e.Cluster.Client.Scheme()); err != nil {
+			return nil, errors.Join(err, b.close())
+		}
+		fmt.Fprintf(os.Stderr, "The operator is stopped: a stand-in makes its requests, as %s/%s, %d at a time\n",
+			fleet.OperatorNamespace, fleet.OperatorServiceAccount, controller.DefaultRingWorkers)
+		return b, nil
+	}
+	b.wg.Go(func() { b.mon.run(bg) })
 	wait, cancelWait := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancelWait()
 	if err := b.mon.waitLeader(wait, e.Operator); err != nil {
@@ -165,6 +179,9 @@ func setup(ctx context.Context, cfg config) (*bench, error) {
 }
 
 func (b *bench) close() error {
+	if b.stand != nil {
+		b.stand.close()
+	}
 	if b.stop != nil {
 		b.stop()
 		b.wg.Wait()
@@ -202,14 +219,21 @@ func (b *bench) create(ctx context.Context) (*phase, error) {
 			return p, err
 		}
 	}
-	fmt.Fprintf(os.Stderr, "Creating %d rings in %d namespaces, %d at a time, and a probe ring every %s in %d namespace(s) of their own, in turn\n",
-		b.cfg.rings, b.cfg.namespaces, b.cfg.creators, b.cfg.probeEvery, max(b.cfg.probeNamespaces, 1))
+	probes := "no probe ring"
+	if b.cfg.probeEvery > 0 {
+		probes = fmt.Sprintf("a probe ring every %s in %d namespace(s) of their own, in turn", b.cfg.probeEvery, max(b.cfg.probeNamespaces, 1))
+	}
+	fmt.Fprintf(os.Stderr, "Creating %d rings in %d namespaces, %d at a time, and %s\n", b.cfg.rings, b.cfg.namespaces, b.cfg.creators, probes)
 	return p, b.runPhase(ctx, p, func(ctx context.Context) error {
 		return parallel(ctx, b.cfg.rings, b.cfg.creators, func(i int) error {
 			key := b.bulkKey(i)
 			b.track.add(key, p, false)
-			if err := b.client.Create(ctx, b.ringObject(key)); err != nil {
+			ring := b.ringObject(key)
+			if err := b.client.Create(ctx, ring); err != nil {
 				return fmt.Errorf("create TicketKeyRing %s: %w", key, err)
+			}
+			if b.stand != nil {
+				b.stand.work <- standInWork{ring: ring}
 			}
 			return nil
 		})
@@ -246,6 +270,9 @@ func (b *bench) request(ctx context.Context, name, what string) (*phase, error) 
 			if err := b.client.Patch(ctx, r, patch); err != nil {
 				return fmt.Errorf("annotate TicketKeyRing %s: %w", keys[i], err)
 			}
+			if b.stand != nil {
+				b.stand.work <- standInWork{key: keys[i], rotate: rotate}
+			}
 			return nil
 		})
 	}, func() (bool, string) {
@@ -262,6 +289,9 @@ func (b *bench) runPhase(ctx context.Context, p *phase, bulk func(context.Contex
 	defer func() { p.err = err }()
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.timeout)
 	defer cancel()
+	if b.stand != nil {
+		return b.runFloorPhase(ctx, p, bulk, done, last)
+	}
 	cpu0, _ := b.env.Operator.CPU()
 	before, _ := b.mon.read(ctx)
 	b.mon.begin(p)

@@ -22,6 +22,13 @@
 //     after the bulk, the settled figures and a heap profile (pprof, after
 //     a garbage collection), shown per ring.
 //
+// With -floor it measures the control plane instead: the operator stops
+// once it leads, and a stand-in makes, for each ring created or asked a
+// rotate-now, only the requests the operator makes (standIn). The times of
+// its phases are what this machine's control plane takes to serve the
+// bench and the fewest requests the operator can make: no operator gets
+// under them here.
+//
 // It needs KUBEBUILDER_ASSETS (make envtest prints it) and runs from inside
 // the module, which it builds. Every process it starts is stopped by its own
 // pid on the way out, also on Ctrl-C.
@@ -64,6 +71,8 @@ type config struct {
 	profile           string
 	memProfileRate    int
 	keep              bool
+	// floor replaces the operator with a stand-in (standIn).
+	floor bool
 }
 
 func main() {
@@ -89,6 +98,7 @@ func main() {
 	flag.StringVar(&cfg.profile, "heap-profile", "", "where to write the operator's settled heap profile (default: bin/scale/heap-RINGS.pb.gz in the module)")
 	flag.IntVar(&cfg.memProfileRate, "memprofilerate", 64<<10, "the operator's GODEBUG=memprofilerate: a heap profile samples one allocation per this many bytes (the Go runtime's default, 512 KiB, gives too few samples to break 20 MiB down); 0: the runtime's default")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs, the audit log, kubeconfigs)")
+	flag.BoolVar(&cfg.floor, "floor", false, "measure the control plane's floor instead of the operator: the operator is stopped once it leads, and a stand-in makes, for each ring, only the requests the operator makes, with its number of workers; no probes, no memory figures")
 	flag.Parse()
 	for p := range strings.SplitSeq(phases, ",") {
 		switch strings.TrimSpace(p) {
@@ -108,6 +118,9 @@ func main() {
 		os.Exit(2)
 	}
 
+	if cfg.floor {
+		cfg.probeEvery, cfg.revoke = 0, false
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	ctrllog.SetLogger(logr.Discard())
@@ -129,6 +142,9 @@ func run(ctx context.Context, cfg config) (err error) {
 	defer func() {
 		err = errors.Join(err, b.close())
 	}()
+	if cfg.floor {
+		return runFloor(ctx, b)
+	}
 	report := &report{cfg: cfg, started: time.Now(), load: []string{loadAverage()}}
 	defer func() {
 		if len(report.phases) > 0 {
