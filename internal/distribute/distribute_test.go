@@ -460,3 +460,47 @@ func TestProjectionOfOlderSnapshot(t *testing.T) {
 		t.Error("a projection the older operator wrote is not in sync with the new one: an upgrade would rewrite it")
 	}
 }
+
+// A ring's snapshots and projections are indexed under its key for each
+// component, and under no other ring's: of another kind, another name, or
+// the other component.
+func TestSecretKeys(t *testing.T) {
+	owners := []Owner{testOwner("go"), clusterOwner(), echOwner()}
+	for _, o := range owners {
+		for _, tc := range []struct {
+			component string
+			labels    map[string]string
+		}{
+			{v1alpha1.ComponentSnapshot, o.SnapshotLabels()},
+			{v1alpha1.ComponentProjection, o.ProjectionLabels()},
+		} {
+			t.Run(o.Kind+" "+tc.component, func(t *testing.T) {
+				keys := SecretKeys(&metav1.ObjectMeta{Labels: o.labelled(tc.labels)})
+				if !slices.Contains(keys, o.SecretKey(tc.component)) {
+					t.Errorf("keys %v lack the ring's %q", keys, o.SecretKey(tc.component))
+				}
+				for _, other := range owners {
+					for _, c := range []string{v1alpha1.ComponentSnapshot, v1alpha1.ComponentProjection} {
+						if (other.Kind != o.Kind || c != tc.component) && slices.Contains(keys, other.SecretKey(c)) {
+							t.Errorf("keys %v hold %s's %s key", keys, other.Kind, c)
+						}
+					}
+				}
+			})
+		}
+	}
+	for name, l := range map[string]map[string]string{
+		"no component":     {v1alpha1.RingLabel: "web"},
+		"no ring label":    {v1alpha1.ComponentLabel: v1alpha1.ComponentSnapshot},
+		"no labels at all": nil,
+	} {
+		if keys := SecretKeys(&metav1.ObjectMeta{Labels: l}); len(keys) != 0 {
+			t.Errorf("a Secret with %s has keys %v", name, keys)
+		}
+	}
+	renamed := testOwner()
+	renamed.Name = "api"
+	if k := SecretKeys(&metav1.ObjectMeta{Labels: testOwner().SnapshotLabels()}); slices.Contains(k, renamed.SecretKey(v1alpha1.ComponentSnapshot)) {
+		t.Errorf("ring web's snapshot is indexed as ring api's: %v", k)
+	}
+}
