@@ -35,25 +35,6 @@ type ringSecrets struct {
 	// known is what the operator knows of each ring's snapshots, for
 	// telling a current cache from a stale one.
 	known snapshotMemory
-	// indexed says the Client's cache indexes Secrets by ring
-	// (ringSecretIndex), which its lists then look up.
-	indexed bool
-}
-
-// ringSecretIndex indexes the cache's Secrets by ring and component
-// (distribute.SecretKeys): a reconcile finds its ring's few Secrets
-// without reading every Secret of the namespace, or of the cluster for a
-// cluster ring's projections, on every pass.
-const ringSecretIndex = "ringmaster.io/ring-secrets"
-
-// cachedOf are the options of a cached list of owner's Secrets of a
-// component: opts, and the index lookup where the cache has the index.
-// The label selector stays, so that the index only narrows the list.
-func (w *ringSecrets) cachedOf(owner distribute.Owner, component string, opts ...client.ListOption) []client.ListOption {
-	if w.indexed {
-		opts = append(opts, client.MatchingFields{ringSecretIndex: owner.SecretKey(component)})
-	}
-	return opts
 }
 
 // nudger is what ringSecrets needs of a *nudge.Nudger.
@@ -79,7 +60,7 @@ func (w *ringSecrets) snapshots(ctx context.Context, owner distribute.Owner) ([]
 		w.known.sweep(owner, all.Items)
 	}
 	cached := &corev1.SecretList{}
-	if err := w.List(ctx, cached, w.cachedOf(owner, v1alpha1.ComponentSnapshot, client.InNamespace(owner.Home), client.MatchingLabels(owner.SnapshotLabels()))...); err == nil {
+	if err := w.List(ctx, cached, client.InNamespace(owner.Home), client.MatchingLabels(owner.SnapshotLabels())); err == nil {
 		if out, ok := w.known.current(owner, ownedSnapshots(owner, cached)); ok {
 			snapshotReadsTotal.WithLabelValues("cache").Inc()
 			return out, nil
@@ -184,7 +165,7 @@ func (w *ringSecrets) deliver(ctx context.Context, owner distribute.Owner, snap 
 		opts = append(opts, client.InNamespace(owner.Namespace))
 	}
 	copies := &corev1.SecretList{}
-	if err := w.List(ctx, copies, w.cachedOf(owner, v1alpha1.ComponentProjection, opts...)...); err != nil {
+	if err := w.List(ctx, copies, opts...); err != nil {
 		return failed, errors.Join(append(errs, fmt.Errorf("list projections: %w", err))...)
 	}
 	for i := range copies.Items {

@@ -111,12 +111,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	o.DNS.Updates = func(zone, result string) { dnsUpdatesTotal.WithLabelValues(zone, result).Inc() }
 	sources := &mint.Sources{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Namespace: o.Namespace, ServiceAccount: o.ServiceAccount, Timeout: o.MintTimeout}
 	recorder := mgr.GetEventRecorder("ringmaster")
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Secret{}, ringSecretIndex, func(o client.Object) []string {
-		return distribute.SecretKeys(o)
-	}); err != nil {
-		return nil, fmt.Errorf("index Secrets by ring: %w", err)
-	}
-	secrets := &ringSecrets{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), indexed: true}
+	secrets := &ringSecrets{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
 	shared := &rings{Client: mgr.GetClient(), secrets: secrets, Recorder: recorder, Clock: o.Clock, Sources: sources,
 		Prober: o.Prober, gauges: newRingGauges(o.Clock), keepInBackups: o.KeepSecretsInBackups}
 	collectors := []prometheus.Collector{rotationsTotal, snapshotReadsTotal, unconfirmedActivationsTotal, unconfirmedPublicationsTotal, dnsUpdatesTotal,

@@ -135,33 +135,6 @@ func (o Owner) SnapshotRing(s *corev1.Secret) (name string, uid types.UID, ok bo
 	return ref.Name, ref.UID, true
 }
 
-// SecretKey is the key of the ring's Secrets of a component
-// (v1alpha1.ComponentSnapshot or ComponentProjection) in an index by
-// SecretKeys: one lookup finds them, where a list by their labels reads
-// every Secret of the namespace, or of the cluster for a cluster ring's
-// projections.
-func (o Owner) SecretKey(component string) string {
-	return o.ringLabel() + "=" + o.Name + "," + component
-}
-
-// SecretKeys are the keys of a Secret in an index by ring and component
-// (Owner.SecretKey): one per ring label it carries, with its component
-// label; none without a component.
-func SecretKeys(s metav1.Object) []string {
-	l := s.GetLabels()
-	component := l[v1alpha1.ComponentLabel]
-	if component == "" {
-		return nil
-	}
-	var keys []string
-	for _, label := range []string{v1alpha1.RingLabel, v1alpha1.ClusterRingLabel, v1alpha1.ECHRingLabel} {
-		if name, ok := l[label]; ok {
-			keys = append(keys, label+"="+name+","+component)
-		}
-	}
-	return keys
-}
-
 // ProjectionLabels are the labels of every projection Secret of the ring.
 func (o Owner) ProjectionLabels() map[string]string {
 	return map[string]string{o.ringLabel(): o.Name, v1alpha1.ComponentLabel: v1alpha1.ComponentProjection}
