@@ -94,7 +94,7 @@ func main() {
 	flag.DurationVar(&cfg.settle, "settle", 30*time.Second, "how long the operator stays idle after the bulk before the settled memory reading and heap profile")
 	flag.DurationVar(&cfg.quiet, "quiet", 3*time.Second, "how long without a request of the operator (its Lease's aside), its queues empty, counts as idle")
 	flag.DurationVar(&cfg.timeout, "timeout", 90*time.Minute, "how long each phase may take, its probe rings' and the operator's return to idle included")
-	flag.DurationVar(&cfg.scrapeEvery, "scrape-every", 5*time.Second, "how often the operator's metrics are read for its heap's peak (each scrape costs it a little: 10,000 rings export some 40,000 series)")
+	flag.DurationVar(&cfg.scrapeEvery, "scrape-every", time.Minute, "how often the operator's metrics are read for its heap's peak: by default as often as the chart's ServiceMonitor scrapes them (metrics.serviceMonitor.interval), for each scrape costs the operator (10,000 rings export some 40,000 series)")
 	flag.StringVar(&cfg.profile, "heap-profile", "", "where to write the operator's settled heap profile (default: bin/scale/heap-RINGS.pb.gz in the module)")
 	flag.IntVar(&cfg.memProfileRate, "memprofilerate", 64<<10, "the operator's GODEBUG=memprofilerate: a heap profile samples one allocation per this many bytes (the Go runtime's default, 512 KiB, gives too few samples to break 20 MiB down); 0: the runtime's default")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (logs, the audit log, kubeconfigs)")
