@@ -160,7 +160,7 @@ func setup(ctx context.Context, cfg config) (*bench, error) {
 		if err := e.KillOperator(); err != nil {
 			return nil, errors.Join(err, b.close())
 		}
-		if b.stand, err = newStandIn(filepath.Join(e.Work, "operator.kubeconfig"), e.Cluster.Client.Scheme()); err != nil {
+		if b.stand, err = newStandIn(bg, filepath.Join(e.Work, "operator.kubeconfig"), e.Cluster.Client.Scheme()); err != nil {
 			return nil, errors.Join(err, b.close())
 		}
 		fmt.Fprintf(os.Stderr, "The operator is stopped: a stand-in makes its requests, as %s/%s, %d at a time\n",
@@ -179,12 +179,12 @@ func setup(ctx context.Context, cfg config) (*bench, error) {
 }
 
 func (b *bench) close() error {
-	if b.stand != nil {
-		b.stand.close()
-	}
 	if b.stop != nil {
 		b.stop()
 		b.wg.Wait()
+	}
+	if b.stand != nil {
+		b.stand.close()
 	}
 	err := b.env.Close()
 	if b.cfg.keep {

@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -44,8 +44,7 @@ type standIn struct {
 	client client.Client
 	work   chan standInWork
 	wg     sync.WaitGroup
-	// err is the first request that failed; the phase then waits on in
-	// vain, and times out naming it.
+	// err is the first request that failed, which ends the phase.
 	err atomic.Pointer[error]
 	// requests counts the requests made.
 	requests atomic.Int64
@@ -70,8 +69,9 @@ type standInRing struct {
 }
 
 // newStandIn starts the stand-in's workers, as the operator's service
-// account (the kubeconfig fleet wrote for the operator), until close.
-func newStandIn(kubeconfig string, scheme *runtime.Scheme) (*standIn, error) {
+// account (the kubeconfig fleet wrote for the operator), until close; a
+// request in flight ends with ctx.
+func newStandIn(ctx context.Context, kubeconfig string, scheme *runtime.Scheme) (*standIn, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("the operator's kubeconfig: %w", err)
@@ -85,7 +85,7 @@ func newStandIn(kubeconfig string, scheme *runtime.Scheme) (*standIn, error) {
 	for range controller.DefaultRingWorkers {
 		s.wg.Go(func() {
 			for w := range s.work {
-				if err := s.do(context.Background(), w); err != nil {
+				if err := s.do(ctx, w); err != nil {
 					s.err.CompareAndSwap(nil, &err)
 				}
 			}
@@ -181,7 +181,7 @@ func (s *standIn) count(request func() error) error {
 // events.k8s.io recorder writes it.
 func (s *standIn) event(ctx context.Context, ring *v1alpha1.TicketKeyRing, snap *corev1.Secret, epoch int64) error {
 	suffix := make([]byte, 8)
-	_, _ = io.ReadFull(rand.Reader, suffix)
+	_, _ = rand.Read(suffix) // never fails (crypto/rand)
 	ev := &eventsv1.Event{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ring.Namespace, Name: ring.Name + "." + hex.EncodeToString(suffix)},
 		EventTime:  metav1.NewMicroTime(time.Now()), ReportingController: "ringmaster", ReportingInstance: "ringmaster-stand-in",
@@ -244,13 +244,11 @@ func (b *bench) runFloorPhase(ctx context.Context, p *phase, bulk func(context.C
 		return err
 	}
 	p.issued = time.Since(start)
-	if err := b.track.wait(ctx, p.name, func() (bool, string) {
+	err := b.track.wait(ctx, p.name, func() (bool, string) {
 		ok, state := done()
-		if err := b.stand.failed(); err != nil {
-			return false, fmt.Sprintf("%s; the stand-in failed: %v", state, err)
-		}
-		return ok, state
-	}); err != nil {
+		return ok || b.stand.failed() != nil, state
+	})
+	if err = errors.Join(err, b.stand.failed()); err != nil {
 		return err
 	}
 	p.done = last().Sub(start)
