@@ -50,6 +50,11 @@ const (
 	// some target namespaces (status.failedTargets names them); the others
 	// have it, and expired keys were destroyed all the same.
 	ReasonDistributionFailed = "DistributionFailed"
+	// ReasonNamespaceLabelsNotKept (a target failure of a
+	// ClusterTicketKeyRing): the namespace's labels are over what the
+	// operator keeps, so its selector cannot be judged there; the ring
+	// delivers there as it did before.
+	ReasonNamespaceLabelsNotKept = "NamespaceLabelsNotKept"
 	// ReasonMintFailed: the key source did not produce a key; nothing new
 	// was published and the current keys keep serving.
 	ReasonMintFailed = "MintFailed"

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ringmaster-io/ringmaster/internal/shape"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,14 +38,14 @@ func large(name string) corev1.Pod {
 
 func strip(t *testing.T, p corev1.Pod) corev1.Pod {
 	t.Helper()
-	out, err := StripPod(p.DeepCopy())
+	out, err := shape.Pod(p.DeepCopy())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return *out.(*corev1.Pod)
 }
 
-func TestStripPod(t *testing.T) {
+func TestPodShape(t *testing.T) {
 	always := corev1.ContainerRestartPolicyAlways
 	manyLabels := map[string]string{}
 	for i := range 80 {
@@ -76,20 +77,20 @@ func TestStripPod(t *testing.T) {
 		{name: "labels over the cap: none kept", pod: pod("web-a", func(p *corev1.Pod) { p.Labels = manyLabels }),
 			wantSecrets: []string{"web-tls", "web-ticket-keys"}, wantPorts: []string{"status:9090"}, wantCapped: "labels"},
 		{name: "more Secrets than the cap: the first ones", pod: pod("web-a", func(p *corev1.Pod) {
-			for i := range MaxPodSecrets + 4 {
+			for i := range shape.MaxPodSecrets + 4 {
 				p.Spec.Volumes[0].Projected.Sources = append(p.Spec.Volumes[0].Projected.Sources,
 					corev1.VolumeProjection{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: fmt.Sprintf("s-%02d", i)}}})
 			}
-		}), wantSecrets: append([]string{"web-tls", "web-ticket-keys"}, names("s-%02d", MaxPodSecrets-2)...), wantPorts: []string{"status:9090"}, wantCapped: "secrets"},
+		}), wantSecrets: append([]string{"web-tls", "web-ticket-keys"}, names("s-%02d", shape.MaxPodSecrets-2)...), wantPorts: []string{"status:9090"}, wantCapped: "secrets"},
 		{name: "a Secret name no Secret can have is not kept", pod: pod("web-a", func(p *corev1.Pod) {
 			p.Spec.Volumes[0].Projected.Sources[0].Secret.Name = strings.Repeat("a", 254)
 		}), wantSecrets: []string{"web-ticket-keys"}, wantPorts: []string{"status:9090"}},
 		{name: "more named ports than the cap, over two containers", pod: pod("web-a", func(p *corev1.Pod) {
-			for i := range MaxPodPorts + 2 {
+			for i := range shape.MaxPodPorts + 2 {
 				p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: fmt.Sprintf("c%d", i),
 					Ports: []corev1.ContainerPort{{Name: fmt.Sprintf("p-%02d", i), ContainerPort: int32(1000 + i)}}})
 			}
-		}), wantSecrets: []string{"web-tls", "web-ticket-keys"}, wantPorts: append([]string{"status:9090"}, ports("p-%02d", 1000, MaxPodPorts-1)...), wantCapped: "ports"},
+		}), wantSecrets: []string{"web-tls", "web-ticket-keys"}, wantPorts: append([]string{"status:9090"}, ports("p-%02d", 1000, shape.MaxPodPorts-1)...), wantCapped: "ports"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,7 +117,7 @@ func TestStripPod(t *testing.T) {
 			if !equality.Semantic.DeepEqual(kept.Labels, tc.wantLabels) {
 				t.Errorf("labels %v, want %v", kept.Labels, tc.wantLabels)
 			}
-			if got := kept.Annotations[CappedAnnotation]; got != tc.wantCapped {
+			if got := kept.Annotations[shape.CappedAnnotation]; got != tc.wantCapped {
 				t.Errorf("capped %q, want %q (annotations %v)", got, tc.wantCapped, kept.Annotations)
 			}
 			if kept.ManagedFields != nil || kept.OwnerReferences != nil || len(kept.Spec.InitContainers) > 0 || kept.Status.ContainerStatuses != nil {
@@ -135,7 +136,7 @@ func TestStripPod(t *testing.T) {
 		})
 	}
 
-	if tomb := (toolscache.DeletedFinalStateUnknown{Key: "shop/web-a"}); func() any { o, _ := StripPod(tomb); return o }() != tomb {
+	if tomb := (toolscache.DeletedFinalStateUnknown{Key: "shop/web-a"}); func() any { o, _ := shape.Pod(tomb); return o }() != tomb {
 		t.Error("a tombstone was not passed on as it is")
 	}
 }
@@ -174,14 +175,14 @@ func TestVotersOfCappedPods(t *testing.T) {
 	}
 	secrets := func(p *corev1.Pod) {
 		var srcs []corev1.VolumeProjection
-		for i := range MaxPodSecrets {
+		for i := range shape.MaxPodSecrets {
 			srcs = append(srcs, corev1.VolumeProjection{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: fmt.Sprintf("s-%02d", i)}}})
 		}
 		p.Spec.Volumes[0].Projected.Sources = append(srcs, p.Spec.Volumes[0].Projected.Sources...)
 	}
 	portsCut := func(p *corev1.Pod) {
 		var cps []corev1.ContainerPort
-		for i := range MaxPodPorts {
+		for i := range shape.MaxPodPorts {
 			cps = append(cps, corev1.ContainerPort{Name: fmt.Sprintf("p-%02d", i), ContainerPort: int32(1000 + i)})
 		}
 		p.Spec.Containers[0].Ports = append(cps, p.Spec.Containers[0].Ports...)

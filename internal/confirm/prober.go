@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/shape"
 )
 
 // Budget bounds what the Prober spends on pods, so that no namespace's pods,
@@ -405,7 +406,7 @@ func (p *Prober) ask(ctx context.Context, w Want, previous map[Target]verdict) (
 		for _, pod := range mounting {
 			// A pod whose labels the cache cut may be selected: Voters
 			// reports it.
-			if cappedOf(pod, cappedLabels) || sel.Matches(labels.Set(pod.Labels)) {
+			if shape.WasCut(&pod, shape.CutLabels) || sel.Matches(labels.Set(pod.Labels)) {
 				pods = append(pods, pod)
 			}
 		}

@@ -22,11 +22,12 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/agentstatus"
+	"github.com/ringmaster-io/ringmaster/internal/shape"
 	"github.com/ringmaster-io/ringmaster/internal/testing/blackhole"
 )
 
 // pods stands for the pod cache: it finds the pods a test placed, by
-// namespace, as StripPod keeps them.
+// namespace, as shape.Pod keeps them.
 type pods struct {
 	mu  sync.Mutex
 	all map[string][]corev1.Pod
@@ -37,7 +38,7 @@ func (p *pods) Mounting(_ context.Context, namespace, secret string) ([]corev1.P
 	defer p.mu.Unlock()
 	var out []corev1.Pod
 	for _, pod := range p.all[namespace] {
-		kept, err := StripPod(pod.DeepCopy())
+		kept, err := shape.Pod(pod.DeepCopy())
 		if err != nil {
 			return nil, err
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/agentstatus"
+	"github.com/ringmaster-io/ringmaster/internal/shape"
 )
 
 // Voters chooses, among the pods a ring's podSelector matched, those whose
@@ -26,8 +27,8 @@ import (
 // and is left out, neither asked nor counted. A voter whose port cannot be
 // found is reported as missing.
 //
-// The pods may be whole or as the pod cache keeps them (StripPod). A kept
-// pod that StripPod cut (CappedAnnotation) where voting looks is reported
+// The pods may be whole or as the pod cache keeps them (shape.Pod). A kept
+// pod that shape.Pod cut (shape.CappedAnnotation) where voting looks is reported
 // as missing, not judged: its labels (it may or may not be selected), its
 // Secrets (it may mount the projection) or its named ports (the port may
 // be among those cut).
@@ -41,24 +42,24 @@ func Voters(pods []corev1.Pod, secretName string, port intstr.IntOrString) (targ
 			continue
 		}
 		mounts := Mounts(p, secretName)
-		if !mounts && !cappedOf(p, cappedSecrets) {
+		if !mounts && !shape.WasCut(&p, shape.CutSecrets) {
 			continue
 		}
 		miss := func(reason string) {
 			missing = append(missing, v1alpha1.PodReport{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Reason: reason})
 		}
 		switch {
-		case cappedOf(p, cappedLabels):
-			miss(fmt.Sprintf("not judged: its labels exceed the %d bytes the operator keeps", MaxPodLabelBytes))
+		case shape.WasCut(&p, shape.CutLabels):
+			miss(fmt.Sprintf("not judged: its labels exceed the %d bytes the operator keeps", shape.MaxLabelBytes))
 			continue
 		case !mounts:
-			miss(fmt.Sprintf("not judged: it mounts more than the %d Secrets the operator keeps", MaxPodSecrets))
+			miss(fmt.Sprintf("not judged: it mounts more than the %d Secrets the operator keeps", shape.MaxPodSecrets))
 			continue
 		}
 		n, ok := portOf(p, port)
 		switch {
-		case !ok && port.Type == intstr.String && cappedOf(p, cappedPorts):
-			miss(fmt.Sprintf("not judged: it declares more than the %d named ports the operator keeps, none of them %s", MaxPodPorts, port.String()))
+		case !ok && port.Type == intstr.String && shape.WasCut(&p, shape.CutPorts):
+			miss(fmt.Sprintf("not judged: it declares more than the %d named ports the operator keeps, none of them %s", shape.MaxPodPorts, port.String()))
 			continue
 		case !ok:
 			miss(fmt.Sprintf("declares no container port %s", port.String()))
@@ -112,7 +113,7 @@ func Mounts(p corev1.Pod, name string) bool {
 	if len(volumes) == 0 {
 		return false
 	}
-	for _, c := range running(p) {
+	for _, c := range shape.Running(p) {
 		for _, m := range c.VolumeMounts {
 			if volumes[m.Name] {
 				return true
@@ -120,19 +121,6 @@ func Mounts(p corev1.Pod, name string) bool {
 		}
 	}
 	return false
-}
-
-// running are the containers that run beside the server: its containers
-// and its native sidecars (init containers with restartPolicy Always). A
-// plain init container has exited before the pod is ready.
-func running(p corev1.Pod) []corev1.Container {
-	out := slices.Clone(p.Spec.Containers)
-	for _, c := range p.Spec.InitContainers {
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 func ready(p corev1.Pod) bool {
@@ -153,7 +141,7 @@ func portOf(p corev1.Pod, port intstr.IntOrString) (int32, bool) {
 	if port.Type == intstr.Int {
 		return port.IntVal, port.IntVal > 0
 	}
-	for _, c := range running(p) {
+	for _, c := range shape.Running(p) {
 		for _, cp := range c.Ports {
 			if cp.Name == port.StrVal && (cp.Protocol == "" || cp.Protocol == corev1.ProtocolTCP) {
 				return cp.ContainerPort, true

@@ -37,6 +37,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/certpolicy"
 	"github.com/ringmaster-io/ringmaster/internal/schedule"
+	"github.com/ringmaster-io/ringmaster/internal/shape"
 )
 
 // +kubebuilder:rbac:groups=ringmaster.io,resources=certificatepolicies,verbs=get;list;watch
@@ -102,6 +103,8 @@ type CertificatePolicyReconciler struct {
 	// it starts, and the controller watches it, once a CertificatePolicy
 	// exists (WatchingSecrets).
 	SecretCache cache.Cache
+	// Shapes keeps what SecretCache holds to its shape (shape.TLSSecret).
+	Shapes *shape.Registry
 	// MaxRenewalsPerMinute bounds the renewals Enforce triggers across the
 	// cluster: a token bucket of that many, refilled at that rate. 0 means
 	// DefaultMaxRenewalsPerMinute.
@@ -218,7 +221,10 @@ func (r *CertificatePolicyReconciler) defaults(mgr manager.Manager) error {
 		r.MaxRenewalsPerMinute = DefaultMaxRenewalsPerMinute
 	}
 	if r.SecretCache == nil {
-		c, err := NewTLSSecretCache(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper())
+		if r.Shapes == nil {
+			return errors.New("create TLS Secret cache: no shapes to keep its Secrets to")
+		}
+		c, err := NewTLSSecretCache(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper(), r.Shapes)
 		if err != nil {
 			return fmt.Errorf("create TLS Secret cache: %w", err)
 		}
@@ -327,6 +333,9 @@ func (r *CertificatePolicyReconciler) reconcilePolicy(ctx context.Context, name 
 	now := r.Clock.Now()
 
 	compiled, err := certpolicy.Compile(policy)
+	if msg := shape.SpecCut(policy); msg != "" {
+		err = errors.New(msg) // its selector selects nothing
+	}
 	if err != nil {
 		r.store.DropPolicy(policy.Name)
 		return result(reconcile.Result{}, r.writePolicyStatus(ctx, policy, certpolicy.Invalid(policy.Status, policy.Generation, err)))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/certpolicy"
+	"github.com/ringmaster-io/ringmaster/internal/shape"
 )
 
 // Observing certificates: reading a TLS Secret or a cert-manager
@@ -104,11 +105,11 @@ func (r *CertificatePolicyReconciler) observeCertificate(ctx context.Context, ke
 }
 
 // readCertificate reads the facts the TLS Secret cache parsed from a
-// Secret's tls.crt (StripTLSSecret), and dates its key, as
+// Secret's tls.crt (shape.TLSSecret), and dates its key, as
 // certpolicy.Ledger.Read does from the certificate itself.
 func (r *CertificatePolicyReconciler) readCertificate(id certpolicy.ID, secret *corev1.Secret, cm *certpolicy.CertManager) certpolicy.Subject {
 	s := certpolicy.Subject{CertManager: cm}
-	facts := tlsFactsOf(secret)
+	facts := shape.FactsOf(secret)
 	if facts.Cert == nil {
 		s.ReadError = fmt.Sprintf("Secret %s/%s: %s: %s", secret.Namespace, secret.Name, corev1.TLSCertKey, facts.Error)
 		r.store.Ledger.Release(id.String())

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +19,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	"github.com/ringmaster-io/ringmaster/internal/shape"
 )
 
 // +kubebuilder:rbac:groups=ringmaster.io,resources=clusterkeysources,verbs=get;list;watch
@@ -51,6 +53,11 @@ func (r *ClusterKeySourceReconciler) Reconcile(ctx context.Context, req reconcil
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("keySource", klog.KObj(cks)))
 	res := reconcile.Result{RequeueAfter: keySourceRecheck}
 	err := r.Sources.Check(ctx, cks)
+	reason := mint.ReportedReason(err)
+	if msg := shape.SpecCut(cks); msg != "" {
+		// It can log in, but allows no namespace the operator can judge.
+		err, reason = errors.New(msg), v1alpha1.ReasonInvalidSpec
+	}
 	if err != nil {
 		res.RequeueAfter = keySourceRetry
 	}
@@ -58,7 +65,7 @@ func (r *ClusterKeySourceReconciler) Reconcile(ctx context.Context, req reconcil
 	if m, ok := r.Sources.LastMint(cks.Name); ok {
 		last = &ringstatus.Mint{At: m.At, Reason: mint.ReportedReason(m.Err), Err: m.Err}
 	}
-	status, changed := ringstatus.KeySource(cks.Status, cks.Generation, cks.Spec.Vault.Address, mint.ReportedReason(err), err, last, r.Clock.Now())
+	status, changed := ringstatus.KeySource(cks.Status, cks.Generation, cks.Spec.Vault.Address, reason, err, last, r.Clock.Now())
 	if changed {
 		ready := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady)
 		typ := corev1.EventTypeNormal

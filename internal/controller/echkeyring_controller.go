@@ -35,6 +35,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/ringplan"
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	"github.com/ringmaster-io/ringmaster/internal/shape"
 )
 
 // +kubebuilder:rbac:groups=ringmaster.io,resources=echkeyrings,verbs=get;list;watch;patch
@@ -187,6 +188,9 @@ func (r *ECHKeyRingReconciler) read(ctx context.Context, ekr *v1alpha1.ECHKeyRin
 	rd := ringplan.ECHRead{Now: r.Clock.Now(), Generation: ekr.Generation, Policy: echPolicy(ekr.Spec), Params: echParams(ekr.Spec),
 		Last: ekr.Status, Deleting: !ekr.DeletionTimestamp.IsZero(), Timeout: ekr.Spec.Confirmation.Timeout.Duration,
 		Current: echring.Ring{Ring: owner.RingName()}}
+	if msg := shape.SpecCut(ekr); msg != "" {
+		rd.Blocked = &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: msg}
+	}
 	snaps, err := r.secrets.snapshots(ctx, owner)
 	if err != nil {
 		return rd, dnspub.Target{}, nil, err
@@ -215,13 +219,25 @@ func (r *ECHKeyRingReconciler) finalizer(ctx context.Context, ekr *v1alpha1.ECHK
 	if has == need || (!has && !ekr.DeletionTimestamp.IsZero()) {
 		return false, nil
 	}
-	patch := client.MergeFromWithOptions(ekr.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	if need {
-		controllerutil.AddFinalizer(ekr, v1alpha1.ECHDNSFinalizer)
-	} else {
-		controllerutil.RemoveFinalizer(ekr, v1alpha1.ECHDNSFinalizer)
+	// The patch is made from the ring's metadata as the API server holds
+	// it, not as the cache keeps it: the cache keeps only the first of a
+	// ring's finalizers (shape.MaxFinalizers), and a merge patch writes
+	// the whole list.
+	fresh := &metav1.PartialObjectMetadata{}
+	fresh.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind(v1alpha1.KindECHKeyRing))
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(ekr), fresh); err != nil {
+		return false, client.IgnoreNotFound(err)
 	}
-	if err := r.Patch(ctx, ekr, patch); err != nil {
+	if fresh.UID != ekr.UID {
+		return true, nil // another ring of the name: the pass starts again
+	}
+	patch := client.MergeFromWithOptions(fresh.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if need {
+		controllerutil.AddFinalizer(fresh, v1alpha1.ECHDNSFinalizer)
+	} else {
+		controllerutil.RemoveFinalizer(fresh, v1alpha1.ECHDNSFinalizer)
+	}
+	if err := r.Patch(ctx, fresh, patch); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
 	log.FromContext(ctx).V(1).Info("Updated the ring's DNS finalizer", "present", need)
@@ -332,6 +348,9 @@ func (r *ECHKeyRingReconciler) mintConfig(ctx context.Context, ekr *v1alpha1.ECH
 		ns := &corev1.Namespace{}
 		if err := r.Get(ctx, types.NamespacedName{Name: ekr.Namespace}, ns); err != nil {
 			return echring.Config{}, err
+		}
+		if shape.WasCut(ns, shape.CutLabels) {
+			return echring.Config{}, mint.LabelsNotKept(cks.Name, ekr.Namespace, shape.MaxLabelBytes)
 		}
 		if err := mint.Allowed(cks, ekr.Namespace, ns.Labels); err != nil {
 			return echring.Config{}, err

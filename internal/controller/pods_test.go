@@ -16,6 +16,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
+	"github.com/ringmaster-io/ringmaster/internal/shape"
 )
 
 // The prober's pod cache (and the coming nudge's), against the real API
@@ -55,7 +56,7 @@ var _ = Describe("The pod cache", func() {
 		create(ns, "mounted-by-no-container", func(p *corev1.Pod) { p.Spec.Containers[0].VolumeMounts = nil })
 		create(ns, "many-secrets", func(p *corev1.Pod) {
 			var srcs []corev1.VolumeProjection
-			for i := range confirm.MaxPodSecrets + 1 {
+			for i := range shape.MaxPodSecrets + 1 {
 				srcs = append(srcs, corev1.VolumeProjection{Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: fmt.Sprintf("s-%02d", i)}}})
 			}
 			p.Spec.Volumes[0].Projected.Sources = srcs
@@ -108,7 +109,7 @@ var _ = Describe("The pod cache", func() {
 			}
 			Expect(p.Labels).To(Equal(map[string]string{"app": "web"}))
 		}
-		Expect(found[0].Annotations).To(HaveKeyWithValue(confirm.CappedAnnotation, "secrets"))
+		Expect(found[0].Annotations).To(HaveKeyWithValue(shape.CappedAnnotation, "secrets"))
 		Expect(confirm.Mounts(found[1], "web-ticket-keys")).To(BeTrue())
 		Expect(confirm.Mounts(found[2], "web-ticket-keys")).To(BeTrue())
 	})

@@ -28,6 +28,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/ringplan"
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	"github.com/ringmaster-io/ringmaster/internal/shape"
 )
 
 // Rings share one reconcile, whatever their kind: they differ only in where
@@ -66,6 +67,10 @@ type ring struct {
 	namespace string
 	// targets are the namespaces the ring delivers to.
 	targets []string
+	// unjudged are the namespaces a cluster ring could not judge
+	// (ClusterTicketKeyRingReconciler.targets), reported with its targets
+	// that failed.
+	unjudged []v1alpha1.TargetFailure
 	// voters are the namespaces whose pods vote under spec.confirmation:
 	// a TicketKeyRing's own, those of a cluster ring's targets that its
 	// voterNamespaceSelector matches.
@@ -115,6 +120,10 @@ func (r *rings) read(ctx context.Context, rg ring) (ringplan.Read, keySource, *s
 	rd.Current = rd.History.Current()
 	rd.Current.Name = rg.owner.RingName()
 	if rd.Halted != nil {
+		return rd, keySource{}, nil, snaps, nil
+	}
+	if msg := shape.SpecCut(rg.obj); msg != "" {
+		rd.Blocked = &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: msg}
 		return rd, keySource{}, nil, snaps, nil
 	}
 	readRequests(&rd, rg.obj)
@@ -228,7 +237,7 @@ func (r *rings) write(ctx context.Context, rg ring, res ringplan.Result, snaps [
 		newest, kept = snap, next
 	}
 	failed, err := r.secrets.deliver(ctx, rg.owner, newest, rg.targets)
-	applied.Failed = failed
+	applied.Failed = append(failed, rg.unjudged...)
 	errs = append(errs, err, r.secrets.destroy(ctx, rg.owner, snaps, staleTickets(history, kept)))
 	return applied, errors.Join(errs...)
 }
@@ -345,6 +354,9 @@ func (r *rings) keySource(ctx context.Context, rg ring) keySource {
 		ns := &corev1.Namespace{}
 		if err := r.Get(ctx, types.NamespacedName{Name: rg.namespace}, ns); err != nil {
 			return keySource{err: err}
+		}
+		if shape.WasCut(ns, shape.CutLabels) {
+			return keySource{err: mint.LabelsNotKept(cks.Name, rg.namespace, shape.MaxLabelBytes)}
 		}
 		nsLabels = ns.Labels
 	}

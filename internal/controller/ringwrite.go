@@ -182,6 +182,22 @@ func (w *ringSecrets) deliver(ctx context.Context, owner distribute.Owner, snap 
 	return failed, errors.Join(errs...)
 }
 
+// projectedIn are the namespaces where owner's projection is now, as the
+// cache holds them.
+func (w *ringSecrets) projectedIn(ctx context.Context, owner distribute.Owner) ([]string, error) {
+	copies := &corev1.SecretList{}
+	if err := w.List(ctx, copies, client.MatchingLabels(owner.ProjectionLabels())); err != nil {
+		return nil, fmt.Errorf("list projections: %w", err)
+	}
+	var out []string
+	for i := range copies.Items {
+		if c := &copies.Items[i]; owner.Owns(c) && c.Name == owner.SecretName && c.DeletionTimestamp.IsZero() {
+			out = append(out, c.Namespace)
+		}
+	}
+	return out, nil
+}
+
 // project brings one projection Secret in line with want. It reports
 // whether it wrote a new epoch there (created the Secret, or updated one
 // carrying another epoch), and a conflict, writing nothing, when the Secret

@@ -32,6 +32,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/fairqueue"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/nudge"
+	"github.com/ringmaster-io/ringmaster/internal/shape"
 )
 
 // DefaultRingWorkers is how many rings are reconciled at once, per kind, so
@@ -76,6 +77,9 @@ type Options struct {
 	// with a new epoch, so that their kubelets re-mount it at once; the
 	// manager must run it. Nil: pods are left to their kubelets' own sync.
 	Nudger *nudge.Nudger
+	// Shapes is what every cache of the operator keeps of each kind
+	// (shape.Operator); the TLS Secret cache is made with it.
+	Shapes *shape.Registry
 	// NoCertificatePolicy leaves the CertificatePolicy controller out, and
 	// with it every read of Secrets other than ringmaster's own: the
 	// operator then needs no cluster-wide Secret read (docs/security.md).
@@ -166,7 +170,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	}
 	cpol := &CertificatePolicyReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock,
-		MaxRenewalsPerMinute: o.MaxRenewalsPerMinute,
+		MaxRenewalsPerMinute: o.MaxRenewalsPerMinute, Shapes: o.Shapes,
 	}
 	if err := cpol.SetupWithManager(mgr, o.Registry); err != nil {
 		return nil, fmt.Errorf("set up the CertificatePolicy controller: %w", err)

@@ -121,6 +121,14 @@ func Allowed(cks *v1alpha1.ClusterKeySource, ns string, nsLabels labels.Set) err
 	return nil
 }
 
+// LabelsNotKept is the error of a ring whose namespace carries more labels
+// than the operator keeps (max bytes): no key source's namespaceSelector
+// can judge it, so none allows it.
+func LabelsNotKept(cks, ns string, max int) error {
+	return fail(v1alpha1.ReasonKeySourceNotAllowed,
+		"ClusterKeySource %s cannot judge namespace %s: its labels are over the %d bytes the operator keeps of a namespace's labels, so no spec.namespaceSelector allows it until they are fewer", cks, ns, max)
+}
+
 // NotFound is the error of a ring whose spec.sourceRef names no key source.
 func NotFound(name string) error {
 	return fail(v1alpha1.ReasonKeySourceNotFound, "ClusterKeySource %s does not exist: create it, or fix spec.sourceRef", name)

@@ -33,6 +33,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/dnswork"
 	"github.com/ringmaster-io/ringmaster/internal/nudge"
+	"github.com/ringmaster-io/ringmaster/internal/shape"
 )
 
 // Leader election uses a Lease in the operator's namespace, and nothing
@@ -105,6 +106,11 @@ type Options struct {
 type Operator struct {
 	manager.Manager
 	*controller.Controllers
+	// Shapes is what the operator's caches keep of each kind, and the
+	// informers they made (shape.Registry.Informers).
+	Shapes *shape.Registry
+	// Pods is the operator's cache of pods, as shape.Pod keeps them.
+	Pods *confirm.Pods
 }
 
 // Scheme is every API the operator reads or writes.
@@ -124,7 +130,7 @@ func Scheme() (*runtime.Scheme, error) {
 // judges Certificates in every namespace, as it does TLS Secrets (its own
 // cache): its RBAC stays cluster-wide, and so does its cache of them.
 func cacheOptions(o Options) cache.Options {
-	co := controller.CacheOptions(o.Namespace)
+	co := controller.CacheOptions(o.Shapes)
 	if len(o.WatchNamespaces) == 0 {
 		return co
 	}
@@ -173,6 +179,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 	if o.Registry == nil {
 		o.Registry = metrics.Registry
 	}
+	// Every cache of the operator keeps each kind to its shape, and holds
+	// no kind without one.
+	o.Shapes = shape.Operator(scheme, o.Namespace)
 	metricsOpts := metricsserver.Options{BindAddress: o.MetricsAddr}
 	if !o.MetricsInsecure {
 		metricsOpts.SecureServing = true
@@ -208,7 +217,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 	if len(o.WatchNamespaces) > 0 {
 		podNamespaces = append(slices.Clone(o.WatchNamespaces), o.Namespace)
 	}
-	pods, err := confirm.NewPods(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper(), confirm.PodsOptions{Namespaces: podNamespaces})
+	pods, err := confirm.NewPods(mgr.GetConfig(), mgr.GetScheme(), mgr.GetRESTMapper(), confirm.PodsOptions{Namespaces: podNamespaces, Shapes: o.Shapes})
 	if err != nil {
 		return nil, err
 	}
@@ -248,5 +257,5 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, err
 	}
-	return &Operator{Manager: mgr, Controllers: c}, nil
+	return &Operator{Manager: mgr, Controllers: c, Shapes: o.Shapes, Pods: pods}, nil
 }

@@ -51,7 +51,11 @@ type ECHRead struct {
 	Last v1alpha1.ECHKeyRingStatus
 	// Deleting says the ring is being deleted: it lets its name go.
 	Deleting bool
-	Zone     ECHZone
+	// Blocked, when set, says why the ring stages and publishes nothing
+	// though its spec is valid (a selector the cache did not keep); it
+	// still destroys what expired.
+	Blocked *ringstatus.Problem
+	Zone    ECHZone
 	// Confirmed says every selected pod reports holding the staged
 	// config; Seen is what they said (or the status's last report of the
 	// same config); Timeout is spec.confirmation.timeout.
@@ -136,7 +140,7 @@ func DecideECH(in ECHRead) ECHDecision {
 	}
 	d := ECHDecision{Want: echring.Want(in.Now, in.Policy, in.Current, in.Confirmed)}
 	noDNS := dnsBlocked(in)
-	d.Blocked = cmp.Or(paramsProblem(in.Params), noDNS)
+	d.Blocked = cmp.Or(in.Blocked, paramsProblem(in.Params), noDNS)
 	if noDNS == nil {
 		d.DNS = dnsWant(in, d.Want)
 	}

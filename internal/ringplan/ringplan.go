@@ -52,6 +52,10 @@ type Read struct {
 	// Halted, when set, stops the reconcile before it plans (an unreadable
 	// newest snapshot, an invalid spec): nothing is written, Ready says why.
 	Halted *ringstatus.Problem
+	// Blocked, when set, says why the ring mints nothing this time though
+	// its record is sound (a selector of its spec the cache did not keep):
+	// it fails closed, destroying only what expired, and Ready says why.
+	Blocked *ringstatus.Problem
 	// Ring is what the status reports of the ring's spec and targets.
 	Ring Ring
 	// Shown is what the ring's voters last said of its staged key (under
@@ -124,6 +128,9 @@ type Decision struct {
 func Decide(in Read) Decision {
 	if in.Halted != nil {
 		return Decision{Plan: keyring.Plan{Ring: in.Current}, FailClosed: true, Current: in.Current}
+	}
+	if in.Blocked != nil {
+		return Decision{Plan: keyring.Plan{}.WithoutMint(in.Now, in.Current), FailClosed: true, Source: in.Blocked, Current: in.Current}
 	}
 	if in.Shared != nil && in.Shared.Blocked != nil {
 		return Decision{Plan: keyring.Plan{}.WithoutMint(in.Now, in.Current), FailClosed: true, Source: in.Shared.Blocked, Current: in.Current}

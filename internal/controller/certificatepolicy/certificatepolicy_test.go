@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/internal/controller"
+	"github.com/ringmaster-io/ringmaster/internal/shape"
 )
 
 var _ = Describe("CertificatePolicy in Audit mode", func() {
@@ -195,13 +195,13 @@ var _ = Describe("CertificatePolicy in Audit mode", func() {
 			return reconciler.SecretCache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "web-tls"}, cached)
 		}, timeout, poll).Should(Succeed())
 		Expect(cached.Data).To(HaveLen(1), "tls.key and tls.crt are dropped before caching")
-		var facts controller.TLSFacts
-		Expect(json.Unmarshal(cached.Data[controller.TLSFactsKey], &facts)).To(Succeed())
+		var facts shape.TLSFacts
+		Expect(json.Unmarshal(cached.Data[shape.TLSFactsKey], &facts)).To(Succeed())
 		Expect(facts.Error).To(BeEmpty())
 		Expect(facts.Cert.DNSNames).To(Equal([]string{"www.example.com"}))
 		Expect(facts.Cert.NotAfter).To(BeTemporally("==", p.notAfter))
 		for _, held := range [][]byte{p.crt, p.key} {
-			Expect(bytes.Contains(cached.Data[controller.TLSFactsKey], held)).To(BeFalse())
+			Expect(bytes.Contains(cached.Data[shape.TLSFactsKey], held)).To(BeFalse())
 		}
 		Expect(cached.Annotations).To(Equal(map[string]string{"cert-manager.io/issuer-name": "ca"}))
 		Expect(cached.ManagedFields).To(BeEmpty())
@@ -216,7 +216,7 @@ var _ = Describe("CertificatePolicy in Audit mode", func() {
 		Expect(reconciler.SecretCache.List(ctx, list, client.InNamespace(ns))).To(Succeed())
 		for _, s := range list.Items {
 			Expect(s.Type).To(Equal(corev1.SecretTypeTLS))
-			Expect(s.Data).To(HaveKey(controller.TLSFactsKey))
+			Expect(s.Data).To(HaveKey(shape.TLSFactsKey))
 			Expect(s.Data).NotTo(HaveKey(corev1.TLSPrivateKeyKey))
 		}
 		Expect(list.Items).To(HaveLen(2))

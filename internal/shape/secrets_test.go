@@ -1,4 +1,4 @@
-package controller
+package shape
 
 import (
 	"bytes"
@@ -17,54 +17,80 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/certpolicy"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
-	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 )
 
-func TestKeepOwnedSecrets(t *testing.T) {
+func TestOwnedSecrets(t *testing.T) {
 	ringRef := func(kind string) []metav1.OwnerReference {
 		return []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: kind, Name: "web", UID: "u1", Controller: ptr.To(true)}}
 	}
-	big := bytes.Repeat([]byte("x"), 1<<20)
-	secret := func(ns string, refs []metav1.OwnerReference) *corev1.Secret {
+	// A snapshot's few keys in a few formats, and a Secret as large as the
+	// API server takes, which only a forger writes.
+	keys, big := bytes.Repeat([]byte("k"), 8<<10), bytes.Repeat([]byte("x"), 1<<20)
+	sized := func(ns string, refs []metav1.OwnerReference, data []byte) *corev1.Secret {
+		padding := "p"
+		if len(data) > MaxOwnedSecretBytes {
+			padding = string(data)
+		}
+		labels := map[string]string{v1alpha1.RingLabel: "web", v1alpha1.ComponentLabel: v1alpha1.ComponentSnapshot}
+		for i := range 1000 {
+			labels[fmt.Sprintf("tenant.example/l-%04d", i)] = strings.Repeat("v", 63)
+		}
+		if len(data) <= MaxOwnedSecretBytes {
+			labels = map[string]string{v1alpha1.RingLabel: "web", v1alpha1.ComponentLabel: v1alpha1.ComponentSnapshot}
+		}
 		return &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{
 				Namespace: ns, Name: "web-ticket-keys", UID: "s1", ResourceVersion: "7",
-				Labels:          map[string]string{v1alpha1.RingLabel: "web"},
-				Annotations:     map[string]string{v1alpha1.EpochAnnotation: "3", "tenant.example/padding": string(big)},
+				Labels:          labels,
+				Annotations:     map[string]string{v1alpha1.EpochAnnotation: "3", "tenant.example/padding": padding},
 				OwnerReferences: refs,
 				ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubectl"}},
 			},
 			Type: distribute.SecretType,
-			Data: map[string][]byte{"ticketkeys.json": big},
+			Data: map[string][]byte{"ticketkeys.json": data},
 		}
 	}
+	secret := func(ns string, refs []metav1.OwnerReference) *corev1.Secret { return sized(ns, refs, keys) }
+	forged := func(ns string, refs []metav1.OwnerReference) *corev1.Secret { return sized(ns, refs, big) }
 	notController := ringRef(v1alpha1.KindTicketKeyRing)
 	notController[0].Controller = nil
 	otherGroup := ringRef(v1alpha1.KindTicketKeyRing)
 	otherGroup[0].APIVersion = "example.com/v1"
+	var manyOwners []metav1.OwnerReference
+	for i := range 500 {
+		manyOwners = append(manyOwners, metav1.OwnerReference{APIVersion: v1alpha1.GroupVersion.String(), Kind: v1alpha1.KindTicketKeyRing, Name: "web", UID: types.UID(fmt.Sprint(i))})
+	}
 	for _, tt := range []struct {
-		name  string
-		in    *corev1.Secret
-		whole bool
+		name   string
+		in     *corev1.Secret
+		whole  bool
+		owners int // owner references kept
 	}{
-		{"controlled by a TicketKeyRing", secret("shop", ringRef(v1alpha1.KindTicketKeyRing)), true},
-		{"controlled by a ClusterTicketKeyRing", secret("shop", ringRef(v1alpha1.KindClusterTicketKeyRing)), true},
-		{"in the operator's namespace", secret("ringmaster-system", nil), true},
-		{"a tenant's, unowned", secret("shop", nil), false},
-		{"owned by a ring but not controlled", secret("shop", notController), false},
-		{"controlled by a kind of another group", secret("shop", otherGroup), false},
+		{"controlled by a TicketKeyRing", secret("shop", ringRef(v1alpha1.KindTicketKeyRing)), true, 1},
+		{"controlled by a ClusterTicketKeyRing", secret("shop", ringRef(v1alpha1.KindClusterTicketKeyRing)), true, 1},
+		{"in the operator's namespace", secret("ringmaster-system", nil), true, 0},
+		{"a tenant's, unowned", forged("shop", nil), false, 0},
+		{"owned by a ring but not controlled", forged("shop", notController), false, 1},
+		{"controlled by a kind of another group", forged("shop", otherGroup), false, 1},
+		{"controlled by a ring, over the bound of a snapshot", forged("shop", ringRef(v1alpha1.KindTicketKeyRing)), false, 1},
+		{"in the operator's namespace, over the bound", forged("ringmaster-system", nil), false, 0},
+		{"owned 500 times: two references kept, one naming no ring", func() *corev1.Secret {
+			s := forged("shop", manyOwners)
+			s.Labels[v1alpha1.ComponentLabel] = v1alpha1.ComponentProjection
+			return s
+		}(), false, maxOwnerRefs},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			want := tt.in.DeepCopy()
-			got, err := KeepOwnedSecrets("ringmaster-system")(tt.in)
+			got, err := OwnedSecrets("ringmaster-system")(tt.in)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,20 +99,28 @@ func TestKeepOwnedSecrets(t *testing.T) {
 				t.Error("managed fields kept")
 			}
 			if s.Name != want.Name || s.Namespace != want.Namespace || s.UID != want.UID || s.ResourceVersion != want.ResourceVersion ||
-				s.Type != want.Type || s.Labels[v1alpha1.RingLabel] != "web" || len(s.OwnerReferences) != len(want.OwnerReferences) {
-				t.Errorf("identity, labels, type or owners lost: %+v", s.ObjectMeta)
+				s.Type != want.Type || s.Labels[v1alpha1.RingLabel] != "web" || s.Labels[v1alpha1.ComponentLabel] != want.Labels[v1alpha1.ComponentLabel] || len(s.OwnerReferences) != tt.owners {
+				t.Errorf("identity, ring labels, type or owners lost: %.300v", s.ObjectMeta)
 			}
-			if again, _ := KeepOwnedSecrets("ringmaster-system")(s.DeepCopy()); len(again.(*corev1.Secret).Data) != len(s.Data) {
+			if again, _ := OwnedSecrets("ringmaster-system")(s.DeepCopy()); !equality.Semantic.DeepEqual(again, s) {
 				t.Error("transformed twice, it changed")
 			}
+			if size := jsonSize(t, s); size > 4<<10 && !tt.whole || size > MaxOwnedSecretBytes+4<<10 {
+				t.Errorf("kept %d bytes of JSON", size)
+			}
 			if tt.whole {
-				if !bytes.Equal(s.Data["ticketkeys.json"], big) || s.Annotations[v1alpha1.EpochAnnotation] != "3" {
+				if !bytes.Equal(s.Data["ticketkeys.json"], keys) || s.Annotations[v1alpha1.EpochAnnotation] != "3" {
 					t.Error("an owned Secret lost its data or annotations")
 				}
 				return
 			}
-			if s.Data != nil || s.Annotations != nil {
-				t.Errorf("kept %d data keys and %d annotations of a Secret the operator does not own", len(s.Data), len(s.Annotations))
+			if s.Data != nil || s.Annotations != nil || len(s.Labels) > 2 {
+				t.Errorf("kept %d data keys, %d annotations and %d labels of a Secret the operator does not own", len(s.Data), len(s.Annotations), len(s.Labels))
+			}
+			if len(want.OwnerReferences) > maxOwnerRefs {
+				if _, ok := distribute.ClaimOf(s, "ringmaster-system"); ok {
+					t.Error("a Secret whose owner references were not all kept is taken for a ring's")
+				}
 			}
 		})
 	}
@@ -94,10 +128,10 @@ func TestKeepOwnedSecrets(t *testing.T) {
 	for _, ns := range []string{"shop", "ringmaster-system"} {
 		projection := secret(ns, ringRef(v1alpha1.KindTicketKeyRing))
 		projection.Labels[v1alpha1.ComponentLabel] = v1alpha1.ComponentProjection
-		projection.Data = map[string][]byte{"ticketkeys.json": bytes.Clone(big)}
+		projection.Data = map[string][]byte{"ticketkeys.json": bytes.Clone(keys)}
 		digest := distribute.DataDigest(projection.DeepCopy().Data)
 		keys := projection.Data["ticketkeys.json"]
-		got, _ := KeepOwnedSecrets("ringmaster-system")(projection)
+		got, _ := OwnedSecrets("ringmaster-system")(projection)
 		s := got.(*corev1.Secret)
 		if !distribute.Digested(s) || !bytes.Equal(s.Data[distribute.DigestKey], digest) || s.Annotations[v1alpha1.EpochAnnotation] != "3" {
 			t.Errorf("a projection in %s is kept as %d data keys, not its digest, or lost its annotations", ns, len(s.Data))
@@ -105,7 +139,7 @@ func TestKeepOwnedSecrets(t *testing.T) {
 		if bytes.ContainsFunc(keys, func(r rune) bool { return r != 0 }) {
 			t.Errorf("the projection's decoded data in %s was dropped without being zeroed", ns)
 		}
-		if again, _ := KeepOwnedSecrets("ringmaster-system")(s.DeepCopy()); !bytes.Equal(again.(*corev1.Secret).Data[distribute.DigestKey], digest) {
+		if again, _ := OwnedSecrets("ringmaster-system")(s.DeepCopy()); !bytes.Equal(again.(*corev1.Secret).Data[distribute.DigestKey], digest) {
 			t.Error("a projection transformed twice changed")
 		}
 	}
@@ -115,7 +149,7 @@ func TestKeepOwnedSecrets(t *testing.T) {
 	for range 2 {
 		in := secret(strings.Clone("shop"), ringRef(v1alpha1.KindTicketKeyRing))
 		in.Labels = map[string]string{strings.Clone(v1alpha1.RingLabel): strings.Clone("web")}
-		got, _ := KeepOwnedSecrets("ringmaster-system")(in)
+		got, _ := OwnedSecrets("ringmaster-system")(in)
 		kept = append(kept, got.(*corev1.Secret))
 	}
 	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
@@ -136,12 +170,12 @@ func TestKeepOwnedSecrets(t *testing.T) {
 		t.Error("two Secrets' owner references keep their own copies of the controller flag, or lost it")
 	}
 	tomb := toolscache.DeletedFinalStateUnknown{Key: "shop/x"}
-	if got, err := KeepOwnedSecrets("ringmaster-system")(tomb); err != nil || got != tomb {
+	if got, err := OwnedSecrets("ringmaster-system")(tomb); err != nil || got != tomb {
 		t.Errorf("a tombstone became %v, %v", got, err)
 	}
 }
 
-func TestStripTLSSecret(t *testing.T) {
+func TestTLSSecretShape(t *testing.T) {
 	ca, err := testpki.NewCA("test CA")
 	if err != nil {
 		t.Fatal(err)
@@ -205,8 +239,9 @@ func TestStripTLSSecret(t *testing.T) {
 				cmapi.IssuerKindAnnotationKey: "ClusterIssuer", cmapi.IssuerGroupAnnotationKey: "cert-manager.io", "tenant.example/padding": big}
 		}), wantNames: 1, wantCount: 1, wantFirst: "web.example.com", wantLabels: map[string]string{"app": "web"},
 			wantAnnotations: map[string]string{cmapi.IssuerKindAnnotationKey: "ClusterIssuer", cmapi.IssuerGroupAnnotationKey: "cert-manager.io"}, maxFacts: 1 << 10},
-		{name: "labels over 4 KiB: none kept", in: secret(small, func(s *corev1.Secret) { s.Labels = manyLabels }),
-			wantNames: 1, wantCount: 1, wantFirst: "web.example.com", wantAnnotations: map[string]string{cmapi.CertificateNameKey: "web", cmapi.IssuerNameAnnotationKey: "ca"}, maxFacts: 1 << 10},
+		{name: "labels over 4 KiB: none kept, and the cut marked", in: secret(small, func(s *corev1.Secret) { s.Labels = manyLabels }),
+			wantNames: 1, wantCount: 1, wantFirst: "web.example.com",
+			wantAnnotations: map[string]string{cmapi.CertificateNameKey: "web", cmapi.IssuerNameAnnotationKey: "ca", CappedAnnotation: CutLabels}, maxFacts: 1 << 10},
 		{name: "an unparsable tls.crt: the error, quoting nothing", in: secret(small, func(s *corev1.Secret) { s.Data[corev1.TLSCertKey] = []byte(big) }),
 			wantError: "no PEM CERTIFICATE block", wantLabels: map[string]string{"app": "web"},
 			wantAnnotations: map[string]string{cmapi.CertificateNameKey: "web", cmapi.IssuerNameAnnotationKey: "ca"}, maxFacts: 1 << 10},
@@ -214,7 +249,7 @@ func TestStripTLSSecret(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			leaked := [][]byte{tc.in.Data[corev1.TLSPrivateKeyKey], tc.in.Data[corev1.TLSCertKey], ca.PEM}
-			got, err := StripTLSSecret(tc.in.DeepCopy())
+			got, err := TLSSecret(tc.in.DeepCopy())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -236,7 +271,7 @@ func TestStripTLSSecret(t *testing.T) {
 			if !maps.Equal(s.Labels, tc.wantLabels) || !maps.Equal(s.Annotations, tc.wantAnnotations) {
 				t.Errorf("labels %v, annotations %.80v; want %v, %v", s.Labels, s.Annotations, tc.wantLabels, tc.wantAnnotations)
 			}
-			facts := tlsFactsOf(s)
+			facts := FactsOf(s)
 			switch {
 			case tc.wantError != "":
 				if facts.Cert != nil || !strings.Contains(facts.Error, tc.wantError) || len(facts.Error) > 200 {
@@ -253,7 +288,7 @@ func TestStripTLSSecret(t *testing.T) {
 					t.Errorf("facts of the leaf %+v", c)
 				}
 			}
-			again, err := StripTLSSecret(s.DeepCopy())
+			again, err := TLSSecret(s.DeepCopy())
 			if err != nil || !bytes.Equal(again.(*corev1.Secret).Data[TLSFactsKey], s.Data[TLSFactsKey]) ||
 				!maps.Equal(again.(*corev1.Secret).Labels, s.Labels) || !maps.Equal(again.(*corev1.Secret).Annotations, s.Annotations) {
 				t.Errorf("transformed twice: %v, %v", again, err)
@@ -261,16 +296,16 @@ func TestStripTLSSecret(t *testing.T) {
 		})
 	}
 
-	if f := tlsFactsOf(&corev1.Secret{}); f.Cert != nil || f.Error == "" {
+	if f := FactsOf(&corev1.Secret{}); f.Cert != nil || f.Error == "" {
 		t.Errorf("a Secret with no facts: %+v", f)
 	}
 	tomb := toolscache.DeletedFinalStateUnknown{Key: "shop/x"}
-	if got, err := StripTLSSecret(tomb); err != nil || got != tomb {
+	if got, err := TLSSecret(tomb); err != nil || got != tomb {
 		t.Errorf("a tombstone became %v, %v", got, err)
 	}
 }
 
-func TestStripCertificate(t *testing.T) {
+func TestCertificateShape(t *testing.T) {
 	big := strings.Repeat("x", 1<<20)
 	var names []string
 	for i := range 15000 {
@@ -312,7 +347,7 @@ func TestStripCertificate(t *testing.T) {
 		}), nil, strings.Repeat("i", 253)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := StripCertificate(tc.in.DeepCopy())
+			got, err := Certificate(tc.in.DeepCopy())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -336,18 +371,21 @@ func TestStripCertificate(t *testing.T) {
 			if len(data) > 8<<10 {
 				t.Errorf("kept %d bytes of JSON", len(data))
 			}
-			again, _ := StripCertificate(c.DeepCopy())
+			again, _ := Certificate(c.DeepCopy())
 			if !equality.Semantic.DeepEqual(again, c) {
 				t.Errorf("transformed twice, it changed")
 			}
 		})
 	}
-	if got, _ := CacheOptions("ringmaster-system").DefaultTransform(&v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{"a": "b"}}}); got.(*v1alpha1.TicketKeyRing).Annotations["a"] != "b" {
-		t.Error("the manager's cache changed a ring")
+}
+
+func jsonSize(t *testing.T, o any) int {
+	t.Helper()
+	b, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got, _ := CacheOptions("ringmaster-system").DefaultTransform(crt(nil)); got.(*cmapi.Certificate).Spec.DNSNames != nil {
-		t.Error("the manager's cache keeps a Certificate's DNS names")
-	}
+	return len(b)
 }
 
 func keys(m map[string][]byte) []string {
@@ -409,7 +447,7 @@ func BenchmarkTLSSecretCache(b *testing.B) {
 	}{
 		{"whole", nil},
 		{"key dropped", dropKey},
-		{"facts", StripTLSSecret},
+		{"facts", TLSSecret},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			for range b.N {
@@ -458,58 +496,4 @@ func liveHeap() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
-}
-
-func TestStripRing(t *testing.T) {
-	at := func(m int) *metav1.Time { return &metav1.Time{Time: time.Date(2026, 3, 1, 12, m, 0, 0, time.UTC)} }
-	fields := metav1.NewFieldsV1
-	ring := &v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", ManagedFields: []metav1.ManagedFieldsEntry{
-		{Manager: "kubectl-client-side-apply", Operation: metav1.ManagedFieldsOperationUpdate, Time: at(0), FieldsType: "FieldsV1",
-			FieldsV1: fields(`{"f:spec":{"f:rotationInterval":{},"f:retainedKeys":{}}}`)},
-		{Manager: "ringmaster", Operation: metav1.ManagedFieldsOperationApply, Time: at(1), FieldsType: "FieldsV1", Subresource: "status",
-			FieldsV1: fields(`{"f:status":{"f:epoch":{},"f:keys":{},"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{}}}}}`)},
-		{Manager: "kubectl-ringmaster", Operation: metav1.ManagedFieldsOperationUpdate, Time: at(2), FieldsType: "FieldsV1",
-			FieldsV1: fields(`{"f:metadata":{"f:annotations":{".":{},"f:ringmaster.io/revoke-requested-at":{},"f:team":{}}}}`)},
-		{Manager: "oncall", Operation: metav1.ManagedFieldsOperationUpdate, Time: at(3), FieldsType: "FieldsV1",
-			FieldsV1: fields(`{"f:metadata":{"f:annotations":{"f:ringmaster.io/rotate-requested-at":{}}}}`)},
-	}}}
-	whole := ring.DeepCopy()
-	got := StripRing(ring.DeepCopy())
-	for _, a := range requestAnnotations {
-		if b, w := ringstatus.RequestedBy(got.GetManagedFields(), a), ringstatus.RequestedBy(whole.GetManagedFields(), a); b != w {
-			t.Errorf("%s requested by %q once stripped, %q whole", a, b, w)
-		}
-	}
-	if n := len(got.GetManagedFields()); n != 2 {
-		t.Fatalf("%d managed fields entries kept, want the 2 that own a request: %+v", n, got.GetManagedFields())
-	}
-	for _, f := range got.GetManagedFields() {
-		if strings.Contains(f.FieldsV1.GetRawString(), "team") || strings.Contains(f.FieldsV1.GetRawString(), "status") {
-			t.Errorf("kept fields beyond the requests: %s", f.FieldsV1.GetRawString())
-		}
-	}
-	if again := StripRing(got.DeepCopyObject().(client.Object)); !equality.Semantic.DeepEqual(again, got) {
-		t.Errorf("transforming its own output changed it: %+v", again.GetManagedFields())
-	}
-	// Rings decoded one by one share their conditions' and keys' strings
-	// once cached, and keep their values.
-	decoded := func() *v1alpha1.TicketKeyRing {
-		r := &v1alpha1.TicketKeyRing{}
-		if err := json.Unmarshal([]byte(`{"metadata":{"name":"web","namespace":"shop"},"status":{
-			"conditions":[{"type":"Ready","status":"True","reason":"Published","message":"Epoch 2 is published to 1 namespace(s)"}],
-			"activeKey":{"id":"29865907"},"keys":[{"id":"29865907","state":"active"}],"lastRotateRequestedAt":"2026-12-03T10:30:44Z"}}`), r); err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
-	r1, r2 := StripRing(decoded()).(*v1alpha1.TicketKeyRing), StripRing(decoded()).(*v1alpha1.TicketKeyRing)
-	c1, c2 := r1.Status.Conditions[0], r2.Status.Conditions[0]
-	if !same(c1.Message, c2.Message) || !same(c1.Reason, c2.Reason) || !same(string(r1.Status.Keys[0].State), string(r2.Status.Keys[0].State)) ||
-		!same(r1.Status.ActiveKey.ID, r1.Status.Keys[0].ID) || !same(r1.Status.LastRotateRequestedAt, r2.Status.LastRotateRequestedAt) {
-		t.Error("two rings decoded apart keep their own copies of the strings their statuses share")
-	}
-	if !equality.Semantic.DeepEqual(r1, decoded()) {
-		t.Errorf("interning changed the ring: %+v", r1.Status)
-	}
 }
