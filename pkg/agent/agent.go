@@ -426,58 +426,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	// Close waits for the watcher's own goroutine, so none outlives Start.
 	defer w.Close()
-
-	// The directory is watched, not the files: the kubelet replaces files
-	// by renaming ..data, which an inotify watch on a file would not follow
-	// but which the directory reports. The watch only needs re-arming when
-	// the directory itself goes away (fsnotify then drops it); every read
-	// does that first.
-	results := make(chan loaded, 1) // one read in flight at most
-	var job *readJob                // the read in flight
-	again := false
-	read := func() {
-		if job != nil {
-			again = true // after the read in flight, read once more
-			return
-		}
-		job = newReadJob()
-		go func(j *readJob) {
-			defer close(j.done)
-			if l, ok := a.load(w, j); ok {
-				results <- l
-			}
-		}(job)
-	}
-	// On return, wait for a read that is parsing (CPU alone, bounded by the
-	// files' size limit); abandon one still in the file system, which only
-	// the kernel can end, and which then ends without parsing. Runs before
-	// the watcher's Close.
-	defer func() {
-		if job != nil && !job.abandon() {
-			<-job.done
-		}
-		select {
-		case l := <-results:
-			l.wipe()
-		default:
-		}
-	}()
-	read() // catch up with anything that changed since New
-
-	var (
-		settle     <-chan time.Time // the debounce window, while open
-		timer      <-chan time.Time
-		timerAt    time.Time
-		nextResync = a.clock.Now().Add(a.resync)
-	)
+	l := &watchLoop{a: a, w: w, results: make(chan loaded, 1), nextResync: a.clock.Now().Add(a.resync)}
+	defer l.stop() // runs before the watcher's Close
+	l.read()       // catch up with anything that changed since New
 	for {
-		wake := nextResync
-		if t, ok := a.nextChange(); ok && t.Before(wake) {
-			wake = t
-		}
-		if timer == nil || !wake.Equal(timerAt) {
-			timer, timerAt = a.clock.After(wake.Sub(a.clock.Now())), wake
-		}
+		l.arm()
 		select {
 		case <-ctx.Done():
 			return nil
@@ -485,44 +438,123 @@ func (a *Agent) Start(ctx context.Context) error {
 			if !ok {
 				return errors.New("agent: watcher closed")
 			}
-			if !a.relevant(ev) {
-				continue
-			}
-			if a.debounce < 0 {
-				read()
-			} else if settle == nil {
-				settle = a.window(a.debounce)
-			}
-		case <-settle:
-			settle = nil
-			read()
+			l.changed(ev)
+		case <-l.settle:
+			l.settle = nil
+			l.read()
 		case err, ok := <-w.Errors:
 			if !ok {
 				return errors.New("agent: watcher closed")
 			}
 			// Events may have been lost (an overflow, say): read again.
 			a.log.Warn("Watcher reported an error", "err", err)
-			read()
+			l.read()
 		case <-a.kick:
-			read()
-		case l := <-results:
-			job = nil
-			a.reload(l)
-			nextResync = a.clock.Now().Add(a.resync)
-			if again {
-				again = false
-				read()
-			}
-		case <-timer:
-			timer = nil
-			now := a.clock.Now()
-			// Keys expire now, read or no read.
-			a.evaluate(now)
-			if !now.Before(nextResync) {
-				nextResync = now.Add(a.resync)
-			}
-			read()
+			l.read()
+		case r := <-l.results:
+			l.loaded(r)
+		case <-l.timer:
+			l.tick()
 		}
+	}
+}
+
+// watchLoop is Start's state: the read in flight, the debounce window, and
+// the timer of the next key to activate or expire, or of the next resync.
+//
+// The directory is watched, not the files: the kubelet replaces files by
+// renaming ..data, which an inotify watch on a file would not follow but
+// which the directory reports. The watch only needs re-arming when the
+// directory itself goes away (fsnotify then drops it); every read does
+// that first.
+type watchLoop struct {
+	a       *Agent
+	w       *fsnotify.Watcher
+	results chan loaded // one read in flight at most
+	job     *readJob    // the read in flight
+	again   bool        // read once more after the read in flight
+
+	settle     <-chan time.Time // the debounce window, while open
+	timer      <-chan time.Time
+	timerAt    time.Time
+	nextResync time.Time
+}
+
+// read starts a read on a goroutine of its own, or, while one is in
+// flight, asks for another once it is done.
+func (l *watchLoop) read() {
+	if l.job != nil {
+		l.again = true
+		return
+	}
+	l.job = newReadJob()
+	go func(j *readJob) {
+		defer close(j.done)
+		if r, ok := l.a.load(l.w, j); ok {
+			l.results <- r
+		}
+	}(l.job)
+}
+
+// arm sets the timer to the next instant a key activates or expires, or
+// to the next resync, whichever comes first.
+func (l *watchLoop) arm() {
+	wake := l.nextResync
+	if t, ok := l.a.nextChange(); ok && t.Before(wake) {
+		wake = t
+	}
+	if l.timer == nil || !wake.Equal(l.timerAt) {
+		l.timer, l.timerAt = l.a.clock.After(wake.Sub(l.a.clock.Now())), wake
+	}
+}
+
+// changed handles a file system event: a read, at once or once the
+// debounce window closes.
+func (l *watchLoop) changed(ev fsnotify.Event) {
+	switch {
+	case !l.a.relevant(ev):
+	case l.a.debounce < 0:
+		l.read()
+	case l.settle == nil:
+		l.settle = l.a.window(l.a.debounce)
+	}
+}
+
+// loaded takes a read's result, and starts the read asked for meanwhile.
+func (l *watchLoop) loaded(r loaded) {
+	l.job = nil
+	l.a.reload(r)
+	l.nextResync = l.a.clock.Now().Add(l.a.resync)
+	if l.again {
+		l.again = false
+		l.read()
+	}
+}
+
+// tick handles the timer: keys activate and expire now, read or no read,
+// and the files are read again.
+func (l *watchLoop) tick() {
+	l.timer = nil
+	now := l.a.clock.Now()
+	l.a.evaluate(now)
+	if !now.Before(l.nextResync) {
+		l.nextResync = now.Add(l.a.resync)
+	}
+	l.read()
+}
+
+// stop waits for a read that is parsing (CPU alone, bounded by the files'
+// size limit), and abandons one still in the file system, which only the
+// kernel can end, and which then ends without parsing. A result not taken
+// is wiped.
+func (l *watchLoop) stop() {
+	if l.job != nil && !l.job.abandon() {
+		<-l.job.done
+	}
+	select {
+	case r := <-l.results:
+		r.wipe()
+	default:
 	}
 }
 
