@@ -9,10 +9,12 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -33,13 +35,20 @@ import (
 // (KeepOwnedSecrets). Other Secrets, and their key material, never enter the
 // operator's memory. cert-manager Certificates, which any tenant allowed
 // to create them can make large, are kept as CertificatePolicy reads them
-// (StripCertificate).
+// (StripCertificate). Of Leases it holds only the records of DNS names'
+// owners, in the operator's namespace, as StripDNSRecord keeps them: not
+// the leader election's Lease, nor any other.
 func CacheOptions(namespace string) cache.Options {
 	return cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Secret{}: {
 				Field:     fields.OneTermEqualSelector("type", string(distribute.SecretType)),
 				Transform: KeepOwnedSecrets(namespace),
+			},
+			&coordinationv1.Lease{}: {
+				Namespaces: map[string]cache.Config{namespace: {}},
+				Label:      labels.SelectorFromSet(labels.Set{v1alpha1.ComponentLabel: v1alpha1.ComponentDNSName}),
+				Transform:  StripDNSRecord,
 			},
 		},
 		// Not a ByObject entry: that would need cert-manager's API served

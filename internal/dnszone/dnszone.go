@@ -1,8 +1,12 @@
 // Package dnszone is the pure step between a ClusterDNSZone and
 // internal/dnspub: whether a ring's namespace, name and TTL may use a
-// zone (Admit), the TSIG key a zone's Secret holds (TSIG), and the
-// dnspub.Target a ring publishes to (Target). It reads nothing itself: the
-// ECHKeyRing and ClusterDNSZone controllers pass it what they read.
+// zone (Admit), who owns each DNS name across every zone that allows it
+// (Record, the Lease that records it; Decide, one name at a time;
+// ClaimOf, where a ring stands), a zone's bounded summary of its names
+// (Summarize) and the zones that overlap it (Overlapping), the TSIG key a
+// zone's Secret holds (TSIG), and the dnspub.Target a ring publishes to
+// (Target). It reads nothing itself: the ECHKeyRing, DNS name and
+// ClusterDNSZone controllers pass it what they read.
 package dnszone
 
 import (
