@@ -103,7 +103,10 @@ type ClusterDNSZoneStatus struct {
 	// exists and holds a well-formed key (or the zone is verify-only);
 	// False with a reason (TSIGSecretNotFound, TSIGSecretInvalid) and a
 	// message saying what to fix otherwise. Whether its servers answer is
-	// each ECHKeyRing's own condition.
+	// each ECHKeyRing's own condition. NamesOverlap is True (reason
+	// ZonesOverlap) while another ClusterDNSZone allows some of the names
+	// this one allows, and names it: allowed, and safe, since a name has
+	// one owner whichever zone admitted it.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -113,19 +116,50 @@ type ClusterDNSZoneStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// names are the DNS names of the zone that ECHKeyRings claim, each with
-	// its one owner: the only ring whose configs the operator writes into
-	// that name's HTTPS record, and the only one it ever removes them for.
-	// The first admitted ring to claim a name owns it; another claiming it
-	// publishes nothing (Ready False, DNSNameClaimed). A name passes on only
-	// once its owner is deleted, renamed or no longer admitted, and has
-	// released it: the ech value it wrote removed from DNS, then the
-	// record's TTL plus the ring's retirementMargin waited out.
+	// names are the first 64 names, by name, whose owner was admitted
+	// through this zone, each with its one owner: the only ring whose
+	// configs the operator writes into that name's HTTPS record, and the
+	// only one it ever removes them for. A name has one owner across the
+	// cluster, whatever zones allow it: its record, a Lease in the
+	// operator's namespace labelled ringmaster.io/component=dns-name, says
+	// who, and nameCounts counts every name of the zone. The first
+	// admitted ring to claim a name owns it; another claiming it, through
+	// this zone or any other, publishes nothing (Ready False,
+	// DNSNameClaimed). A name passes on only once its owner is deleted,
+	// renamed or no longer admitted, and has released it: the ech value it
+	// wrote removed from DNS, then the record's TTL plus the ring's
+	// retirementMargin waited out.
 	// +listType=map
 	// +listMapKey=name
-	// +kubebuilder:validation:MaxItems=1024
+	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	Names []DNSNameOwner `json:"names,omitempty"`
+
+	// nameCounts counts the names whose owner was admitted through this
+	// zone, by state, and the rings this zone admits that wait for their
+	// name. Unset until the operator has recorded every name this status
+	// listed before names had records of their own (an upgrade).
+	// +optional
+	NameCounts *DNSNameCounts `json:"nameCounts,omitempty"`
+}
+
+// DNSNameCounts counts the names of a ClusterDNSZone and the rings
+// waiting for one.
+type DNSNameCounts struct {
+	// owned counts the names owned through the zone (state Owned).
+	// +kubebuilder:validation:Minimum=0
+	// +required
+	Owned int32 `json:"owned"`
+	// releasing counts the names whose owner, admitted through the zone,
+	// lets them go (state Releasing).
+	// +kubebuilder:validation:Minimum=0
+	// +required
+	Releasing int32 `json:"releasing"`
+	// waiting counts the ECHKeyRings the zone admits whose name another
+	// ring owns, through this zone or another, or has no owner yet.
+	// +kubebuilder:validation:Minimum=0
+	// +required
+	Waiting int32 `json:"waiting"`
 }
 
 // DNSNameState is where a DNS name stands with its owner.
@@ -164,7 +198,8 @@ type DNSNameOwner struct {
 	// ech value of the ring's. Unset while that removal waits for DNS.
 	// +optional
 	ReleaseAt *metav1.Time `json:"releaseAt,omitempty"`
-	// waiting counts the other ECHKeyRings that claim the name.
+	// waiting counts the other ECHKeyRings that claim the name, through
+	// any zone.
 	// +kubebuilder:validation:Minimum=0
 	// +optional
 	Waiting int32 `json:"waiting,omitempty"`
@@ -204,6 +239,9 @@ type ECHKeyRingReference struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Zone",type=string,JSONPath=`.spec.zone`
 // +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.spec.primary`
+// +kubebuilder:printcolumn:name="Names",type=integer,JSONPath=`.status.nameCounts.owned`
+// +kubebuilder:printcolumn:name="Waiting",type=integer,JSONPath=`.status.nameCounts.waiting`,priority=1
+// +kubebuilder:printcolumn:name="Overlap",type=string,JSONPath=`.status.conditions[?(@.type=="NamesOverlap")].status`,priority=1
 // +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ClusterDNSZone struct {

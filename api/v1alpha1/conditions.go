@@ -36,6 +36,13 @@ const (
 	// False with the reason and the whole error after a failure, which the
 	// rings' own status shows only as a reason and the key source's name.
 	ConditionMinting = "Minting"
+	// ConditionNamesOverlap (ClusterDNSZones) is True while another
+	// ClusterDNSZone allows some of the names this one allows (their
+	// allowedNames overlap): the message names those zones. Overlapping is
+	// allowed and safe, since a DNS name has one owner across the cluster
+	// whichever zone admitted it; the condition shows the administrator
+	// that two zones hand out the same names.
+	ConditionNamesOverlap = "NamesOverlap"
 )
 
 // Reasons of a ring's conditions.
@@ -151,12 +158,30 @@ const (
 	// secret is not base64, or its algorithm is not one the operator
 	// signs with.
 	ReasonTSIGSecretInvalid = "TSIGSecretInvalid"
-	// ReasonDNSNameAssigned: the event of a name of the zone taking an
-	// owner (status.names).
+	// ReasonDNSNameAssigned: the event of a name taking an owner admitted
+	// through the zone (the name's record; status.names).
 	ReasonDNSNameAssigned = "DNSNameAssigned"
 	// ReasonDNSNameReleased: the event of a name of the zone released by
 	// its owner.
 	ReasonDNSNameReleased = "DNSNameReleased"
+	// ReasonZonesOverlap: NamesOverlap is True, and the Warning event of
+	// the same reason says so when it turns True or names other zones:
+	// other ClusterDNSZones allow some of this zone's names.
+	ReasonZonesOverlap = "ZonesOverlap"
+	// ReasonNoOverlap: NamesOverlap is False; no other ClusterDNSZone
+	// allows a name this one allows.
+	ReasonNoOverlap = "NoOverlap"
+	// ReasonDNSNameOwnerNotWatched: the Warning event, on the zone that
+	// admitted it, of a name whose recorded owner is in a namespace the
+	// operator does not watch (--watch-namespaces): the record is left as
+	// it is, and the name waits, until that namespace is watched again or
+	// an administrator deletes the record.
+	ReasonDNSNameOwnerNotWatched = "DNSNameOwnerNotWatched"
+	// ReasonDNSNameRecordConflict: the Warning event, on the zones of the
+	// rings claiming a name, of a name whose record's object is another
+	// name's (two names whose hashes agree): the record is left as it is,
+	// and the name waits.
+	ReasonDNSNameRecordConflict = "DNSNameRecordConflict"
 )
 
 // Reasons of a CertificatePolicy's conditions. It also uses ReasonInvalidSpec.
@@ -209,9 +234,10 @@ const (
 	// ReasonECHConfigInvalid: the ECHConfig the spec describes cannot be
 	// built (the KEM, a cipher suite or the public name).
 	ReasonECHConfigInvalid = "ECHConfigInvalid"
-	// ReasonDNSNameClaimed: another ECHKeyRing owns spec.dns.name in its
-	// zone; this ring stages and publishes nothing, and changes nothing in
-	// DNS, until the owner releases it.
+	// ReasonDNSNameClaimed: another ECHKeyRing owns spec.dns.name,
+	// admitted through this ring's zone or another that allows the name;
+	// this ring stages and publishes nothing, and changes nothing in DNS,
+	// until the owner releases it.
 	ReasonDNSNameClaimed = "DNSNameClaimed"
 	// ReasonDNSNameReleasing: the ring lets its DNS name go (it is being
 	// deleted, was renamed or is no longer admitted): the ech value it

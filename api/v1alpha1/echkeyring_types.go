@@ -262,10 +262,12 @@ type ECHDNS struct {
 	// name is the owner of the HTTPS record, a DNS name inside the zone
 	// the zone allows for this namespace (with or without a trailing dot),
 	// never a wildcard: one ring owns one name. The name belongs to one
-	// ECHKeyRing at a time, the first to claim it (the zone's status lists
-	// each name's owner); another ring claiming it publishes nothing until
-	// the owner is deleted, renamed or no longer admitted, and has released
-	// it. The record's other parameters (priority, target, alpn, port,
+	// ECHKeyRing at a time across the cluster, whatever zones allow it:
+	// the first to claim it (a Lease in the operator's namespace records
+	// each name's owner, and the zone that admitted it lists it in its
+	// status); another ring claiming it, through any zone, publishes
+	// nothing until the owner is deleted, renamed or no longer admitted,
+	// and has released it. The record's other parameters (priority, target, alpn, port,
 	// hints) are left as they are; an absent record is created as
 	// "1 . ech=...".
 	// +kubebuilder:validation:MinLength=1

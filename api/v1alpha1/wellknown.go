@@ -70,6 +70,37 @@ const ECHDNSFinalizer = "ringmaster.io/dns-record"
 const (
 	ComponentSnapshot   = "snapshot"
 	ComponentProjection = "projection"
+	// ComponentDNSName labels the record of a DNS name's owner: a
+	// coordination.k8s.io Lease in the operator's namespace.
+	ComponentDNSName = "dns-name"
+)
+
+// The labels and annotations of a DNS name's record (a Lease labelled
+// ComponentLabel ComponentDNSName in the operator's namespace, named
+// ringmaster-dns-<the first 32 hex digits of the SHA-256 of the name>).
+// Its spec.holderIdentity is the owner ring's <namespace>/<name>, its
+// spec.acquireTime when the ring took the name.
+const (
+	// DNSNameAnnotation is the DNS name the record is of, canonical (lower
+	// case, without the final dot); it is checked on every read, so that
+	// two names whose hashes agree are a conflict, never an overwrite.
+	DNSNameAnnotation = "ringmaster.io/dns-name"
+	// DNSZoneAnnotation names the ClusterDNSZone through which the owner
+	// was admitted: its primary and TSIG key remove the owner's value when
+	// it lets the name go.
+	DNSZoneAnnotation = "ringmaster.io/dns-zone"
+	// DNSZoneLabel is that ClusterDNSZone's name, when it fits in a label
+	// value (63 characters), else "sha256-" and the first 32 hex digits of
+	// its SHA-256: kubectl get lease -l ringmaster.io/dns-zone=<zone>
+	// lists a zone's records.
+	DNSZoneLabel = "ringmaster.io/dns-zone"
+	// DNSOwnerUIDLabel is the UID of the ECHKeyRing that owns the name.
+	DNSOwnerUIDLabel = "ringmaster.io/ech-ring-uid"
+	// DNSStateAnnotation is the name's state: Owned, or Releasing.
+	DNSStateAnnotation = "ringmaster.io/dns-state"
+	// DNSReleaseAtAnnotation is when a Releasing name passes on (RFC
+	// 3339); absent while the owner's value waits to leave DNS.
+	DNSReleaseAtAnnotation = "ringmaster.io/release-at"
 )
 
 // Limits that the API's validation enforces and the operator relies on.

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +44,7 @@ import (
 // +kubebuilder:rbac:groups=ringmaster.io,resources=echkeyrings/status,verbs=patch
 // +kubebuilder:rbac:groups=ringmaster.io,resources=echkeyrings/finalizers,verbs=update
 // +kubebuilder:rbac:groups=ringmaster.io,resources=clusterdnszones,verbs=get;list;watch
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=ringmaster-system,resources=leases,verbs=list;watch
 
 // ECHKeyRingReconciler stages, publishes, retires and destroys the ECH
 // configs of ECHKeyRings, in each ring's own namespace and in the DNS name
@@ -57,15 +60,20 @@ type ECHKeyRingReconciler struct {
 	Prober    *confirm.Prober
 	// DNS writes and checks the rings' records, off the reconcile path.
 	DNS *dnswork.Worker
-	// Namespace is the operator's: where the zones' TSIG Secrets live.
+	// Namespace is the operator's: where the zones' TSIG Secrets and the
+	// DNS names' records live.
 	Namespace string
+	// Watched are the namespaces the cache watches (--watch-namespaces);
+	// empty means every one.
+	Watched watchedNamespaces
 	// KeepInBackups: see Options.KeepSecretsInBackups.
 	KeepInBackups bool
 	secrets       *ringSecrets
 }
 
 // SetupWithManager watches ECHKeyRings, their Secrets, the zones and key
-// sources they name, and the prober's and the DNS worker's answers.
+// sources they name, the records of the DNS names they claim or own, and
+// the prober's and the DNS worker's answers.
 func (r *ECHKeyRingReconciler) SetupWithManager(mgr manager.Manager, workers int) error {
 	if r.secrets == nil {
 		r.secrets = &ringSecrets{Client: r.Client, APIReader: r.APIReader}
@@ -74,7 +82,8 @@ func (r *ECHKeyRingReconciler) SetupWithManager(mgr manager.Manager, workers int
 	return builder.ControllerManagedBy(mgr).Named("echkeyring").WithOptions(ringWork(workers)).
 		For(&v1alpha1.ECHKeyRing{}, changed).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindECHKeyRing))).
-		Watches(&v1alpha1.ClusterDNSZone{}, handler.EnqueueRequestsFromMapFunc(r.ringsOfZone)).
+		Watches(&v1alpha1.ClusterDNSZone{}, handler.EnqueueRequestsFromMapFunc(r.ringsOfZone), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.ringsOfRecord)).
 		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(r.allRings)).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.ringsIn), builder.WithPredicates(labelsChanged())).
 		WatchesRawSource(r.Prober.Source(v1alpha1.KindECHKeyRing)).
@@ -89,8 +98,8 @@ func deletionChanged() predicate.Predicate {
 	}}
 }
 
-// ringsOfZone maps a zone to the rings that name it and those it records
-// as owners of its names.
+// ringsOfZone maps a zone to the rings that name it: whether it admits
+// them, and how they publish, may have changed.
 func (r *ECHKeyRingReconciler) ringsOfZone(ctx context.Context, o client.Object) []reconcile.Request {
 	list := &v1alpha1.ECHKeyRingList{}
 	if err := r.List(ctx, list, client.MatchingFields{zoneRefIndex: o.GetName()}); err != nil {
@@ -100,10 +109,30 @@ func (r *ECHKeyRingReconciler) ringsOfZone(ctx context.Context, o client.Object)
 	for _, x := range list.Items {
 		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: x.Namespace, Name: x.Name}})
 	}
-	if z, ok := o.(*v1alpha1.ClusterDNSZone); ok {
-		for _, e := range z.Status.Names {
-			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: e.Ring.Namespace, Name: e.Ring.Name}})
+	return out
+}
+
+// ringsOfRecord maps a DNS name's record to its owner, if the cache
+// watches its namespace, and to the rings that name the name: where each
+// stands with it may have changed. An update maps the record before and
+// after, so the owner a name passed from is enqueued too.
+func (r *ECHKeyRingReconciler) ringsOfRecord(ctx context.Context, o client.Object) []reconcile.Request {
+	name := o.GetAnnotations()[v1alpha1.DNSNameAnnotation]
+	if name == "" {
+		return nil
+	}
+	var out []reconcile.Request
+	if l, ok := o.(*coordinationv1.Lease); ok && l.Spec.HolderIdentity != nil {
+		if ns, ring, ok := strings.Cut(*l.Spec.HolderIdentity, "/"); ok && ns != "" && ring != "" && r.Watched.has(ns) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: ring}})
 		}
+	}
+	list := &v1alpha1.ECHKeyRingList{}
+	if err := r.List(ctx, list, client.MatchingFields{dnsNameIndex: name}); err != nil {
+		return out
+	}
+	for _, x := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: x.Namespace, Name: x.Name}})
 	}
 	return out
 }
@@ -238,30 +267,36 @@ func (r *ECHKeyRingReconciler) finalizer(ctx context.Context, ekr *v1alpha1.ECHK
 		controllerutil.RemoveFinalizer(fresh, v1alpha1.ECHDNSFinalizer)
 	}
 	if err := r.Patch(ctx, fresh, patch); err != nil {
+		if apierrors.IsConflict(err) {
+			// The ring changed since it was read (its status, a record's
+			// event racing the cache): the pass starts again on the new
+			// object, as after a write.
+			return true, nil
+		}
 		return false, client.IgnoreNotFound(err)
 	}
 	log.FromContext(ctx).V(1).Info("Updated the ring's DNS finalizer", "present", need)
 	return true, nil
 }
 
-// zone reads the ClusterDNSZone the ring names, the names every zone
-// records, the ring's namespace and the zone's TSIG Secret, for
+// zone reads the ClusterDNSZone the ring names, the records of its name
+// and of the names it owns, its namespace and the zone's TSIG Secret, for
 // ringplan.ZoneOf to say whether and where the ring may publish.
 func (r *ECHKeyRingReconciler) zone(ctx context.Context, ekr *v1alpha1.ECHKeyRing) (ringplan.ECHZone, dnspub.Target, error) {
-	in := ringplan.ZoneRead{Ring: ekr, Owners: map[string][]v1alpha1.DNSNameOwner{}}
-	zones := &v1alpha1.ClusterDNSZoneList{}
-	if err := r.List(ctx, zones); err != nil {
+	in := ringplan.ZoneRead{Ring: ekr}
+	z := &v1alpha1.ClusterDNSZone{}
+	if err := r.Get(ctx, types.NamespacedName{Name: ekr.Spec.DNS.ZoneRef.Name}, z); err == nil {
+		in.Zone = z
+	} else if !apierrors.IsNotFound(err) {
 		return ringplan.ECHZone{}, dnspub.Target{}, err
 	}
-	for i := range zones.Items {
-		in.Owners[zones.Items[i].Name] = zones.Items[i].Status.Names
-		if zones.Items[i].Name == ekr.Spec.DNS.ZoneRef.Name {
-			in.Zone = &zones.Items[i]
-		}
+	var err error
+	if in.Records, err = r.records(ctx, ekr); err != nil {
+		return ringplan.ECHZone{}, dnspub.Target{}, err
 	}
 	ns := &corev1.Namespace{}
 	if in.NamespaceErr = r.Get(ctx, types.NamespacedName{Name: ekr.Namespace}, ns); in.NamespaceErr == nil {
-		in.NamespaceLabels = ns.Labels
+		in.NamespaceLabels, in.NamespaceCut = ns.Labels, shape.WasCut(ns, shape.CutLabels)
 	}
 	if z := in.Zone; z != nil && z.Spec.Primary != "" && z.Spec.TSIGSecretRef != nil {
 		in.TSIG = &corev1.Secret{}
@@ -271,6 +306,33 @@ func (r *ECHKeyRingReconciler) zone(ctx context.Context, ekr *v1alpha1.ECHKeyRin
 	}
 	zone, target := ringplan.ZoneOf(in)
 	return zone, target, nil
+}
+
+// records reads the record of the ring's name, if it has one, and those
+// of every name it owns: where it stands with each. A record that is not
+// its name's (another name whose hash agrees, or edited by hand) is
+// none: the DNS name controller reports it.
+func (r *ECHKeyRingReconciler) records(ctx context.Context, ekr *v1alpha1.ECHKeyRing) ([]dnszone.Record, error) {
+	var out []dnszone.Record
+	name := dnszone.Canonical(ekr.Spec.DNS.Name)
+	lease, rec, err := readDNSRecord(ctx, r.Client, r.Namespace, name)
+	if err != nil && lease == nil {
+		return nil, err
+	}
+	if rec != nil {
+		out = append(out, *rec)
+	}
+	leases := &coordinationv1.LeaseList{}
+	if err := r.List(ctx, leases, client.InNamespace(r.Namespace), client.MatchingFields{recordOwnerIndex: string(ekr.UID)}); err != nil {
+		return nil, fmt.Errorf("list the records of the ring's names: %w", err)
+	}
+	for i := range leases.Items {
+		l := &leases.Items[i]
+		if rec, err := dnszone.RecordOf(l, l.Annotations[v1alpha1.DNSNameAnnotation]); err == nil && rec.Name != name {
+			out = append(out, rec)
+		}
+	}
+	return out, nil
 }
 
 // confirm asks the prober about the staged config, and says whether every

@@ -3,20 +3,27 @@
 package controller_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net"
+	"slices"
 	"time"
 
+	"github.com/miekg/dns"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/dnszone"
 	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/testing/knot"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
@@ -46,6 +53,57 @@ func zoneNames(ctx context.Context, z *v1alpha1.ClusterDNSZone) []v1alpha1.DNSNa
 	got := &v1alpha1.ClusterDNSZone{}
 	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(z), got)).To(Succeed())
 	return got.Status.Names
+}
+
+// sampleECH asks srv for www.example.test's ech value every 20 ms until
+// the function it returns is called, which returns every distinct value
+// seen (nil for none) and how many answers it took.
+func sampleECH(srv *knot.Server) func() ([][]byte, int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var seen [][]byte
+	answers := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			if rrs, err := srv.Query(ctx, "www.example.test.", dns.TypeHTTPS); err == nil && len(rrs) == 1 {
+				var v []byte
+				for _, kv := range rrs[0].(*dns.HTTPS).Value {
+					if e, ok := kv.(*dns.SVCBECHConfig); ok {
+						v = e.ECH
+					}
+				}
+				answers++
+				if !slices.ContainsFunc(seen, func(s []byte) bool { return bytes.Equal(s, v) }) {
+					seen = append(seen, v)
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return func() ([][]byte, int) { cancel(); <-done; return seen, answers }
+}
+
+// dnsRecords are the records of a DNS name: the Leases labelled as such
+// in the operator's namespace whose annotation names it.
+func dnsRecords(ctx context.Context, name string) []coordinationv1.Lease {
+	GinkgoHelper()
+	list := &coordinationv1.LeaseList{}
+	Expect(k8s.List(ctx, list, client.InNamespace(testenv.Namespace), client.MatchingLabels{v1alpha1.ComponentLabel: v1alpha1.ComponentDNSName})).To(Succeed())
+	var out []coordinationv1.Lease
+	for _, l := range list.Items {
+		if l.Annotations[v1alpha1.DNSNameAnnotation] == name {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func getZone(ctx context.Context, z *v1alpha1.ClusterDNSZone) *v1alpha1.ClusterDNSZone {
+	GinkgoHelper()
+	got := &v1alpha1.ClusterDNSZone{}
+	Expect(k8s.Get(ctx, client.ObjectKeyFromObject(z), got)).To(Succeed())
+	return got
 }
 
 // silentDNS is a DNS server that takes queries and never answers.
@@ -153,6 +211,158 @@ var _ = Describe("ECHKeyRing names", func() {
 		b.deliver(getSecret(ctx, nsB, "web-ech-keys"))
 	})
 
+	It("have one owner across every zone that allows them: two zones over one DNS zone and server, one ring each, and the record only ever carries the owner's configs", func() {
+		srv := knot.Run(GinkgoT(), "example.test.", knot.Key{})
+		nsA, nsB := newNamespace(ctx), newNamespace(ctx)
+		// An administrator gives each team a zone object of its own over the
+		// same DNS zone and server; their allowedNames overlap on www.
+		zA := sharedZone(ctx, "team-a-"+nsA, srv.Addr, srv.Key, nsA)
+		zB := sharedZone(ctx, "team-b-"+nsB, srv.Addr, srv.Key, nsB)
+		Expect(testenv.Update(ctx, k8s, &v1alpha1.ClusterDNSZone{ObjectMeta: metav1.ObjectMeta{Name: zB.Name}}, func(z *v1alpha1.ClusterDNSZone) {
+			z.Spec.AllowedNames = []string{"*.example.test"}
+		})).To(Succeed())
+		a := newECHReplica(ctx, nsA, "web-a")
+		newECHReplica(ctx, nsB, "web-b")
+
+		owner := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: "web", Annotations: map[string]string{}}, Spec: echSpec(zA.Name)}
+		Expect(k8s.Create(ctx, owner)).To(Succeed())
+		Eventually(func() []coordinationv1.Lease { return dnsRecords(ctx, "www.example.test") }, timeout, poll).Should(ConsistOf(
+			HaveField("Spec.HolderIdentity", HaveValue(Equal(nsA+"/web")))))
+		rival := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: nsB, Name: "web", Annotations: map[string]string{}}, Spec: echSpec(zB.Name)}
+		rival.Spec.DNS.TTL = 600
+		Expect(k8s.Create(ctx, rival)).To(Succeed())
+
+		By("one record of the name, the owner's, through the zone that admitted it; the rival is told the name is claimed")
+		Eventually(func() string { return readyReason(getECH(ctx, rival).Status.Conditions) }, timeout, poll).Should(Equal(v1alpha1.ReasonDNSNameClaimed))
+		msg := meta.FindStatusCondition(getECH(ctx, rival).Status.Conditions, v1alpha1.ConditionReady).Message
+		Expect(msg).To(ContainSubstring(zB.Name))
+		Expect(msg).NotTo(ContainSubstring(nsA), "the owner's namespace is the administrator's to see")
+		records := dnsRecords(ctx, "www.example.test")
+		Expect(records).To(HaveLen(1))
+		Expect(records[0].Name).To(Equal(dnszone.LeaseName("www.example.test")))
+		Expect(records[0].Labels).To(HaveKeyWithValue(v1alpha1.DNSOwnerUIDLabel, string(getECH(ctx, owner).UID)))
+		Expect(records[0].Labels).To(HaveKeyWithValue(v1alpha1.DNSZoneLabel, zA.Name))
+		Expect(records[0].Annotations).To(HaveKeyWithValue(v1alpha1.DNSStateAnnotation, string(v1alpha1.DNSNameOwned)))
+
+		By("each zone shows the overlap, its counts and the names owned through it")
+		Eventually(func() *v1alpha1.ClusterDNSZoneStatus { return &getZone(ctx, zA).Status }, timeout, poll).Should(And(
+			HaveField("NameCounts", HaveValue(Equal(v1alpha1.DNSNameCounts{Owned: 1}))),
+			HaveField("Names", ConsistOf(And(HaveField("Name", "www.example.test"), HaveField("Ring.Namespace", nsA),
+				HaveField("State", v1alpha1.DNSNameOwned), HaveField("Waiting", BeEquivalentTo(1))))),
+			HaveField("Conditions", ContainElement(And(HaveField("Type", v1alpha1.ConditionNamesOverlap), HaveField("Status", metav1.ConditionTrue),
+				HaveField("Reason", v1alpha1.ReasonZonesOverlap), HaveField("Message", ContainSubstring(zB.Name)))))))
+		Eventually(func() *v1alpha1.ClusterDNSZoneStatus { return &getZone(ctx, zB).Status }, timeout, poll).Should(And(
+			HaveField("NameCounts", HaveValue(Equal(v1alpha1.DNSNameCounts{Waiting: 1}))), HaveField("Names", BeEmpty()),
+			HaveField("Conditions", ContainElement(And(HaveField("Type", v1alpha1.ConditionNamesOverlap), HaveField("Status", metav1.ConditionTrue),
+				HaveField("Message", ContainSubstring(zA.Name)))))))
+		for _, z := range []*v1alpha1.ClusterDNSZone{zA, zB} {
+			Eventually(func() []eventsv1.Event {
+				var out []eventsv1.Event
+				for _, e := range warnings(ctx, "default", v1alpha1.ReasonZonesOverlap)() {
+					if e.Regarding.Name == z.Name {
+						out = append(out, e)
+					}
+				}
+				return out
+			}, timeout, poll).Should(HaveLen(1), "one Warning event as %s came to overlap", z.Name)
+		}
+
+		By("the owner publishes; over several rotations, with the rival asked to look again throughout, DNS only ever answers the owner's configs")
+		states := func() []string { return configStates(getECH(ctx, owner)) }
+		projection := func() *corev1.Secret { return getSecret(ctx, nsA, "web-ech-keys") }
+		config := func(id uint8) echring.Config {
+			GinkgoHelper()
+			for _, c := range decodeECH(projection()).Configs {
+				if c.ID == id {
+					return c
+				}
+			}
+			Fail(fmt.Sprintf("config %d is not in the projection", id))
+			return echring.Config{}
+		}
+		answer := func() []byte { l, _ := echAnswer(ctx, srv); return l }
+		Eventually(states, timeout, poll).Should(Equal([]string{"1:staged"}))
+		a.deliver(projection())
+		fakeClock.Step(5 * time.Minute)
+		pokeECH(ctx, owner)
+		Eventually(states, timeout, poll).Should(Equal([]string{"1:published"}))
+		allowed := [][]byte{echring.ConfigList([]echring.Config{config(1)})}
+		Eventually(answer, timeout, poll).Should(Equal(allowed[0]))
+		stop := sampleECH(srv)
+		for id := uint8(2); id <= 4; id++ {
+			fakeClock.Step(55 * time.Minute)
+			pokeECH(ctx, owner)
+			pokeECH(ctx, rival)
+			Eventually(states, timeout, poll).Should(ContainElement(fmt.Sprintf("%d:staged", id)))
+			a.deliver(projection())
+			allowed = append(allowed, echring.ConfigList([]echring.Config{config(id)}))
+			fakeClock.Step(5 * time.Minute)
+			pokeECH(ctx, owner)
+			pokeECH(ctx, rival)
+			Eventually(answer, timeout, poll).Should(Equal(allowed[len(allowed)-1]))
+			for range 5 {
+				pokeECH(ctx, rival)
+				time.Sleep(100 * time.Millisecond)
+			}
+			Expect(readyReason(getECH(ctx, rival).Status.Conditions)).To(Equal(v1alpha1.ReasonDNSNameClaimed))
+		}
+		Consistently(answer, 2*time.Second, poll).Should(Equal(allowed[len(allowed)-1]))
+		seen, answers := stop()
+		Expect(answers).To(BeNumerically(">", 50), "DNS was sampled throughout")
+		for _, v := range seen {
+			Expect(allowed).To(ContainElement(v), "DNS answered an ech value that is none of the owner's configs")
+		}
+		rrs, err := srv.Query(ctx, "www.example.test.", dns.TypeHTTPS)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(rrs[0].Header().Ttl).To(BeEquivalentTo(300), "the rival's TTL is not the record's")
+		Expect(getECH(ctx, rival).Status.Configs).To(BeEmpty(), "the rival stages nothing")
+		Expect(k8s.Get(ctx, client.ObjectKey{Namespace: nsB, Name: "web-ech-e1"}, &corev1.Secret{})).To(Satisfy(apierrors.IsNotFound))
+		Expect(getECH(ctx, rival).Finalizers).NotTo(ContainElement(v1alpha1.ECHDNSFinalizer))
+		Expect(dnsRecords(ctx, "www.example.test")).To(ConsistOf(HaveField("Spec.HolderIdentity", HaveValue(Equal(nsA+"/web")))))
+	})
+
+	It("are recorded, on upgrade, as the zone's status listed them, before any other ring can take them", func() {
+		srv := knot.Run(GinkgoT(), "example.test.", knot.Key{})
+		nsA, nsB := newNamespace(ctx), newNamespace(ctx)
+		By("an operator of before names had records: stopped, its zone's status naming the owner of www")
+		// Names are the cluster's: the previous spec's owner has let www go
+		// (its zone deleted) before this spec starts.
+		Eventually(func() []coordinationv1.Lease { return dnsRecords(ctx, "www.example.test") }, timeout, poll).Should(BeEmpty())
+		stopManager()
+		running := false
+		DeferCleanup(func() {
+			if !running {
+				startManager()
+			}
+		})
+		z := sharedZone(ctx, "legacy-"+nsA, srv.Addr, srv.Key, nsA, nsB)
+		// The rival is older: were the name free, it would take it.
+		rival := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: nsB, Name: "web", Annotations: map[string]string{}}, Spec: echSpec(z.Name)}
+		Expect(k8s.Create(ctx, rival)).To(Succeed())
+		time.Sleep(1100 * time.Millisecond) // creation times are to the second
+		owner := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: nsA, Name: "web", Annotations: map[string]string{}}, Spec: echSpec(z.Name)}
+		Expect(k8s.Create(ctx, owner)).To(Succeed())
+		legacy := getZone(ctx, z)
+		legacy.Status.Names = []v1alpha1.DNSNameOwner{{Name: "www.example.test", State: v1alpha1.DNSNameOwned, Since: metav1.NewTime(fakeClock.Now().Add(-time.Hour)),
+			Ring: v1alpha1.ECHKeyRingReference{Namespace: nsA, Name: "web", UID: string(getECH(ctx, owner).UID)}}}
+		Expect(k8s.Status().Update(ctx, legacy)).To(Succeed())
+
+		By("the operator upgraded: the record says what the status said, the older rival waits, and the zone's status is summarised")
+		startManager()
+		running = true
+		Eventually(func() []coordinationv1.Lease { return dnsRecords(ctx, "www.example.test") }, timeout, poll).Should(ConsistOf(And(
+			HaveField("Spec.HolderIdentity", HaveValue(Equal(nsA+"/web"))),
+			HaveField("Annotations", HaveKeyWithValue(v1alpha1.DNSZoneAnnotation, z.Name)))))
+		Eventually(func() string { return readyReason(getECH(ctx, rival).Status.Conditions) }, timeout, poll).Should(Equal(v1alpha1.ReasonDNSNameClaimed))
+		Eventually(func() *v1alpha1.ClusterDNSZoneStatus { return &getZone(ctx, z).Status }, timeout, poll).Should(And(
+			HaveField("NameCounts", HaveValue(Equal(v1alpha1.DNSNameCounts{Owned: 1, Waiting: 1}))),
+			HaveField("Names", ConsistOf(And(HaveField("Name", "www.example.test"), HaveField("Ring.Namespace", nsA), HaveField("Waiting", BeEquivalentTo(1)))))))
+		Eventually(func() []string { return configStates(getECH(ctx, owner)) }, timeout, poll).Should(Equal([]string{"1:staged"}))
+		Consistently(func() []coordinationv1.Lease { return dnsRecords(ctx, "www.example.test") }, 2*time.Second, poll).Should(ConsistOf(
+			HaveField("Spec.HolderIdentity", HaveValue(Equal(nsA+"/web")))))
+		Expect(getECH(ctx, rival).Status.Configs).To(BeEmpty())
+	})
+
 	It("refuses a literal wildcard name", func() {
 		ns := newNamespace(ctx)
 		spec := echSpec("zone")
@@ -167,9 +377,15 @@ var _ = Describe("ECHKeyRing names", func() {
 		nsDead, nsLive, nsTickets := newNamespace(ctx), newNamespace(ctx), newNamespace(ctx)
 		dead := sharedZone(ctx, "dead-"+nsDead, silentDNS(), srv.Key, nsDead)
 		live := sharedZone(ctx, "live-"+nsLive, srv.Addr, srv.Key, nsLive)
+		// A name has one owner across zones: the dead zone's rings name
+		// names of their own, each its owner, each with DNS work.
+		Expect(testenv.Update(ctx, k8s, &v1alpha1.ClusterDNSZone{ObjectMeta: metav1.ObjectMeta{Name: dead.Name}}, func(z *v1alpha1.ClusterDNSZone) {
+			z.Spec.AllowedNames = []string{"*.dead.example.test"}
+		})).To(Succeed())
 		var stuck []*v1alpha1.ECHKeyRing
 		for _, name := range []string{"a", "b", "c", "d", "e", "f"} {
 			r := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: nsDead, Name: name, Annotations: map[string]string{}}, Spec: echSpec(dead.Name)}
+			r.Spec.DNS.Name = name + ".dead.example.test"
 			r.Spec.Distribution.SecretName = "web-ech-keys-" + name
 			Expect(k8s.Create(ctx, r)).To(Succeed())
 			stuck = append(stuck, r)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,6 +30,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/dnswork"
+	"github.com/ringmaster-io/ringmaster/internal/dnszone"
 	"github.com/ringmaster-io/ringmaster/internal/fairqueue"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/nudge"
@@ -80,6 +82,11 @@ type Options struct {
 	// Shapes is what every cache of the operator keeps of each kind
 	// (shape.Operator); the TLS Secret cache is made with it.
 	Shapes *shape.Registry
+	// WatchedNamespaces are the namespaces whose namespaced objects the
+	// manager's cache watches (--watch-namespaces; the operator's own is
+	// one); empty means every namespace. A DNS name whose recorded owner
+	// is elsewhere is left as it is, and reported once.
+	WatchedNamespaces []string
 	// NoCertificatePolicy leaves the CertificatePolicy controller out, and
 	// with it every read of Secrets other than ringmaster's own: the
 	// operator then needs no cluster-wide Secret read (docs/security.md).
@@ -95,7 +102,8 @@ type Controllers struct {
 
 // Setup registers every controller with the manager: TicketKeyRing,
 // ClusterTicketKeyRing, ECHKeyRing, the orphans of all three,
-// ClusterKeySource, ClusterDNSZone and CertificatePolicy.
+// ClusterKeySource, the owners of DNS names, ClusterDNSZone and
+// CertificatePolicy.
 func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, error) {
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
@@ -136,15 +144,19 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	if err := orphans.SetupWithManager(mgr, o.Registry); err != nil {
 		return nil, fmt.Errorf("set up the orphan controller: %w", err)
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.ECHKeyRing{}, zoneRefIndex, func(o client.Object) []string {
-		return []string{o.(*v1alpha1.ECHKeyRing).Spec.DNS.ZoneRef.Name}
-	}); err != nil {
-		return nil, fmt.Errorf("index ECHKeyRings by zone: %w", err)
+	if err := indexDNSNames(ctx, mgr); err != nil {
+		return nil, err
 	}
+	watched := watchedNamespaces(o.WatchedNamespaces)
 	ech := &ECHKeyRingReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock,
-		Sources: sources, Prober: o.Prober, DNS: o.DNS, Namespace: o.Namespace, KeepInBackups: o.KeepSecretsInBackups, secrets: secrets}
+		Sources: sources, Prober: o.Prober, DNS: o.DNS, Namespace: o.Namespace, Watched: watched, KeepInBackups: o.KeepSecretsInBackups, secrets: secrets}
 	if err := ech.SetupWithManager(mgr, o.RingWorkers); err != nil {
 		return nil, fmt.Errorf("set up the ECHKeyRing controller: %w", err)
+	}
+	names := &DNSNameReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, DNS: o.DNS,
+		Namespace: o.Namespace, Watched: watched}
+	if err := names.SetupWithManager(mgr, o.RingWorkers); err != nil {
+		return nil, fmt.Errorf("set up the DNS name controller: %w", err)
 	}
 	// A mint whose outcome changed has its key source checked again at
 	// once, so that its status holds the details its rings leave out.
@@ -161,7 +173,7 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 		Complete(&ClusterKeySourceReconciler{Client: mgr.GetClient(), Recorder: recorder, Clock: o.Clock, Sources: sources}); err != nil {
 		return nil, fmt.Errorf("set up the ClusterKeySource controller: %w", err)
 	}
-	dnsZones := &ClusterDNSZoneReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, DNS: o.DNS, Namespace: o.Namespace}
+	dnsZones := &ClusterDNSZoneReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, Namespace: o.Namespace}
 	if err := dnsZones.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("set up the ClusterDNSZone controller: %w", err)
 	}
@@ -176,6 +188,38 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 		return nil, fmt.Errorf("set up the CertificatePolicy controller: %w", err)
 	}
 	return &Controllers{CertificatePolicy: cpol}, nil
+}
+
+// indexDNSNames indexes ECHKeyRings by the zone they name and their
+// canonical DNS name, and the records of DNS names' owners by their
+// owner's UID and the zone that admitted it: every map from one to the
+// others is a lookup.
+func indexDNSNames(ctx context.Context, mgr manager.Manager) error {
+	idx := mgr.GetFieldIndexer()
+	if err := idx.IndexField(ctx, &v1alpha1.ECHKeyRing{}, zoneRefIndex, func(o client.Object) []string {
+		return []string{o.(*v1alpha1.ECHKeyRing).Spec.DNS.ZoneRef.Name}
+	}); err != nil {
+		return fmt.Errorf("index ECHKeyRings by zone: %w", err)
+	}
+	if err := idx.IndexField(ctx, &v1alpha1.ECHKeyRing{}, dnsNameIndex, func(o client.Object) []string {
+		return []string{dnszone.Canonical(o.(*v1alpha1.ECHKeyRing).Spec.DNS.Name)}
+	}); err != nil {
+		return fmt.Errorf("index ECHKeyRings by DNS name: %w", err)
+	}
+	for index, key := range map[string]func(client.Object) string{
+		recordOwnerIndex: func(o client.Object) string { return o.GetLabels()[v1alpha1.DNSOwnerUIDLabel] },
+		recordZoneIndex:  func(o client.Object) string { return o.GetAnnotations()[v1alpha1.DNSZoneAnnotation] },
+	} {
+		if err := idx.IndexField(ctx, &coordinationv1.Lease{}, index, func(o client.Object) []string {
+			if v := key(o); v != "" {
+				return []string{v}
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("index the records of DNS names (%s): %w", index, err)
+		}
+	}
+	return nil
 }
 
 // setupRings registers the controllers of both ring kinds, which share one

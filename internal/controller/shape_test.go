@@ -20,6 +20,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/shape"
 	"github.com/ringmaster-io/ringmaster/internal/testing/maximal"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 )
 
@@ -42,7 +43,7 @@ var _ = Describe("The operator's caches", func() {
 
 		By("storing a maximal object of each kind")
 		var objs []client.Object
-		for _, o := range maximal.Objects(ns, "maximal-"+ns, seed, true, small.ProjectionSecretName(), leaf.CertPEM, leaf.KeyPEM) {
+		for _, o := range maximal.Objects(ns, testenv.Namespace, "maximal-"+ns, seed, true, small.ProjectionSecretName(), leaf.CertPEM, leaf.KeyPEM) {
 			err := k8s.Create(ctx, o)
 			if _, ring := o.(*corev1.Secret); ring && o.(*corev1.Secret).Type != corev1.SecretTypeTLS && err != nil {
 				// The admission guard, where a suite installs it, lets no

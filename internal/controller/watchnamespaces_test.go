@@ -17,7 +17,9 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -28,6 +30,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
+	"github.com/ringmaster-io/ringmaster/internal/testing/knot"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 )
 
@@ -84,7 +87,11 @@ var _ = Describe("The chart without the CertificatePolicy audit, its ring namesp
 		Expect(can("list", "ticketkeyrings.ringmaster.io", "")).To(BeTrue(), "rings are read cluster-wide, as ever")
 	})
 
-	It("still serves the rings of the listed namespaces, as that ServiceAccount with the chart's flags", func() {
+	// runNarrow stops the suite's operator and runs one as that
+	// ServiceAccount with the chart's flags until the spec ends, when the
+	// suite's starts again.
+	runNarrow := func() *operator.Operator {
+		GinkgoHelper()
 		token, err := env.Token(ctx, sa, nil)
 		Expect(err).NotTo(HaveOccurred())
 		cfg := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token}
@@ -100,6 +107,11 @@ var _ = Describe("The chart without the CertificatePolicy audit, its ring namesp
 		})
 		Expect(err).NotTo(HaveOccurred(), "the operator starts and leads with the narrow RBAC")
 		DeferCleanup(func() { Expect(stop()).To(Succeed()) })
+		return op
+	}
+
+	It("still serves the rings of the listed namespaces, as that ServiceAccount with the chart's flags", func() {
+		op := runNarrow()
 		Expect(op.CertificatePolicy).To(BeNil(), "the audit is not started")
 
 		served := createRing(ctx, rings, "web", nil)
@@ -114,6 +126,90 @@ var _ = Describe("The chart without the CertificatePolicy audit, its ring namesp
 		flushRing(ctx, served)
 		Expect(getRing(ctx, ignored).Status.Epoch).To(BeZero(), "a ring outside the listed namespaces is not served")
 		Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: others, Name: "web-e1"}, &corev1.Secret{}))).To(BeTrue())
+	})
+})
+
+// A DNS name whose recorded owner is in a namespace the operator no longer
+// watches blocks that name alone: its record is left as it is, and said so
+// once, not retried for ever; the other names are served.
+var _ = Describe("A DNS name owned outside the listed namespaces", Ordered, func() {
+	const sa = "narrow-dns"
+	var (
+		ctx           context.Context
+		rings, others string
+	)
+
+	BeforeAll(func() {
+		ctx = context.Background()
+		rings, others = newNamespace(ctx), newNamespace(ctx)
+		Expect(k8s.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: testenv.Namespace, Name: sa}})).To(Succeed())
+		for _, obj := range renderChartRBAC(sa, "--set", "certificatePolicy.enabled=false", "--set", "watchNamespaces={"+rings+"}") {
+			Expect(k8s.Create(ctx, obj)).To(Succeed(), "%s %s", obj.GetKind(), obj.GetName())
+		}
+	})
+
+	It("is left as it is and reported once; the operator serves the other names", func() {
+		srv := knot.Run(GinkgoT(), "example.test.", knot.Key{})
+		z := sharedZone(ctx, "narrow-"+rings, srv.Addr, srv.Key, rings, others)
+		Expect(testenv.Update(ctx, k8s, &v1alpha1.ClusterDNSZone{ObjectMeta: metav1.ObjectMeta{Name: z.Name}}, func(z *v1alpha1.ClusterDNSZone) {
+			z.Spec.AllowedNames = []string{"*.example.test"}
+		})).To(Succeed())
+
+		By("a ring of a namespace not yet excluded takes www, as every namespace is watched")
+		away := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: others, Name: "web", Annotations: map[string]string{}}, Spec: echSpec(z.Name)}
+		Expect(k8s.Create(ctx, away)).To(Succeed())
+		Eventually(func() []coordinationv1.Lease { return dnsRecords(ctx, "www.example.test") }, timeout, poll).Should(ConsistOf(
+			HaveField("Spec.HolderIdentity", HaveValue(Equal(others+"/web")))))
+		record := dnsRecords(ctx, "www.example.test")[0]
+
+		By("the operator now watching only the listed namespaces: a ring there naming www waits, and the record stays as it is")
+		user := "system:serviceaccount:" + testenv.Namespace + ":" + sa
+		token, err := env.Token(ctx, sa, nil)
+		Expect(err).NotTo(HaveOccurred())
+		cfg := &rest.Config{Host: env.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}, BearerToken: token}
+		mark := len(operatorLog.String())
+		stopManager()
+		DeferCleanup(startManager)
+		_, stop, err := testenv.RunOperator(cfg, operator.Options{
+			MetricsAddr: "0", ProbeAddr: "0", LeaderElection: true,
+			LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: time.Second,
+			SkipNameValidation: true, WatchNamespaces: []string{rings},
+			Options: controller.Options{Namespace: testenv.Namespace, ServiceAccount: sa, Clock: fakeClock, MintTimeout: mintTimeout,
+				Registry: prometheus.NewRegistry(), NoCertificatePolicy: true},
+		})
+		Expect(err).NotTo(HaveOccurred(), "the operator starts and leads as %s", user)
+		DeferCleanup(func() { Expect(stop()).To(Succeed()) })
+		here := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: rings, Name: "web", Annotations: map[string]string{}}, Spec: echSpec(z.Name)}
+		Expect(k8s.Create(ctx, here)).To(Succeed())
+		Eventually(func() string { return readyReason(getECH(ctx, here).Status.Conditions) }, timeout, poll).Should(Equal(v1alpha1.ReasonDNSNameClaimed))
+		notWatched := func() []eventsv1.Event {
+			var out []eventsv1.Event
+			for _, e := range warnings(ctx, "default", v1alpha1.ReasonDNSNameOwnerNotWatched)() {
+				if e.Regarding.Name == z.Name {
+					out = append(out, e)
+				}
+			}
+			return out
+		}
+		Eventually(notWatched, timeout, poll).Should(ConsistOf(HaveField("Note", And(ContainSubstring("www.example.test"), ContainSubstring(others+"/web")))))
+
+		By("the other names are served, however often the blocked one is looked at")
+		api := &v1alpha1.ECHKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: rings, Name: "api", Annotations: map[string]string{}}, Spec: echSpec(z.Name)}
+		api.Spec.DNS.Name = "api.example.test"
+		api.Spec.Distribution.SecretName = "api-ech-keys"
+		Expect(k8s.Create(ctx, api)).To(Succeed())
+		Eventually(func() []coordinationv1.Lease { return dnsRecords(ctx, "api.example.test") }, timeout, poll).Should(ConsistOf(
+			HaveField("Spec.HolderIdentity", HaveValue(Equal(rings+"/api")))))
+		Eventually(func() []string { return configStates(getECH(ctx, api)) }, timeout, poll).Should(Equal([]string{"1:staged"}))
+		for range 5 {
+			pokeECH(ctx, here)
+			time.Sleep(200 * time.Millisecond)
+		}
+		Consistently(notWatched, 2*time.Second, poll).Should(HaveLen(1), "reported once")
+		Expect(dnsRecords(ctx, "www.example.test")).To(ConsistOf(And(HaveField("ResourceVersion", record.ResourceVersion),
+			HaveField("Spec.HolderIdentity", HaveValue(Equal(others+"/web"))))), "the record is left as it is")
+		Expect(readyReason(getECH(ctx, here).Status.Conditions)).To(Equal(v1alpha1.ReasonDNSNameClaimed))
+		Expect(operatorLog.String()[mark:]).NotTo(MatchRegexp(`Reconciler error.*"controller": "dnsname".*www\.example\.test`), "the blocked name is not retried with an error")
 	})
 })
 

@@ -71,11 +71,16 @@ const wantTTL = 10 * time.Minute
 const tick = 500 * time.Millisecond
 
 // Key names who asked for a job: its kind, and its namespace (empty for a
-// zone) and name. Its controller is enqueued when an answer changes.
+// DNS name) and name. Its controller is enqueued when an answer changes.
 type Key struct {
 	Kind string
 	types.NamespacedName
 }
+
+// KindDNSName is the Kind of the jobs that remove a releasing owner's
+// value from a DNS name's record: their Key's Name is the canonical DNS
+// name, whose controller decides who owns it.
+const KindDNSName = "DNSName"
 
 // Mode is what a job wants of a record.
 type Mode int
@@ -106,8 +111,8 @@ func (m Mode) String() string {
 // Job is what one record must hold.
 type Job struct {
 	Key Key
-	// Item tells apart the jobs of one Key: a zone asks one per name it
-	// releases. Empty for a ring's.
+	// Item tells apart the jobs of one Key; empty when a Key has one job
+	// (a ring's, a DNS name's).
 	Item string
 	// Zone names the ClusterDNSZone: the jobs of a zone share its budget
 	// and run one at a time.

@@ -1,8 +1,12 @@
 // Package dnszone is the pure step between a ClusterDNSZone and
 // internal/dnspub: whether a ring's namespace, name and TTL may use a
-// zone (Admit), the TSIG key a zone's Secret holds (TSIG), and the
-// dnspub.Target a ring publishes to (Target). It reads nothing itself: the
-// ECHKeyRing and ClusterDNSZone controllers pass it what they read.
+// zone (Admit), who owns each DNS name across every zone that allows it
+// (Record, the Lease that records it; Decide, one name at a time;
+// ClaimOf, where a ring stands), a zone's bounded summary of its names
+// (Summarize) and the zones that overlap it (Overlapping), the TSIG key a
+// zone's Secret holds (TSIG), and the dnspub.Target a ring publishes to
+// (Target). It reads nothing itself: the ECHKeyRing, DNS name and
+// ClusterDNSZone controllers pass it what they read.
 package dnszone
 
 import (
@@ -66,6 +70,17 @@ func NameAllowed(patterns []string, name string) bool {
 func InZone(zone, name string) bool {
 	zone, name = Canonical(zone), Canonical(name)
 	return name == zone || strings.HasSuffix(name, "."+zone)
+}
+
+// Unjudged returns nil when z admits a namespace whatever its labels (its
+// selector is {}), and otherwise why it cannot judge namespace ns, whose
+// labels are over what the operator keeps (max bytes): such a namespace
+// is admitted by no selector that reads its labels.
+func Unjudged(z *v1alpha1.ClusterDNSZone, ns string, max int) error {
+	if s := z.Spec.NamespaceSelector; s != nil && len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0 {
+		return nil
+	}
+	return fmt.Errorf("ClusterDNSZone %s cannot judge namespace %s: its labels are over the %d bytes the operator keeps of a namespace's labels, so no spec.namespaceSelector selects it until they are fewer", z.Name, ns, max)
 }
 
 // Admit returns nil when an ECHKeyRing in a namespace labelled

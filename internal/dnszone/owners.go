@@ -2,7 +2,10 @@ package dnszone
 
 import (
 	"cmp"
+	"encoding/base64"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -10,29 +13,43 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 )
 
-// MaxNames bounds the names one zone records owners for (the API's bound
-// of status.names); a claim past it waits for a name to be released.
-const MaxNames = 1024
-
-// Claimant is an ECHKeyRing as a zone sees it when it decides who owns
-// which name.
+// Claimant is an ECHKeyRing as the decision over one DNS name sees it: a
+// ring that names it, or the name's recorded owner wherever it is now.
 type Claimant struct {
 	Ref     v1alpha1.ECHKeyRingReference
 	Created time.Time
-	// Claims is the name the ring claims in the zone, canonical: its
-	// spec.dns.name, when its spec.dns.zoneRef names the zone, it is not
-	// being deleted, and the zone admits it (Admit). Empty otherwise: the
-	// ring claims nothing here, and lets go of what it owns.
-	Claims string
+	// Zone is the ClusterDNSZone the ring names (spec.dns.zoneRef.name).
+	Zone string
+	// Claims says the ring claims the name: it is its spec.dns.name, the
+	// ring is not being deleted, and its own zone admits it (Admit). A
+	// ring that does not claim the name it owns lets it go.
+	Claims bool
 	// Window is how long a name the ring lets go stays its once its ech
 	// value left DNS: the record's TTL plus the ring's retirementMargin,
 	// for resolvers still handing the value out.
 	Window time.Duration
 	// Wrote is the ech value (an ECHConfigList) the ring wrote into the
-	// record of WroteName and last saw DNS answer (its status.dnsRecord in
-	// this zone); empty when it holds none there.
-	Wrote     []byte
-	WroteName string
+	// name's record and last saw DNS answer (its status.dnsRecord, when of
+	// this name); empty when it holds none there.
+	Wrote []byte
+}
+
+// ClaimantOf is ring x as the decision over name sees it: z is the
+// ClusterDNSZone x names (nil when it does not exist) and nsLabels the
+// labels of x's namespace. x is judged against its own zone: another
+// zone allowing the name admits nothing for x.
+func ClaimantOf(name string, x *v1alpha1.ECHKeyRing, z *v1alpha1.ClusterDNSZone, nsLabels map[string]string) Claimant {
+	name = Canonical(name)
+	d := x.Spec.DNS
+	c := Claimant{Ref: v1alpha1.ECHKeyRingReference{Namespace: x.Namespace, Name: x.Name, UID: string(x.UID)}, Created: x.CreationTimestamp.Time,
+		Zone: d.ZoneRef.Name, Window: time.Duration(d.TTL)*time.Second + x.Spec.RetirementMargin.Duration}
+	c.Claims = x.DeletionTimestamp.IsZero() && Canonical(d.Name) == name && z != nil && z.Name == d.ZoneRef.Name && Admit(z, nsLabels, d.Name, d.TTL) == nil
+	if rec := x.Status.DNSRecord; rec != nil && Canonical(rec.Name) == name {
+		if b, err := base64.StdEncoding.DecodeString(rec.ECHConfigList); err == nil && len(b) > 0 {
+			c.Wrote = b
+		}
+	}
+	return c
 }
 
 // Removal is what DNS last answered about the ech value of a name's
@@ -43,116 +60,143 @@ type Removal struct {
 	At   time.Time
 }
 
-// Owners is who owns each name of a zone after one pass, and what the pass
-// must do for it.
-type Owners struct {
-	// Names is the zone's status.names, sorted by name.
-	Names []v1alpha1.DNSNameOwner
-	// Remove maps each name whose releasing owner's value must leave DNS
-	// to that value: only it is removed, never another.
-	Remove map[string][]byte
-	// Next is when a release completes by the clock; zero for none.
-	Next time.Time
-	// Assigned and Released are the names that took an owner, and those
-	// that lost theirs, in this pass.
-	Assigned, Released []string
+// NameRead is what the reconcile of one DNS name read.
+type NameRead struct {
+	Now time.Time
+	// Name is the DNS name, canonical.
+	Name string
+	// Record is the name's record; nil when it has none.
+	Record *Record
+	// Rings are the ECHKeyRings that name Name (spec.dns.name), and the
+	// record's owner wherever it is now; absent from them, the owner no
+	// longer exists.
+	Rings []Claimant
+	// Removal is what DNS last answered of the owner's value being
+	// removed from Name.
+	Removal Removal
+	// ZoneGone says the record's ClusterDNSZone no longer exists: nothing
+	// can remove the owner's value through it.
+	ZoneGone bool
 }
 
-// Assign decides, from the zone's names as recorded (prev), the ECHKeyRings
-// that claim its names or own one, and what DNS answered of the values
-// being removed, who owns each name at now.
+// NameDecision is who owns a name after one pass, and what the pass must
+// do for it.
+type NameDecision struct {
+	// Record is the name's record after the pass; nil when the name has no
+	// owner (its record is deleted).
+	Record *Record
+	// Remove is the value to remove from the name's HTTPS record, through
+	// Record.Zone: the releasing owner's, and only it. Nil for none.
+	Remove []byte
+	// Next is when a release completes by the clock; zero for none.
+	Next time.Time
+	// Released is the record the pass let go; nil for none.
+	Released *Record
+	// Assigned says the pass gave the name to Record.Ring.
+	Assigned bool
+	// Waiting counts the rings that claim the name and do not own it.
+	Waiting int32
+}
+
+// Decide decides who owns one DNS name: from its record (or none), every
+// ring that names it (each judged against its own zone) and the owner,
+// and what DNS answered of the owner's value being removed.
 //
-// A name's owner keeps it while it claims it. A ring that no longer does
-// (deleted, renamed, moved to another zone, no longer admitted) releases
-// it: a ring that never published lets go at once; one that did waits
-// until no server answers the value it wrote (Remove), then Window more,
-// and never owns the name again in between (Releasing never turns back to
-// Owned). A ring that no longer exists (its finalizer removed by hand) lets
-// go at once. A free name goes to the ring that claimed it first: the
-// oldest, then by namespace and name.
-func Assign(now time.Time, prev []v1alpha1.DNSNameOwner, rings []Claimant, removals map[string]Removal) Owners {
-	byUID := make(map[string]Claimant, len(rings))
-	claims := map[string][]Claimant{}
-	for _, c := range rings {
-		byUID[c.Ref.UID] = c
-		if c.Claims != "" {
-			claims[c.Claims] = append(claims[c.Claims], c)
+// The owner keeps the name while it claims it through the zone that
+// admitted it. An owner that no longer does (deleted, renamed, moved to
+// another zone, no longer admitted) releases it: one that never published
+// there, or whose zone is gone, lets go at once; one that did waits until
+// no server answers the value it wrote (Remove), then Window more, and
+// never owns the name again in between (Releasing never turns back to
+// Owned). An owner that no longer exists (its finalizer removed by hand)
+// lets go at once. A free name goes to the ring that claimed it first:
+// the oldest, then by namespace and name.
+func Decide(in NameRead) NameDecision {
+	var claims []Claimant
+	var owner *Claimant
+	for i, c := range in.Rings {
+		if c.Claims {
+			claims = append(claims, c)
+		}
+		if in.Record != nil && c.Ref.UID == in.Record.Ring.UID {
+			owner = &in.Rings[i]
 		}
 	}
-	for _, cs := range claims {
-		slices.SortFunc(cs, func(a, b Claimant) int {
-			return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Ref.Namespace, b.Ref.Namespace), cmp.Compare(a.Ref.Name, b.Ref.Name))
-		})
-	}
-	out := Owners{Remove: map[string][]byte{}}
-	taken := map[string]bool{}
-	for _, e := range prev {
-		e = *e.DeepCopy()
-		owner, ok := byUID[e.Ring.UID]
-		if !ok {
-			out.Released = append(out.Released, e.Name)
-			continue
-		}
-		if e.State == v1alpha1.DNSNameOwned && owner.Claims == e.Name {
-			e.Waiting = int32(len(claims[e.Name]) - 1)
-			out.Names, taken[e.Name] = append(out.Names, e), true
-			continue
-		}
-		e.State = v1alpha1.DNSNameReleasing
-		if len(owner.Wrote) == 0 || owner.WroteName != e.Name {
-			out.Released = append(out.Released, e.Name)
-			continue
-		}
-		if e.ReleaseAt == nil {
-			if r := removals[e.Name]; r.Gone {
-				e.ReleaseAt = &metav1.Time{Time: r.At.Add(owner.Window)}
-			} else {
-				out.Remove[e.Name] = owner.Wrote
+	slices.SortFunc(claims, func(a, b Claimant) int {
+		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Ref.Namespace, b.Ref.Namespace), cmp.Compare(a.Ref.Name, b.Ref.Name))
+	})
+	var out NameDecision
+	if in.Record != nil {
+		rec := *in.Record
+		switch {
+		case owner == nil:
+			out.Released = in.Record
+		case rec.State == v1alpha1.DNSNameOwned && owner.Claims && owner.Zone == rec.Zone:
+			out.Record = &rec
+		default:
+			rec.State = v1alpha1.DNSNameReleasing
+			if len(owner.Wrote) == 0 || in.ZoneGone {
+				out.Released = in.Record
+				break
 			}
-		}
-		if e.ReleaseAt != nil {
-			if !now.Before(e.ReleaseAt.Time) {
-				out.Released = append(out.Released, e.Name)
-				continue
+			if rec.ReleaseAt.IsZero() {
+				if in.Removal.Gone {
+					rec.ReleaseAt = ceilSecond(in.Removal.At.Add(owner.Window))
+				} else {
+					out.Remove = owner.Wrote
+				}
 			}
-			if out.Next.IsZero() || e.ReleaseAt.Before(&metav1.Time{Time: out.Next}) {
-				out.Next = e.ReleaseAt.Time
+			if !rec.ReleaseAt.IsZero() && !in.Now.Before(rec.ReleaseAt) {
+				out.Released = in.Record
+				break
 			}
-		}
-		e.Waiting = int32(len(claims[e.Name]))
-		out.Names, taken[e.Name] = append(out.Names, e), true
-	}
-	free := make([]string, 0, len(claims))
-	for name := range claims {
-		if !taken[name] {
-			free = append(free, name)
+			out.Record, out.Next = &rec, rec.ReleaseAt
 		}
 	}
-	slices.Sort(free)
-	for _, name := range free {
-		if len(out.Names) >= MaxNames {
-			break
-		}
-		cs := claims[name]
-		out.Names = append(out.Names, v1alpha1.DNSNameOwner{Name: name, Ring: cs[0].Ref, State: v1alpha1.DNSNameOwned,
-			Since: metav1.Time{Time: now.Truncate(time.Second)}, Waiting: int32(len(cs) - 1)})
-		out.Assigned = append(out.Assigned, name)
+	if out.Record == nil && len(claims) > 0 {
+		c := claims[0]
+		out.Record = &Record{Name: Canonical(in.Name), Ring: c.Ref, Zone: c.Zone, State: v1alpha1.DNSNameOwned, Since: in.Now.Truncate(time.Second)}
+		out.Assigned = true
 	}
-	slices.SortFunc(out.Names, func(a, b v1alpha1.DNSNameOwner) int { return cmp.Compare(a.Name, b.Name) })
+	out.Waiting = Waiting(out.Record, in.Rings)
 	return out
 }
 
+// Waiting counts the rings that claim a name and do not own it: every
+// claimant but the owner of an Owned record (one claiming the name again
+// while it releases it waits like any other).
+func Waiting(rec *Record, rings []Claimant) int32 {
+	var n int32
+	for _, c := range rings {
+		if c.Claims && (rec == nil || rec.State != v1alpha1.DNSNameOwned || c.Ref.UID != rec.Ring.UID) {
+			n++
+		}
+	}
+	return n
+}
+
+// ceilSecond is t, or the next whole second after it: a record holds
+// times to the second, and a release must never come early.
+func ceilSecond(t time.Time) time.Time {
+	if s := t.Truncate(time.Second); !s.Equal(t) {
+		return s.Add(time.Second)
+	}
+	return t
+}
+
 // Claim is where one ECHKeyRing stands with the name it claims, and with
-// every name it owns, in the zones' records.
+// every name it owns, in the names' records.
 type Claim struct {
-	// Owned says the ring owns its name, and may write its record.
+	// Owned says the ring owns its name through its zone, and may write
+	// its record.
 	Owned bool
-	// Waiting says another ring owns the name, or the zone has not
-	// recorded an owner yet (Pending).
+	// Waiting says another ring owns the name, or no owner is recorded yet
+	// (Pending).
 	Waiting, Pending bool
-	// Holding lists the names the ring still holds while it lets them go
-	// (Releasing), with when each passes on (zero: its value still waits
-	// to leave DNS).
+	// Holding lists the names the ring still holds while it lets them go,
+	// with when each passes on (zero: its value still waits to leave
+	// DNS): every record of the ring but its name's, Owned through its
+	// zone.
 	Holding []Held
 }
 
@@ -162,30 +206,30 @@ type Held struct {
 	ReleaseAt  time.Time
 }
 
-// ClaimOf reads, from the names of every zone (zone name to its
-// status.names), where the ring uid stands with the name it claims in
-// zone (empty when it claims none).
-func ClaimOf(zones map[string][]v1alpha1.DNSNameOwner, uid, zone, name string) Claim {
+// ClaimOf reads, from records (the record of the ring's name, if any, and
+// every record whose owner is the ring uid), where the ring stands with
+// the name it claims through zone (empty when it claims none).
+func ClaimOf(records []Record, uid, zone, name string) Claim {
 	var c Claim
 	name = Canonical(name)
 	found := false
-	for z, names := range zones {
-		for _, e := range names {
-			mine := e.Ring.UID == uid
-			if z == zone && e.Name == name && zone != "" {
-				found = true
-				// Its own name, still Releasing: it waits for the release
-				// like any other claimant.
-				c.Owned = mine && e.State == v1alpha1.DNSNameOwned
-				c.Waiting = !c.Owned
-			}
-			if mine && e.State == v1alpha1.DNSNameReleasing {
-				h := Held{Zone: z, Name: e.Name}
-				if e.ReleaseAt != nil {
-					h.ReleaseAt = e.ReleaseAt.Time
-				}
-				c.Holding = append(c.Holding, h)
-			}
+	seen := map[string]bool{}
+	for _, r := range records {
+		if seen[r.Name] {
+			continue
+		}
+		seen[r.Name] = true
+		mine := r.Ring.UID == uid
+		owned := false
+		if zone != "" && r.Name == name {
+			found = true
+			// Its own name, still Releasing, or owned through another
+			// zone: it waits for the release like any other claimant.
+			owned = mine && r.State == v1alpha1.DNSNameOwned && r.Zone == zone
+			c.Owned, c.Waiting = owned, !owned
+		}
+		if mine && !owned {
+			c.Holding = append(c.Holding, Held{Zone: r.Zone, Name: r.Name, ReleaseAt: r.ReleaseAt})
 		}
 	}
 	if zone != "" && !found {
@@ -193,4 +237,120 @@ func ClaimOf(zones map[string][]v1alpha1.DNSNameOwner, uid, zone, name string) C
 	}
 	slices.SortFunc(c.Holding, func(a, b Held) int { return cmp.Or(cmp.Compare(a.Zone, b.Zone), cmp.Compare(a.Name, b.Name)) })
 	return c
+}
+
+// LegacyRecords are the records that zones' status.names held before
+// names had records of their own: those of every zone whose status has
+// no nameCounts, which the operator has not summarised since. A name more
+// than one zone lists (two zones over one zone, as issue 45 found) is
+// recorded once: the entry Owned rather than Releasing, then the oldest,
+// then that of the first zone by name.
+func LegacyRecords(zones []v1alpha1.ClusterDNSZone) map[string]Record {
+	out := map[string]Record{}
+	for i := range zones {
+		z := &zones[i]
+		if z.Status.NameCounts != nil {
+			continue
+		}
+		for _, e := range z.Status.Names {
+			r := Record{Name: Canonical(e.Name), Ring: e.Ring, Zone: z.Name, State: e.State, Since: e.Since.Time}
+			if e.ReleaseAt != nil {
+				r.ReleaseAt = e.ReleaseAt.Time
+			}
+			if prev, ok := out[r.Name]; ok && legacyFirst(prev, r) {
+				continue
+			}
+			out[r.Name] = r
+		}
+	}
+	return out
+}
+
+func legacyFirst(a, b Record) bool {
+	if a.State != b.State {
+		return a.State == v1alpha1.DNSNameOwned
+	}
+	return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.Zone, b.Zone)) <= 0
+}
+
+// MaxListed bounds the names a zone's status lists (status.names): the
+// first by name. nameCounts counts them all.
+const MaxListed = 64
+
+// Summarize is a zone's status.names and status.nameCounts from the
+// records of the names owned through it, the rings it admits that wait
+// for their name, and how many other rings claim each name (waiting).
+// Whatever the number of names, it lists at most MaxListed.
+func Summarize(records []Record, ringsWaiting int32, waiting func(name string) int32) ([]v1alpha1.DNSNameOwner, v1alpha1.DNSNameCounts) {
+	counts := v1alpha1.DNSNameCounts{Waiting: ringsWaiting}
+	for _, r := range records {
+		if r.State == v1alpha1.DNSNameOwned {
+			counts.Owned++
+		} else {
+			counts.Releasing++
+		}
+	}
+	sorted := slices.SortedFunc(slices.Values(records), func(a, b Record) int { return cmp.Compare(a.Name, b.Name) })
+	sorted = sorted[:min(len(sorted), MaxListed)]
+	var names []v1alpha1.DNSNameOwner
+	for _, r := range sorted {
+		e := v1alpha1.DNSNameOwner{Name: r.Name, Ring: r.Ring, State: r.State, Since: metav1.Time{Time: r.Since.Truncate(time.Second)}, Waiting: waiting(r.Name)}
+		if !r.ReleaseAt.IsZero() {
+			e.ReleaseAt = &metav1.Time{Time: r.ReleaseAt}
+		}
+		names = append(names, e)
+	}
+	return names, counts
+}
+
+// PatternsOverlap reports whether some DNS name is allowed by both a and
+// b, each an allowedNames pattern: a name, or "*.<name>" (every name below
+// <name>).
+func PatternsOverlap(a, b string) bool {
+	a, b = Canonical(a), Canonical(b)
+	baseA, wildA := strings.CutPrefix(a, "*.")
+	baseB, wildB := strings.CutPrefix(b, "*.")
+	below := func(name, base string) bool { return strings.HasSuffix(name, "."+base) }
+	switch {
+	case !wildA && !wildB:
+		return a == b
+	case wildA && !wildB:
+		return below(b, baseA)
+	case !wildA && wildB:
+		return below(a, baseB)
+	}
+	return baseA == baseB || below(baseA, baseB) || below(baseB, baseA)
+}
+
+// Overlapping names the other zones whose allowedNames overlap z's
+// (PatternsOverlap), by name: whatever their zones, namespaces or servers,
+// a name they both allow is one record, with one owner.
+func Overlapping(z *v1alpha1.ClusterDNSZone, zones []v1alpha1.ClusterDNSZone) []string {
+	var out []string
+	for i := range zones {
+		o := &zones[i]
+		if o.Name == z.Name || !o.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if slices.ContainsFunc(z.Spec.AllowedNames, func(p string) bool {
+			return slices.ContainsFunc(o.Spec.AllowedNames, func(q string) bool { return PatternsOverlap(p, q) })
+		}) {
+			out = append(out, o.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// maxOverlapNamed bounds the zones NamesOverlap's message names.
+const maxOverlapNamed = 8
+
+// OverlapMessage is the message of a zone's NamesOverlap condition when
+// the zones named overlap it.
+func OverlapMessage(zones []string) string {
+	named := strings.Join(zones[:min(len(zones), maxOverlapNamed)], ", ")
+	if len(zones) > maxOverlapNamed {
+		named += fmt.Sprintf(" and %d more", len(zones)-maxOverlapNamed)
+	}
+	return fmt.Sprintf("ClusterDNSZone %s allows names this zone allows too: each such name has one owner across the zones, the first ring admitted to claim it, and a ring claiming it through another zone waits (DNSNameClaimed)", named)
 }

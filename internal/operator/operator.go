@@ -130,7 +130,7 @@ func Scheme() (*runtime.Scheme, error) {
 // judges Certificates in every namespace, as it does TLS Secrets (its own
 // cache): its RBAC stays cluster-wide, and so does its cache of them.
 func cacheOptions(o Options) cache.Options {
-	co := controller.CacheOptions(o.Shapes)
+	co := controller.CacheOptions(o.Shapes, o.Namespace)
 	if len(o.WatchNamespaces) == 0 {
 		return co
 	}
@@ -237,6 +237,9 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 		return nil, fmt.Errorf("add the DNS worker: %w", err)
 	}
 	o.DNS = dns
+	if len(o.WatchNamespaces) > 0 {
+		o.Options.WatchedNamespaces = append(slices.Clone(o.WatchNamespaces), o.Namespace)
+	}
 	// After every new epoch, the pods mounting the projection are patched
 	// (one annotation) off the reconcile path, so that their kubelets
 	// re-mount it at once; they are found in the same pod cache.

@@ -15,6 +15,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/dnszone"
 	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	"github.com/ringmaster-io/ringmaster/internal/shape"
 )
 
 // ECH timings of the reconcile.
@@ -75,7 +76,7 @@ type ECHZone struct {
 	// VerifyOnly says another system publishes: the ring writes nothing.
 	VerifyOnly bool
 	// Claim is where the ring stands with its name and the names it
-	// holds, as the zones record them.
+	// holds, as their records say.
 	Claim dnszone.Claim
 }
 
@@ -174,10 +175,10 @@ func dnsBlocked(in ECHRead) *ringstatus.Problem {
 			Message: fmt.Sprintf("The ring publishes %s once it has let go of the name it held before: %s", z.Name, holdingMessage(z.Claim.Holding, in.Now))}
 	case z.Claim.Pending:
 		return &ringstatus.Problem{Reason: v1alpha1.ReasonAwaitingDNS,
-			Message: fmt.Sprintf("ClusterDNSZone %s has not yet recorded the ring as the owner of %s", z.Ref, z.Name)}
+			Message: fmt.Sprintf("The operator has not yet recorded the ring as the owner of %s (ClusterDNSZone %s)", z.Name, z.Ref)}
 	case !z.Claim.Owned:
 		return &ringstatus.Problem{Reason: v1alpha1.ReasonDNSNameClaimed,
-			Message: fmt.Sprintf("The name %s of ClusterDNSZone %s is owned by another ECHKeyRing: this ring stages and publishes nothing, and changes nothing in DNS, until that ring is deleted or lets the name go (the zone's status.names says who; ask a cluster administrator)", z.Name, z.Ref)}
+			Message: fmt.Sprintf("The name %s of ClusterDNSZone %s is owned by another ECHKeyRing, admitted through this zone or another that allows the name: this ring stages and publishes nothing, and changes nothing in DNS, until that ring is deleted or lets the name go (the name's record in the operator's namespace says who; ask a cluster administrator)", z.Name, z.Ref)}
 	}
 	return nil
 }
@@ -483,12 +484,17 @@ type ZoneRead struct {
 	Ring *v1alpha1.ECHKeyRing
 	// Zone is the ClusterDNSZone the ring names; nil when there is none.
 	Zone *v1alpha1.ClusterDNSZone
-	// Owners are the names every zone records, by zone.
-	Owners map[string][]v1alpha1.DNSNameOwner
+	// Records are the records of the ring's name (if any) and of every
+	// name the ring owns (dnszone.Record): who owns each, across every
+	// zone that allows it.
+	Records []dnszone.Record
 	// NamespaceLabels are the ring's namespace's, NamespaceErr why they
 	// could not be read.
 	NamespaceLabels map[string]string
-	NamespaceErr    error
+	// NamespaceCut says the cache did not keep the namespace's labels
+	// (shape.CutLabels): only a zone selecting every namespace admits it.
+	NamespaceCut bool
+	NamespaceErr error
 	// TSIG is the zone's TSIG Secret, TSIGErr why it could not be read
 	// (nil for a verify-only zone).
 	TSIG    *corev1.Secret
@@ -503,7 +509,7 @@ type ZoneRead struct {
 func ZoneOf(in ZoneRead) (ECHZone, dnspub.Target) {
 	d := in.Ring.Spec.DNS
 	out := ECHZone{Ref: d.ZoneRef.Name, Name: dnszone.Canonical(d.Name),
-		Claim: dnszone.ClaimOf(in.Owners, string(in.Ring.UID), d.ZoneRef.Name, d.Name)}
+		Claim: dnszone.ClaimOf(in.Records, string(in.Ring.UID), d.ZoneRef.Name, d.Name)}
 	z := in.Zone
 	switch {
 	case z == nil:
@@ -515,6 +521,12 @@ func ZoneOf(in ZoneRead) (ECHZone, dnspub.Target) {
 		return out, dnspub.Target{}
 	}
 	out.VerifyOnly = z.Spec.Primary == ""
+	if in.NamespaceCut {
+		if err := dnszone.Unjudged(z, in.Ring.Namespace, shape.MaxLabelBytes); err != nil {
+			out.Problem = &ringstatus.Problem{Reason: v1alpha1.ReasonDNSNameNotAllowed, Message: err.Error()}
+			return out, dnspub.Target{}
+		}
+	}
 	if err := dnszone.Admit(z, in.NamespaceLabels, d.Name, d.TTL); err != nil {
 		out.Problem = &ringstatus.Problem{Reason: v1alpha1.ReasonDNSNameNotAllowed, Message: err.Error()}
 		return out, dnspub.Target{}

@@ -2,6 +2,7 @@ package shape
 
 import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -17,15 +18,16 @@ import (
 func Operator(scheme *runtime.Scheme, namespace string) *Registry {
 	ring := func(kind string) schema.GroupKind { return v1alpha1.GroupVersion.WithKind(kind).GroupKind() }
 	return NewRegistry(scheme, map[schema.GroupKind]Func{
-		ring(v1alpha1.KindTicketKeyRing):        TicketKeyRing,
-		ring(v1alpha1.KindClusterTicketKeyRing): ClusterTicketKeyRing,
-		ring(v1alpha1.KindECHKeyRing):           ECHKeyRing,
-		ring(v1alpha1.KindClusterKeySource):     ClusterKeySource,
-		ring(v1alpha1.KindClusterDNSZone):       ClusterDNSZone,
-		ring(v1alpha1.KindCertificatePolicy):    CertificatePolicy,
-		{Kind: "Namespace"}:                     Namespace,
-		{Kind: "Pod"}:                           Pod,
-		{Kind: "Secret"}:                        Secrets(namespace),
+		ring(v1alpha1.KindTicketKeyRing):                                     TicketKeyRing,
+		ring(v1alpha1.KindClusterTicketKeyRing):                              ClusterTicketKeyRing,
+		ring(v1alpha1.KindECHKeyRing):                                        ECHKeyRing,
+		ring(v1alpha1.KindClusterKeySource):                                  ClusterKeySource,
+		ring(v1alpha1.KindClusterDNSZone):                                    ClusterDNSZone,
+		ring(v1alpha1.KindCertificatePolicy):                                 CertificatePolicy,
+		{Kind: "Namespace"}:                                                  Namespace,
+		{Kind: "Pod"}:                                                        Pod,
+		{Kind: "Secret"}:                                                     Secrets(namespace),
+		{Group: coordinationv1.GroupName, Kind: "Lease"}:                     DNSRecord,
 		cmapi.SchemeGroupVersion.WithKind(cmapi.CertificateKind).GroupKind(): Certificate,
 	})
 }

@@ -47,7 +47,7 @@ func TestEveryKindIsKeptSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := map[schema.GroupKind]bool{}
-	for _, o := range maximal.Objects("shop", "web", "seed-1", true, "web-ticket-keys", leaf.CertPEM, leaf.KeyPEM) {
+	for _, o := range maximal.Objects("shop", "ringmaster-system", "web", "seed-1", true, "web-ticket-keys", leaf.CertPEM, leaf.KeyPEM) {
 		gvk, err := apiutil.GVKForObject(o, scheme)
 		if err != nil {
 			t.Fatal(err)

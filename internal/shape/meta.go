@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -222,11 +221,6 @@ func cut(s string) string {
 	}
 	return s
 }
-
-// in is s's one copy (unique.Make): it lives while anything the caches
-// keep refers to it, and no longer. At 10,000 rings the caches hold tens
-// of thousands of objects sharing a few dozen strings.
-func in(s string) string { return unique.Make(s).Value() }
 
 // tombstone reports whether obj is a deletion tombstone, which every shape
 // passes on as it is; any other object of the wrong type is an error.

@@ -16,6 +16,7 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -101,9 +102,10 @@ func Selector(seed string) *metav1.LabelSelector {
 // kubernetes.io/tls of certPEM and keyPEM), named name, the namespaced
 // ones in namespace ns, distinct by seed, each with maximal metadata
 // (with finalizers, but the Namespace) and spec. The pod mounts Secret
-// secret.
-func Objects(ns, name, seed string, finalizers bool, secret string, certPEM, keyPEM []byte) []client.Object {
-	out := []client.Object{
+// secret. The record of a DNS name's owner is in namespace home, the
+// operator's.
+func Objects(ns, home, name, seed string, finalizers bool, secret string, certPEM, keyPEM []byte) []client.Object {
+	out := []client.Object{DNSRecord(home, name, seed),
 		TicketKeyRing(ns, name, seed), ClusterTicketKeyRing(name, seed), ECHKeyRing(ns, name, seed),
 		ClusterKeySource(name, seed), ClusterDNSZone(name, seed), CertificatePolicy(name, seed),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, Pod(ns, name, seed, secret),
@@ -186,6 +188,18 @@ func CertificatePolicy(name, seed string) *v1alpha1.CertificatePolicy {
 		Selector: v1alpha1.CertificateSelector{NamespaceSelector: Selector(seed + "-ns"), LabelSelector: Selector(seed + "-labels")},
 		Rules:    v1alpha1.CertificateRules{MaxValidity: &metav1.Duration{Duration: 2160 * time.Hour}},
 	}}
+}
+
+// DNSRecord is a Lease labelled as the record of a DNS name's owner
+// (dnszone.Record), whose every field is as long as the API takes:
+// only administrators write the operator's namespace, where it lives.
+func DNSRecord(home, name, seed string) *coordinationv1.Lease {
+	holder := value(seed, 0, 100<<10)
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: home, Name: name, Labels: map[string]string{v1alpha1.ComponentLabel: v1alpha1.ComponentDNSName},
+			Annotations: map[string]string{v1alpha1.DNSNameAnnotation: value(seed, 1, 2000)}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder},
+	}
 }
 
 // Pod is a pod of about 1 MiB (one env value), mounting secret.
