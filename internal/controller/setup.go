@@ -184,7 +184,7 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 		}
 	}
 	workers := ringWork(o.RingWorkers)
-	specOrAnnotations := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))
+	specOrAnnotations := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deletionChanged()))
 
 	if err := builder.ControllerManagedBy(mgr).Named("ticketkeyring").WithOptions(workers).
 		For(&v1alpha1.TicketKeyRing{}, specOrAnnotations).

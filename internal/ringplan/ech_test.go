@@ -445,3 +445,31 @@ func TestZoneOf(t *testing.T) {
 		})
 	}
 }
+
+// A ring being deleted (held by its own DNS finalizer, or by another's)
+// stages nothing and publishes nothing to DNS, but drops each config at
+// its expiresAt and looks again by then.
+func TestECHDeletingDestroysOnTime(t *testing.T) {
+	pub, stg := echConfig(t, 1, echring.Published, 0), echConfig(t, 2, echring.Staged, 55*time.Minute)
+	before := pub.ExpiresAt.Sub(e0) - time.Minute
+	rd := echRead(before, echRing(stg, pub))
+	rd.Deleting, rd.Confirmed = true, true
+	d := ringplan.DecideECH(rd)
+	r := ringplan.FinishECH(rd, d, ringplan.DNSAnswer{Known: true, Holds: true}, ringplan.MintedECH{})
+	if d.Mint != nil || r.Write || r.Plan.Published != nil {
+		t.Fatalf("before the expiry: mint %v, write %v, published %v; want nothing", show(d.Mint), r.Write, show(r.Plan.Published))
+	}
+	if _, after := r.Report(ringplan.ECHWritten{Snapshot: "web-ech-e3"}); after > time.Minute {
+		t.Errorf("looks again in %s, after the published config's expiresAt a minute away", after)
+	}
+
+	rd.Now = pub.ExpiresAt
+	d = ringplan.DecideECH(rd)
+	r = ringplan.FinishECH(rd, d, ringplan.DNSAnswer{Known: true, Holds: true}, ringplan.MintedECH{})
+	if d.Mint != nil || !r.Write || states(r.Next) != "2:staged" || r.Next.Epoch != 4 || r.Plan.Published != nil {
+		t.Fatalf("at the expiry: mint %v, write %v, ring %s epoch %d; want epoch 4 without config 1, nothing new", show(d.Mint), r.Write, states(r.Next), r.Next.Epoch)
+	}
+	if ev := r.Events("web-ech-e4"); len(ev) != 1 || !strings.Contains(ev[0].Note, "config 1 destroyed") {
+		t.Errorf("events %+v, want the destruction announced", ev)
+	}
+}
