@@ -27,6 +27,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/dnspub"
 	"github.com/ringmaster-io/ringmaster/internal/dnswork"
 	"github.com/ringmaster-io/ringmaster/internal/dnszone"
+	"github.com/ringmaster-io/ringmaster/internal/textlimit"
 )
 
 // +kubebuilder:rbac:groups=ringmaster.io,resources=clusterdnszones,verbs=get;list;watch
@@ -128,7 +129,7 @@ func (r *ClusterDNSZoneReconciler) Reconcile(ctx context.Context, req reconcile.
 	r.remove(z, owners.Remove, key)
 	status := *z.Status.DeepCopy()
 	status.ObservedGeneration, status.Names = z.Generation, owners.Names
-	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: reason, Message: message,
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: reason, Message: textlimit.Cut(message, textlimit.MessageLimit),
 		ObservedGeneration: z.Generation, LastTransitionTime: metav1.NewTime(now)}
 	res := reconcile.Result{RequeueAfter: dnsZoneRecheck}
 	if reason != v1alpha1.ReasonZoneReady {

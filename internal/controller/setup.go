@@ -110,7 +110,9 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	}
 	o.DNS.Updates = func(zone, result string) { dnsUpdatesTotal.WithLabelValues(zone, result).Inc() }
 	sources := &mint.Sources{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Namespace: o.Namespace, ServiceAccount: o.ServiceAccount, Timeout: o.MintTimeout}
-	recorder := mgr.GetEventRecorder("ringmaster")
+	// Every controller's events go through one recorder that keeps notes
+	// within the API's limit.
+	recorder := newRecorder(mgr.GetEventRecorder("ringmaster"))
 	secrets := &ringSecrets{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
 	shared := &rings{Client: mgr.GetClient(), secrets: secrets, Recorder: recorder, Clock: o.Clock, Sources: sources,
 		Prober: o.Prober, gauges: newRingGauges(o.Clock), keepInBackups: o.KeepSecretsInBackups}

@@ -19,6 +19,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/ringplan"
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	"github.com/ringmaster-io/ringmaster/internal/textlimit"
 )
 
 var (
@@ -471,5 +472,19 @@ func TestECHDeletingDestroysOnTime(t *testing.T) {
 	}
 	if ev := r.Events("web-ech-e4"); len(ev) != 1 || !strings.Contains(ev[0].Note, "config 1 destroyed") {
 		t.Errorf("events %+v, want the destruction announced", ev)
+	}
+}
+
+// A ring letting many names go names a bounded number of them in its
+// status (and the Warning event it calls for), and counts the rest.
+func TestECHHoldingMessageIsBounded(t *testing.T) {
+	rd := echRead(0, echring.Ring{Ring: "shop/web"})
+	rd.Deleting = true
+	for i := range 1000 {
+		rd.Zone.Claim.Holding = append(rd.Zone.Claim.Holding, dnszone.Held{Zone: "z", Name: fmt.Sprintf("%s-%d.example.test", strings.Repeat("n", 60), i)})
+	}
+	msg := ringplan.DecideECH(rd).Blocked.Message
+	if len(msg) > textlimit.NoteLimit+textlimit.MaxListed*textlimit.MaxItem || !strings.HasSuffix(msg, "and 995 more") {
+		t.Errorf("%d bytes, ending %q", len(msg), msg[max(0, len(msg)-40):])
 	}
 }
