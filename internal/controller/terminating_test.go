@@ -106,6 +106,54 @@ var _ = Describe("A ring held Terminating by a finalizer", func() {
 		Eventually(func() []corev1.Secret { return ringSecrets(ctx, ns, "held") }, timeout, poll).Should(BeEmpty())
 	})
 
+	It("and its orphan controller never fight over an orphan delete the collector has not finished: what it stripped goes at its expiry, and nothing comes back", func() {
+		ns := newNamespace(ctx)
+		ring := createRing(ctx, ns, "web", nil)
+		waitEpoch(ctx, ring, 1)
+		snapshot, projection := getSecret(ctx, ns, "web-e1"), getSecret(ctx, ns, "web-ticket-keys")
+		expiry := firstKeyExpiry(decode(snapshot))
+
+		By("an orphan delete whose collector strips the owner references and stops there")
+		live := getRing(ctx, ring)
+		Expect(k8s.Delete(ctx, live, client.PropagationPolicy(metav1.DeletePropagationOrphan))).To(Succeed())
+		gc, err := env.As("system:serviceaccount:kube-system:generic-garbage-collector", "system:serviceaccounts", "system:serviceaccounts:kube-system")
+		Expect(err).NotTo(HaveOccurred())
+		for _, s := range []*corev1.Secret{snapshot, projection} {
+			s = getSecret(ctx, ns, s.Name)
+			patch := client.MergeFrom(s.DeepCopy())
+			s.OwnerReferences = nil
+			Expect(gc.Patch(ctx, s, patch)).To(Succeed())
+		}
+		Eventually(ringReason(ctx, ring), timeout, poll).Should(Equal(v1alpha1.ReasonRingDeleting))
+		Expect(getRing(ctx, ring).Status.Conditions).To(ContainElement(HaveField("Message", ContainSubstring(metav1.FinalizerOrphanDependents))))
+
+		By("the ring being deleted takes none of them back, and the orphan controller does not take them as superseded")
+		poke(ctx, ring)
+		flushOrphans(ctx, ns)
+		Expect(trySecret(ctx, ns, "web-e1").UID).To(Equal(snapshot.UID))
+		left := getSecret(ctx, ns, "web-ticket-keys")
+		Expect(left.UID).To(Equal(projection.UID))
+		Expect(left.OwnerReferences).To(BeEmpty())
+		Expect(left.Data).To(Equal(projection.Data), "pods still mount it")
+
+		By("at their first key's expiry both go, and the ring being deleted writes nothing in their place")
+		fakeClock.SetTime(expiry)
+		touch(ctx, snapshot, projection)
+		Eventually(func() bool { return gone(ctx, snapshot) && gone(ctx, projection) }, timeout, poll).Should(BeTrue())
+		poke(ctx, ring)
+		flushOrphans(ctx, ns)
+		Expect(ringSecrets(ctx, ns, "web")).To(BeEmpty())
+
+		By("the collector done: the ring goes")
+		going := getRing(ctx, ring)
+		patch := client.MergeFrom(going.DeepCopy())
+		going.Finalizers = nil
+		Expect(gc.Patch(ctx, going, patch)).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(ring), &v1alpha1.TicketKeyRing{}))
+		}, timeout, poll).Should(BeTrue())
+	})
+
 	It("does the same for a ClusterTicketKeyRing, in every namespace it delivers to", func() {
 		tier := fmt.Sprintf("held-%d", time.Now().UnixNano())
 		target := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "ctkr-", Labels: map[string]string{"tier": tier}}}
