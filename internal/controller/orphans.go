@@ -40,12 +40,12 @@ var orphansDeletedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 // leaves once the garbage collector has stripped the owner references, and
 // what a ring removed while the operator was down leaves to the garbage
 // collector. A ring being deleted still controls its Secrets until it
-// goes: it prunes them itself. Each goes no later than the expiresAt of the first key it
-// holds to expire (a live ring would rewrite or delete it then), and at
-// once when a ring
-// of its kind and name lives again (which takes its place: see
-// distribute.Owner.Predecessor). Only the operator may write such Secrets
-// where the admission guard is installed, so they are its to remove.
+// goes: it prunes them itself. Each goes no later than the expiresAt of
+// the first key it holds to expire (a live ring would rewrite or delete it
+// then), and at once when a ring of its kind and name lives again (which
+// takes its place: see distribute.Owner.Predecessor). Only the operator
+// may write such Secrets where the admission guard is installed, so they
+// are its to remove.
 //
 // It reads them from the manager's cache, which keeps only their metadata
 // once no ring controls them (CacheOptions); their expiry comes from
