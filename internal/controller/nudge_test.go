@@ -133,7 +133,8 @@ var _ = Describe("The admission guard of pods", Ordered, func() {
 			Expect(after.ManagedFields).To(ContainElement(e), "%s's entry is unchanged", e.Manager)
 		}
 		Expect(after.ManagedFields).To(ContainElement(And(HaveField("Manager", nudge.FieldManager), HaveField("Operation", metav1.ManagedFieldsOperationUpdate),
-			HaveField("FieldsV1.Raw", MatchJSON(`{"f:metadata":{"f:annotations":{"f:`+v1alpha1.DeliveredAnnotation+`":{}}}}`)))))
+			WithTransform(func(e metav1.ManagedFieldsEntry) string { return e.FieldsV1.GetRawString() },
+				MatchJSON(`{"f:metadata":{"f:annotations":{"f:`+v1alpha1.DeliveredAnnotation+`":{}}}}`)))))
 
 		updated := after.DeepCopy()
 		updated.Annotations[v1alpha1.DeliveredAnnotation] = "web-ticket-keys=4"
@@ -176,13 +177,13 @@ var _ = Describe("The admission guard of pods", Ordered, func() {
 		By("its managed fields: another manager's entry rewritten, or all of them reset, even beside the annotation")
 		fields := current().ManagedFields
 		creator := slices.IndexFunc(fields, func(e metav1.ManagedFieldsEntry) bool {
-			return e.FieldsV1 != nil && strings.Contains(string(e.FieldsV1.Raw), `"f:spec"`)
+			return strings.Contains(e.FieldsV1.GetRawString(), `"f:spec"`)
 		})
 		Expect(creator).To(BeNumerically(">=", 0), "the pod's creator has an entry")
 		refused("another manager's entry renamed", asOperator.Patch(ctx, p, client.RawPatch(types.JSONPatchType,
 			[]byte(fmt.Sprintf(`[{"op":"replace","path":"/metadata/managedFields/%d/manager","value":"mallory"}]`, creator)))), change+"managed fields of "+target)
 		forged := slices.Clone(fields)
-		forged[creator].FieldsV1 = &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:app":{}}}}`)}
+		forged[creator].FieldsV1 = metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:app":{}}}}`)
 		rewrite, err := json.Marshal(map[string]any{"metadata": map[string]any{"managedFields": forged,
 			"annotations": map[string]string{v1alpha1.DeliveredAnnotation: "web-ticket-keys=9"}}})
 		Expect(err).NotTo(HaveOccurred())
