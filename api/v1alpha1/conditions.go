@@ -106,6 +106,14 @@ const (
 	// ReasonInvalidRequest: RequestRefused is True; its message names the
 	// annotations refused.
 	ReasonInvalidRequest = "InvalidRequest"
+	// ReasonRingDeleting: Ready is False (and RotationOverdue True once a
+	// rotation falls due) while a ticket ring is being deleted but held by
+	// a finalizer (an orphan delete waiting for the garbage collector,
+	// another controller's): it stages no new key, carries out no
+	// rotate-now or revoke and writes nothing to a shared entry, and still
+	// destroys each key at its expiresAt. The message names the
+	// finalizers that hold it.
+	ReasonRingDeleting = "RingDeleting"
 )
 
 // Reasons of a key source's failures, on the key source's Ready condition

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/textlimit"
 )
 
 // What cert-manager's objects say, read the way cert-manager means it.
@@ -89,7 +90,7 @@ func CertificateOfSecret(namespace string, annotations map[string]string) (types
 func SetIssuing(crt *cmapi.Certificate, msg string, now metav1.Time) {
 	cond := cmapi.CertificateCondition{
 		Type: cmapi.CertificateConditionIssuing, Status: cmmeta.ConditionTrue,
-		Reason: v1alpha1.IssuingReason, Message: msg,
+		Reason: v1alpha1.IssuingReason, Message: textlimit.Cut(msg, textlimit.MessageLimit),
 		LastTransitionTime: &now, ObservedGeneration: crt.Generation,
 	}
 	for i, c := range crt.Status.Conditions {

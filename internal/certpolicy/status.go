@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/textlimit"
 )
 
 // Status is a policy's status made from its aggregate. certificatesJudged
@@ -40,8 +41,10 @@ func Invalid(prev v1alpha1.CertificatePolicyStatus, generation int64, err error)
 	return s
 }
 
+// setCondition sets a condition, its message within what the API takes (a
+// compile error may quote the spec).
 func setCondition(s *v1alpha1.CertificatePolicyStatus, generation int64, typ string, st metav1.ConditionStatus, reason, msg string) {
-	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: msg, ObservedGeneration: generation})
+	meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: typ, Status: st, Reason: reason, Message: textlimit.Cut(msg, textlimit.MessageLimit), ObservedGeneration: generation})
 }
 
 // Event is an event a change of a policy's conditions calls for.

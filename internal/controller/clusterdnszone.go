@@ -26,6 +26,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/dnszone"
 	"github.com/ringmaster-io/ringmaster/internal/shape"
+	"github.com/ringmaster-io/ringmaster/internal/textlimit"
 )
 
 // +kubebuilder:rbac:groups=ringmaster.io,resources=clusterdnszones,verbs=get;list;watch
@@ -163,7 +164,7 @@ func (r *ClusterDNSZoneReconciler) Reconcile(ctx context.Context, req reconcile.
 	}
 	status.NameCounts = &counts
 	now := r.Clock.Now()
-	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: reason, Message: message,
+	ready := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: reason, Message: textlimit.Cut(message, textlimit.MessageLimit),
 		ObservedGeneration: z.Generation, LastTransitionTime: metav1.NewTime(now)}
 	res := reconcile.Result{RequeueAfter: dnsZoneRecheck}
 	if reason != v1alpha1.ReasonZoneReady {

@@ -49,9 +49,6 @@ func (r *ClusterTicketKeyRingReconciler) Reconcile(ctx context.Context, req reco
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !ctkr.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, nil // its Secrets go with it, by owner reference
-	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("clusterRing", klog.KObj(ctkr)))
 	base := r.statuses.base(ctkr, ctkr.Status)
 	rg := ring{obj: ctkr, owner: distribute.ClusterOwnerOf(ctkr, r.Namespace), spec: ctkr.Spec.TicketKeyRingSpec, status: base}

@@ -5,10 +5,12 @@ package controller_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -126,10 +128,19 @@ var _ = Describe("The admission guard of pods", Ordered, func() {
 		Expect(after.Labels).To(Equal(before.Labels))
 		Expect(after.Spec).To(Equal(before.Spec))
 		Expect(after.ResourceVersion).NotTo(Equal(before.ResourceVersion), "a change of the pod, which its kubelet syncs on")
+		By("the managed fields admission saw: the creator's entry as it was, the operator's owning the annotation alone")
+		for _, e := range before.ManagedFields {
+			Expect(after.ManagedFields).To(ContainElement(e), "%s's entry is unchanged", e.Manager)
+		}
+		Expect(after.ManagedFields).To(ContainElement(And(HaveField("Manager", nudge.FieldManager), HaveField("Operation", metav1.ManagedFieldsOperationUpdate),
+			WithTransform(func(e metav1.ManagedFieldsEntry) string { return e.FieldsV1.GetRawString() },
+				MatchJSON(`{"f:metadata":{"f:annotations":{"f:`+v1alpha1.DeliveredAnnotation+`":{}}}}`)))))
 
 		updated := after.DeepCopy()
 		updated.Annotations[v1alpha1.DeliveredAnnotation] = "web-ticket-keys=4"
-		Expect(asOperator.Update(ctx, updated)).To(Succeed(), "an update changing the annotation alone")
+		// Under a field manager of its own: the creator's would have the API
+		// server rewrite the creator's entry, which the guard refuses.
+		Expect(asOperator.Update(ctx, updated, client.FieldOwner("ringmaster-update"))).To(Succeed(), "an update changing the annotation alone")
 
 		applied := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod",
 			"metadata": map[string]any{"namespace": ns, "name": pod.Name, "annotations": map[string]any{v1alpha1.DeliveredAnnotation: "web-ticket-keys=5"}}}}
@@ -163,12 +174,33 @@ var _ = Describe("The admission guard of pods", Ordered, func() {
 		refused("an owner reference", mergePatch(asOperator, p, fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"x","uid":%q}]}}`, "11111111-1111-1111-1111-111111111111")),
 			change+"owner references of "+target)
 		refused("a finalizer", mergePatch(asOperator, p, `{"metadata":{"finalizers":["example.com/keep"]}}`), change+"finalizers of "+target)
+		By("its managed fields: another manager's entry rewritten, or all of them reset, even beside the annotation")
+		fields := current().ManagedFields
+		creator := slices.IndexFunc(fields, func(e metav1.ManagedFieldsEntry) bool {
+			return strings.Contains(e.FieldsV1.GetRawString(), `"f:spec"`)
+		})
+		Expect(creator).To(BeNumerically(">=", 0), "the pod's creator has an entry")
+		refused("another manager's entry renamed", asOperator.Patch(ctx, p, client.RawPatch(types.JSONPatchType,
+			[]byte(fmt.Sprintf(`[{"op":"replace","path":"/metadata/managedFields/%d/manager","value":"mallory"}]`, creator)))), change+"managed fields of "+target)
+		forged := slices.Clone(fields)
+		forged[creator].FieldsV1 = metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{"f:app":{}}}}`)
+		rewrite, err := json.Marshal(map[string]any{"metadata": map[string]any{"managedFields": forged,
+			"annotations": map[string]string{v1alpha1.DeliveredAnnotation: "web-ticket-keys=9"}}})
+		Expect(err).NotTo(HaveOccurred())
+		refused("another manager's fields rewritten, beside the annotation", mergePatch(asOperator, p, string(rewrite), client.FieldOwner(nudge.FieldManager)), change+"managed fields of "+target)
+		refused("every entry reset", mergePatch(asOperator, p, `{"metadata":{"managedFields":[{}]}}`), change+"managed fields of "+target)
+		refused("the annotation set under the creator's field manager, which rewrites its entry", mergePatch(asOperator, p,
+			`{"metadata":{"annotations":{"ringmaster.io/delivered":"web-ticket-keys=9"}}}`, client.FieldOwner(fields[creator].Manager)), change+"managed fields of "+target)
+		refused("every entry replaced by one of the operator's", mergePatch(asOperator, p,
+			`{"metadata":{"managedFields":[{"manager":"ringmaster","operation":"Update","apiVersion":"v1","fieldsType":"FieldsV1","fieldsV1":{"f:metadata":{"f:annotations":{"f:ringmaster.io/delivered":{}}}}}]}}`),
+			change+"managed fields of "+target)
 		refused("by a JSON patch", asOperator.Patch(ctx, p, client.RawPatch(types.JSONPatchType, []byte(`[{"op":"add","path":"/metadata/labels/evil","value":"x"}]`))), change+"labels of "+target)
 		refused("by a strategic merge patch", asOperator.Patch(ctx, p, client.RawPatch(types.StrategicMergePatchType, []byte(`{"spec":{"containers":[{"name":"server","image":"evil.example/x"}]}}`))), change+"spec of "+target)
 		labelled := current()
 		labelled.Labels["app"] = "other"
 		refused("by an update", asOperator.Update(ctx, labelled), change+"labels of "+target)
-		refused("a value not of the form <secret>=<epoch>", mergePatch(asOperator, p, `{"metadata":{"annotations":{"ringmaster.io/delivered":"`+strings.Repeat("x", 300)+`"}}}`),
+		refused("a value not of the form <secret>=<epoch>", mergePatch(asOperator, p, `{"metadata":{"annotations":{"ringmaster.io/delivered":"`+strings.Repeat("x", 300)+`"}}}`,
+			client.FieldOwner(nudge.FieldManager)),
 			"may set the annotation ringmaster.io/delivered of "+target+" only to <secret>=<epoch>")
 
 		By("its status and subresources")
@@ -202,6 +234,7 @@ var _ = Describe("The admission guard of pods", Ordered, func() {
 		Expect(now.OwnerReferences).To(BeEmpty())
 		Expect(now.Finalizers).To(BeEmpty())
 		Expect(now.Status.Phase).NotTo(Equal(corev1.PodFailed))
+		Expect(now.ManagedFields).To(Equal(fields))
 	})
 
 	It("judges nobody else", func() {

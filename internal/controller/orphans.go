@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -40,12 +39,13 @@ var orphansDeletedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 // controls (distribute.OrphanOf): what `kubectl delete --cascade=orphan`
 // leaves once the garbage collector has stripped the owner references, and
 // what a ring removed while the operator was down leaves to the garbage
-// collector. Each goes no later than the expiresAt of the first key it
-// holds to expire (a live ring would rewrite or delete it then), and at
-// once when a ring
-// of its kind and name lives again (which takes its place: see
-// distribute.Owner.Predecessor). Only the operator may write such Secrets
-// where the admission guard is installed, so they are its to remove.
+// collector. A ring being deleted still controls its Secrets until it
+// goes: it prunes them itself. Each goes no later than the expiresAt of
+// the first key it holds to expire (a live ring would rewrite or delete it
+// then), and at once when a ring of its kind and name lives again (which
+// takes its place: see distribute.Owner.Predecessor). Only the operator
+// may write such Secrets where the admission guard is installed, so they
+// are its to remove.
 //
 // It reads them from the manager's cache, which keeps only their metadata
 // once no ring controls them (CacheOptions); their expiry comes from
@@ -63,14 +63,14 @@ type OrphanReconciler struct {
 }
 
 // SetupWithManager watches ringmaster's Secrets (the manager's cache holds
-// only those of its type) and the rings of every kind: a ring deleted or
-// created again re-judges the Secrets that name it.
+// only those of its type) and the rings of every kind: a ring created, of
+// which deletion starts, or deleted re-judges the Secrets that name it.
 func (r *OrphanReconciler) SetupWithManager(mgr manager.Manager, registry prometheus.Registerer) error {
 	if err := registry.Register(orphansDeletedTotal); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 		return err
 	}
 	createdOrDeleted := builder.WithPredicates(predicate.Funcs{
-		UpdateFunc:  func(event.UpdateEvent) bool { return false },
+		UpdateFunc:  deletionChanged().Update,
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	})
 	return builder.ControllerManagedBy(mgr).Named("orphans").
@@ -200,10 +200,9 @@ func (r *OrphanReconciler) expiry(ctx context.Context, s *corev1.Secret, o distr
 	return t, nil
 }
 
-// liveRing is the UID of the ring a claim names, read from the cache, or
-// from the API server when fresh; empty when there is none, or it is being
-// deleted.
-func (r *OrphanReconciler) liveRing(ctx context.Context, fresh bool, c distribute.Claim) (types.UID, error) {
+// liveRing is the ring a claim names, read from the cache, or from the API
+// server when fresh; its UID is empty when there is none.
+func (r *OrphanReconciler) liveRing(ctx context.Context, fresh bool, c distribute.Claim) (distribute.Live, error) {
 	var ring client.Object
 	switch c.Kind {
 	case v1alpha1.KindTicketKeyRing:
@@ -213,7 +212,7 @@ func (r *OrphanReconciler) liveRing(ctx context.Context, fresh bool, c distribut
 	case v1alpha1.KindECHKeyRing:
 		ring = &v1alpha1.ECHKeyRing{}
 	default:
-		return "", fmt.Errorf("unknown ring kind %q", c.Kind)
+		return distribute.Live{}, fmt.Errorf("unknown ring kind %q", c.Kind)
 	}
 	var reader client.Reader = r.Client
 	if fresh {
@@ -224,14 +223,9 @@ func (r *OrphanReconciler) liveRing(ctx context.Context, fresh bool, c distribut
 	}
 	if err := reader.Get(ctx, c.Ring, ring); err != nil {
 		if apierrors.IsNotFound(err) {
-			return "", nil
+			return distribute.Live{}, nil
 		}
-		return "", fmt.Errorf("read %s %s: %w", c.Kind, c.Ring, err)
+		return distribute.Live{}, fmt.Errorf("read %s %s: %w", c.Kind, c.Ring, err)
 	}
-	if !ring.GetDeletionTimestamp().IsZero() {
-		// Going: under an orphan delete its owner references are being
-		// stripped; otherwise the garbage collector takes its Secrets.
-		return "", nil
-	}
-	return ring.GetUID(), nil
+	return distribute.Live{UID: ring.GetUID(), Deleting: !ring.GetDeletionTimestamp().IsZero()}, nil
 }

@@ -111,7 +111,8 @@ func (r *rings) reconcile(ctx context.Context, rg ring) (v1alpha1.TicketKeyRingS
 func (r *rings) read(ctx context.Context, rg ring) (ringplan.Read, keySource, *sharing, []*corev1.Secret, error) {
 	now := r.Clock.Now()
 	rd := ringplan.Read{Now: now, Last: rg.status, Ring: ringplan.Ring{Owner: rg.owner, Generation: rg.obj.GetGeneration(), Targets: len(rg.targets),
-		Formats: rg.spec.Distribution.Formats, RetainedKeys: rg.spec.RetainedKeys, Confirm: rg.spec.Confirmation != nil}}
+		Formats: rg.spec.Distribution.Formats, RetainedKeys: rg.spec.RetainedKeys, Confirm: rg.spec.Confirmation != nil},
+		Deleting: rg.owner.Deleting, Finalizers: rg.obj.GetFinalizers()}
 	snaps, err := r.secrets.snapshots(ctx, rg.owner)
 	if err != nil {
 		return rd, keySource{}, nil, nil, err
@@ -127,6 +128,12 @@ func (r *rings) read(ctx context.Context, rg ring) (ringplan.Read, keySource, *s
 		return rd, keySource{}, nil, snaps, nil
 	}
 	readRequests(&rd, rg.obj)
+	if rd.Deleting {
+		// It mints nothing and waits for no fleet: neither its key source
+		// (Vault, its shared entry) nor its pods are asked.
+		r.Prober.Forget(confirm.Key{Kind: rg.owner.Kind, NamespacedName: ringKey(rg)})
+		return rd, keySource{}, nil, snaps, nil
+	}
 	src := r.keySource(ctx, rg)
 	var newest *corev1.Secret
 	if len(snaps) > 0 {

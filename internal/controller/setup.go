@@ -122,7 +122,9 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) (*Controllers, e
 	}
 	o.DNS.Updates = func(zone, result string) { dnsUpdatesTotal.WithLabelValues(zone, result).Inc() }
 	sources := &mint.Sources{Reader: mgr.GetAPIReader(), Client: mgr.GetClient(), Namespace: o.Namespace, ServiceAccount: o.ServiceAccount, Timeout: o.MintTimeout}
-	recorder := mgr.GetEventRecorder("ringmaster")
+	// Every controller's events go through one recorder that keeps notes
+	// within the API's limit.
+	recorder := newRecorder(mgr.GetEventRecorder("ringmaster"))
 	secrets := &ringSecrets{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}
 	shared := &rings{Client: mgr.GetClient(), secrets: secrets, Recorder: recorder, Clock: o.Clock, Sources: sources,
 		Prober: o.Prober, gauges: newRingGauges(o.Clock), keepInBackups: o.KeepSecretsInBackups}
@@ -232,7 +234,7 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 		}
 	}
 	workers := ringWork(o.RingWorkers)
-	specOrAnnotations := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))
+	specOrAnnotations := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deletionChanged()))
 
 	if err := builder.ControllerManagedBy(mgr).Named("ticketkeyring").WithOptions(workers).
 		For(&v1alpha1.TicketKeyRing{}, specOrAnnotations).

@@ -149,6 +149,9 @@ func (sh *sharing) plain(rg ring) *ringplan.Shared {
 // carries the ring's status.shared.
 func (r *rings) syncShared(ctx context.Context, rg ring, rd ringplan.Read, sh *sharing, in ringplan.Result) (res ringplan.Result) {
 	res = in
+	if sh == nil {
+		return res // not shared, or not read (a ring being deleted): as Finish said
+	}
 	// Whatever the branch, the status reports the entry as it ends.
 	defer func() { res.SharedStatus = sh.report() }()
 	switch {

@@ -34,7 +34,8 @@ type TicketKeyRingReconciler struct {
 }
 
 // Reconcile publishes the ring's next epoch when one is due and keeps its
-// projection in step with the newest snapshot.
+// projection in step with the newest snapshot; a ring being deleted only
+// destroys its keys as they expire, until it goes (ringplan.Decide).
 func (r *TicketKeyRingReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	tkr := &v1alpha1.TicketKeyRing{}
 	if err := r.Get(ctx, req.NamespacedName, tkr); err != nil {
@@ -44,9 +45,6 @@ func (r *TicketKeyRingReconciler) Reconcile(ctx context.Context, req reconcile.R
 			r.statuses.forget(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
-	}
-	if !tkr.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, nil // its Secrets go with it, by owner reference
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("ring", klog.KObj(tkr)))
 	base := r.statuses.base(tkr, tkr.Status)

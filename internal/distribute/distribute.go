@@ -58,6 +58,14 @@ type Owner struct {
 	Formats []v1alpha1.KeyFormat
 	// KeepInBackups leaves ExcludeFromBackupLabel off the ring's Secrets.
 	KeepInBackups bool
+	// Deleting says the ring is being deleted, held by a finalizer. It
+	// still prunes the Secrets it controls, and takes nothing else: no
+	// Secret's place (Predecessor), no projection it has not got, none
+	// moved back to an older epoch (Decide). The garbage collector is
+	// handing its Secrets on (an orphan delete strips their owner
+	// references, a foreground delete deletes them), and the orphan
+	// controller destroys those it no longer controls on time.
+	Deleting bool
 }
 
 // labelled adds the labels every Secret of the ring carries besides those
@@ -73,7 +81,7 @@ func (o Owner) labelled(l map[string]string) map[string]string {
 func OwnerOf(r *v1alpha1.TicketKeyRing) Owner {
 	return Owner{
 		Kind: v1alpha1.KindTicketKeyRing, Name: r.Name, UID: r.UID, Namespace: r.Namespace, Home: r.Namespace,
-		SecretName: r.ProjectionSecretName(), Formats: r.Spec.Distribution.Formats,
+		SecretName: r.ProjectionSecretName(), Formats: r.Spec.Distribution.Formats, Deleting: !r.DeletionTimestamp.IsZero(),
 	}
 }
 
@@ -82,7 +90,7 @@ func OwnerOf(r *v1alpha1.TicketKeyRing) Owner {
 func ClusterOwnerOf(r *v1alpha1.ClusterTicketKeyRing, home string) Owner {
 	return Owner{
 		Kind: v1alpha1.KindClusterTicketKeyRing, Name: r.Name, UID: r.UID, Home: home,
-		SecretName: r.ProjectionSecretName(), Formats: r.Spec.Distribution.Formats,
+		SecretName: r.ProjectionSecretName(), Formats: r.Spec.Distribution.Formats, Deleting: !r.DeletionTimestamp.IsZero(),
 	}
 }
 
@@ -177,10 +185,12 @@ func (o Owner) Owns(s *corev1.Secret) bool {
 //
 // The ring deletes it now rather than wedge on the name. A Secret of anyone
 // else is never one: not of ringmaster's type, labelled for another ring,
-// or owned by anything but a ring of this kind and name.
+// or owned by anything but a ring of this kind and name. A ring being
+// deleted has none: it takes no Secret's place, and what an orphan delete
+// strips while it still exists was its own.
 func (o Owner) Predecessor(s *corev1.Secret) bool {
 	ref := metav1.GetControllerOfNoCopy(s)
-	if s.Type != SecretType {
+	if s.Type != SecretType || o.Deleting {
 		return false
 	}
 	if ref == nil {
@@ -328,12 +338,22 @@ const (
 	// operator writes Secrets of that type, so another is someone else's).
 	// It is left untouched.
 	Conflict
+	// Leave: the ring is being deleted (Owner.Deleting) and the Secret is
+	// not one it updates: absent (it creates none, and does not restore
+	// one a foreground delete removed), not its own (an orphan delete
+	// stripped it), or holding a later epoch than want (the snapshot
+	// want copies is older than one the garbage collector took). Nothing
+	// is written and nothing is reported.
+	Leave
 )
 
 // Decide says what to do about the projection want, given the Secret of
 // its name that exists (nil for none). edited reports an Update of a Secret
 // that carried the right epoch with other content: someone edited it.
 func Decide(o Owner, have, want *corev1.Secret) (a Action, edited bool) {
+	if o.Deleting && (have == nil || have.Type != want.Type || !o.Owns(have) || epochOf(have) > epochOf(want)) {
+		return Leave, false
+	}
 	switch {
 	case have == nil:
 		return Create, false
@@ -490,4 +510,14 @@ func RingOf(s metav1.Object) (kind string, key types.NamespacedName, ok bool) {
 		return v1alpha1.KindTicketKeyRing, types.NamespacedName{Namespace: s.GetNamespace(), Name: name}, true
 	}
 	return "", types.NamespacedName{}, false
+}
+
+// epochOf is the epoch a projection Secret carries
+// (v1alpha1.EpochAnnotation), or 0 when missing or malformed.
+func epochOf(s *corev1.Secret) int64 {
+	e, err := strconv.ParseInt(s.Annotations[v1alpha1.EpochAnnotation], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return e
 }

@@ -270,6 +270,37 @@ func TestDecide(t *testing.T) {
 		})
 	}
 
+	// A ring being deleted prunes what it controls, and takes nothing
+	// else, nor moves a projection back.
+	deleting := owner
+	deleting.Deleting = true
+	r3 := testRing()
+	r3.Epoch = 3
+	e3, _ := Snapshot(owner, r3, Requests{})
+	for _, tt := range []struct {
+		name       string
+		have       *corev1.Secret
+		want       Action
+		wantEdited bool
+	}{
+		{"being deleted: no Secret, none created", nil, Leave, false},
+		{"being deleted: in sync", want.DeepCopy(), Keep, false},
+		{"being deleted: its own at an older epoch is pruned", Projection(owner, e1, "shop"), Update, false},
+		{"being deleted: its own edited by hand is restored", edited, Update, true},
+		{"being deleted: its own at a later epoch is not moved back", Projection(owner, e3, "shop"), Leave, false},
+		{"being deleted: stripped by an orphan delete, the orphan controller's", foreign, Leave, false},
+		{"being deleted: a deleted ring's of the same name is not taken over", Projection(other, e1, "shop"), Leave, false},
+		{"being deleted: another ring's", neighbour, Leave, false},
+		{"being deleted: another type", retyped, Leave, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ed := Decide(deleting, tt.have, want)
+			if got != tt.want || ed != tt.wantEdited {
+				t.Errorf("Decide = %v (edited %v), want %v (edited %v)", got, ed, tt.want, tt.wantEdited)
+			}
+		})
+	}
+
 	for _, have := range []*corev1.Secret{edited, digested(edited)} {
 		up := Updated(have, want)
 		if !InSync(up, want) || up.UID != edited.UID || Digested(up) {

@@ -18,7 +18,7 @@ import (
 // v1alpha1.ECHRingLabel, and its snapshots are named <ring>-ech-e<epoch>.
 func ECHOwnerOf(r *v1alpha1.ECHKeyRing) Owner {
 	return Owner{Kind: v1alpha1.KindECHKeyRing, Name: r.Name, UID: r.UID, Namespace: r.Namespace, Home: r.Namespace,
-		SecretName: r.ProjectionSecretName()}
+		SecretName: r.ProjectionSecretName(), Deleting: !r.DeletionTimestamp.IsZero()}
 }
 
 // ECHSnapshot builds the immutable snapshot Secret of an ECH ring's epoch,

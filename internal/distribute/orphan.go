@@ -104,19 +104,31 @@ type Orphan struct {
 	Superseded bool
 }
 
+// Live is the ring a claim names, as it exists: its UID, empty when none
+// does, and whether it is being deleted.
+type Live struct {
+	UID      types.UID
+	Deleting bool
+}
+
 // OrphanOf reports whether s, a Secret of ringmaster's shape (ClaimOf,
 // with the operator's namespace home), is controlled by no live ring.
-// live is the UID of the ring the claim names, empty when none exists.
-// A Secret that ring controls is not an orphan: the ring keeps it.
-func OrphanOf(s *corev1.Secret, home string, live types.UID) (Orphan, bool) {
+// live is the ring the claim names. A Secret that ring controls is not an
+// orphan, even while the ring is being deleted: the ring prunes it at each
+// key's expiresAt until it goes, and a second hand deleting it then would
+// race the ring's own writes. Any other Secret of the claim is an orphan,
+// superseded when the ring lives on (it takes the Secret's place), not
+// while it is being deleted (it takes none: an orphan delete's Secrets,
+// stripped while it waits for the garbage collector, go at their expiry).
+func OrphanOf(s *corev1.Secret, home string, live Live) (Orphan, bool) {
 	c, ok := ClaimOf(s, home)
 	if !ok {
 		return Orphan{}, false
 	}
-	if ref := metav1.GetControllerOfNoCopy(s); live != "" && ref != nil && ref.UID == live {
+	if ref := metav1.GetControllerOfNoCopy(s); live.UID != "" && ref != nil && ref.UID == live.UID {
 		return Orphan{}, false
 	}
-	return Orphan{Claim: c, Superseded: live != ""}, true
+	return Orphan{Claim: c, Superseded: live.UID != "" && !live.Deleting}, true
 }
 
 // Deadline is when an orphan must be gone: at once when a ring of its name

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/echring"
@@ -162,31 +161,35 @@ func TestOrphans(t *testing.T) {
 	tests := []struct {
 		name       string
 		secret     *corev1.Secret
-		live       types.UID
+		live       Live
 		orphan     bool
 		superseded bool
 	}{
-		{"a snapshot its live ring controls", snap, "uid-1", false, false},
-		{"a projection its live ring controls", Projection(owner, snap, "shop"), "uid-1", false, false},
-		{"a snapshot after an orphan delete", orphaned(snap), "", true, false},
-		{"a projection after an orphan delete", orphaned(Projection(owner, snap, "shop")), "", true, false},
-		{"a cluster ring's snapshot after an orphan delete, in the operator's namespace", orphaned(csnap), "", true, false},
-		{"a cluster ring's projection in a target namespace", orphaned(Projection(cluster, csnap, "shop-eu")), "", true, false},
-		{"an ECH ring's snapshot", orphaned(esnap), "", true, false},
-		{"an ECH ring's projection", orphaned(Projection(ech, esnap, "shop")), "", true, false},
-		{"still owned by a deleted ring (removed while the operator was down)", gone, "", true, false},
-		{"an orphan under a ring created again", orphaned(snap), "uid-new", true, true},
-		{"a deleted ring's Secret under a ring created again", gone, "uid-new", true, true},
-		{"of another type: never ringmaster's", opaque, "", false, false},
-		{"a snapshot under a name the ring never gives", renamed, "", false, false},
-		{"a snapshot with no epoch", noEpoch, "", false, false},
-		{"a snapshot past the last epoch", hugeEpoch, "", false, false},
-		{"no component", noComponent, "", false, false},
-		{"labelled for two rings", twoRings, "", false, false},
-		{"labelled for a ring with no name", emptyName, "", false, false},
-		{"owned by something else", ownedElsewhere, "", false, false},
-		{"owned by another ring than it names", otherRingRef, "", false, false},
-		{"a cluster ring's snapshot outside the operator's namespace", clusterAway, "", false, false},
+		{"a snapshot its live ring controls", snap, Live{UID: "uid-1"}, false, false},
+		{"a projection its live ring controls", Projection(owner, snap, "shop"), Live{UID: "uid-1"}, false, false},
+		{"a snapshot after an orphan delete", orphaned(snap), Live{}, true, false},
+		{"a projection after an orphan delete", orphaned(Projection(owner, snap, "shop")), Live{}, true, false},
+		{"a cluster ring's snapshot after an orphan delete, in the operator's namespace", orphaned(csnap), Live{}, true, false},
+		{"a cluster ring's projection in a target namespace", orphaned(Projection(cluster, csnap, "shop-eu")), Live{}, true, false},
+		{"an ECH ring's snapshot", orphaned(esnap), Live{}, true, false},
+		{"an ECH ring's projection", orphaned(Projection(ech, esnap, "shop")), Live{}, true, false},
+		{"still owned by a deleted ring (removed while the operator was down)", gone, Live{}, true, false},
+		{"an orphan under a ring created again", orphaned(snap), Live{UID: "uid-new"}, true, true},
+		{"a deleted ring's Secret under a ring created again", gone, Live{UID: "uid-new"}, true, true},
+		{"of another type: never ringmaster's", opaque, Live{}, false, false},
+		{"a snapshot under a name the ring never gives", renamed, Live{}, false, false},
+		{"a snapshot with no epoch", noEpoch, Live{}, false, false},
+		{"a snapshot past the last epoch", hugeEpoch, Live{}, false, false},
+		{"no component", noComponent, Live{}, false, false},
+		{"labelled for two rings", twoRings, Live{}, false, false},
+		{"labelled for a ring with no name", emptyName, Live{}, false, false},
+		{"owned by something else", ownedElsewhere, Live{}, false, false},
+		{"owned by another ring than it names", otherRingRef, Live{}, false, false},
+		{"a cluster ring's snapshot outside the operator's namespace", clusterAway, Live{}, false, false},
+		{"a snapshot its ring being deleted controls: the ring's to prune", snap, Live{UID: "uid-1", Deleting: true}, false, false},
+		{"a projection its ring being deleted controls", Projection(owner, snap, "shop"), Live{UID: "uid-1", Deleting: true}, false, false},
+		{"stripped by an orphan delete while the ring waits for the collector: goes at its expiry", orphaned(snap), Live{UID: "uid-1", Deleting: true}, true, false},
+		{"a deleted ring's Secret while a ring of its name is being deleted: not taken over", gone, Live{UID: "uid-new", Deleting: true}, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -235,6 +238,7 @@ func TestPredecessorTakesAnOrphansPlace(t *testing.T) {
 		{"an orphan of a ring of another kind and the same name", clusterAgain, orphaned(Projection(OwnerOf(&v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "edge", UID: "u"}}), snap, "shop")), false},
 		{"an orphan in another namespace", recreated, elsewhere, false},
 		{"an unowned Secret of another type", recreated, opaque, false},
+		{"anything, for a ring being deleted", func() Owner { o := recreated; o.Deleting = true; return o }(), orphaned(snap), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ringmaster-io/ringmaster/internal/dnspub"
+	"github.com/ringmaster-io/ringmaster/internal/textlimit"
 )
 
 // Budget bounds what the Worker spends on DNS. The zero value of each
@@ -526,9 +526,9 @@ func ForTenant(err error) string {
 	slices.Sort(parts)
 	parts = slices.Compact(parts)
 	if len(all) > 1 {
-		return fmt.Sprintf("%d of the zone's servers: %s", len(all), strings.Join(parts, "; "))
+		return fmt.Sprintf("%d of the zone's servers: %s", len(all), textlimit.List(parts, textlimit.MaxListed, "; ", 0))
 	}
-	return strings.Join(parts, "; ")
+	return textlimit.List(parts, textlimit.MaxListed, "; ", 0)
 }
 
 func describe(err error) string {

@@ -16,6 +16,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
 	"github.com/ringmaster-io/ringmaster/internal/shape"
+	"github.com/ringmaster-io/ringmaster/internal/textlimit"
 )
 
 // ECH timings of the reconcile.
@@ -198,7 +199,7 @@ func holdingMessage(held []dnszone.Held, now time.Time) string {
 			parts[i] = fmt.Sprintf("%s (zone %s): released", h.Name, h.Zone)
 		}
 	}
-	return "releasing " + strings.Join(parts, "; ")
+	return "releasing " + textlimit.List(parts, textlimit.MaxListed, "; ", 0)
 }
 
 // dnsWant is what the ring's record must hold: the configs wanted, or,

@@ -19,6 +19,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/ringplan"
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	"github.com/ringmaster-io/ringmaster/internal/textlimit"
 )
 
 var (
@@ -443,5 +444,47 @@ func TestZoneOf(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A ring being deleted (held by its own DNS finalizer, or by another's)
+// stages nothing and publishes nothing to DNS, but drops each config at
+// its expiresAt and looks again by then.
+func TestECHDeletingDestroysOnTime(t *testing.T) {
+	pub, stg := echConfig(t, 1, echring.Published, 0), echConfig(t, 2, echring.Staged, 55*time.Minute)
+	before := pub.ExpiresAt.Sub(e0) - time.Minute
+	rd := echRead(before, echRing(stg, pub))
+	rd.Deleting, rd.Confirmed = true, true
+	d := ringplan.DecideECH(rd)
+	r := ringplan.FinishECH(rd, d, ringplan.DNSAnswer{Known: true, Holds: true}, ringplan.MintedECH{})
+	if d.Mint != nil || r.Write || r.Plan.Published != nil {
+		t.Fatalf("before the expiry: mint %v, write %v, published %v; want nothing", show(d.Mint), r.Write, show(r.Plan.Published))
+	}
+	if _, after := r.Report(ringplan.ECHWritten{Snapshot: "web-ech-e3"}); after > time.Minute {
+		t.Errorf("looks again in %s, after the published config's expiresAt a minute away", after)
+	}
+
+	rd.Now = pub.ExpiresAt
+	d = ringplan.DecideECH(rd)
+	r = ringplan.FinishECH(rd, d, ringplan.DNSAnswer{Known: true, Holds: true}, ringplan.MintedECH{})
+	if d.Mint != nil || !r.Write || states(r.Next) != "2:staged" || r.Next.Epoch != 4 || r.Plan.Published != nil {
+		t.Fatalf("at the expiry: mint %v, write %v, ring %s epoch %d; want epoch 4 without config 1, nothing new", show(d.Mint), r.Write, states(r.Next), r.Next.Epoch)
+	}
+	if ev := r.Events("web-ech-e4"); len(ev) != 1 || !strings.Contains(ev[0].Note, "config 1 destroyed") {
+		t.Errorf("events %+v, want the destruction announced", ev)
+	}
+}
+
+// A ring letting many names go names a bounded number of them in its
+// status (and the Warning event it calls for), and counts the rest.
+func TestECHHoldingMessageIsBounded(t *testing.T) {
+	rd := echRead(0, echring.Ring{Ring: "shop/web"})
+	rd.Deleting = true
+	for i := range 1000 {
+		rd.Zone.Claim.Holding = append(rd.Zone.Claim.Holding, dnszone.Held{Zone: "z", Name: fmt.Sprintf("%s-%d.example.test", strings.Repeat("n", 60), i)})
+	}
+	msg := ringplan.DecideECH(rd).Blocked.Message
+	if len(msg) > textlimit.NoteLimit+textlimit.MaxListed*textlimit.MaxItem || !strings.HasSuffix(msg, "and 995 more") {
+		t.Errorf("%d bytes, ending %q", len(msg), msg[max(0, len(msg)-40):])
 	}
 }

@@ -6,6 +6,7 @@
 package ringplan
 
 import (
+	"fmt"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +17,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
 	"github.com/ringmaster-io/ringmaster/internal/schedule"
 	"github.com/ringmaster-io/ringmaster/internal/sharedring"
+	"github.com/ringmaster-io/ringmaster/internal/textlimit"
 )
 
 // ConflictRetry is how often a ring blocked by a foreign Secret looks
@@ -65,6 +67,10 @@ type Read struct {
 	OverdueSince time.Time
 	// Refused says which request annotations were refused, unread.
 	Refused []string
+	// Deleting says the ring is being deleted, held by Finalizers: it
+	// fails closed (Decide) until it goes.
+	Deleting   bool
+	Finalizers []string
 }
 
 // Ring is what the status reports of a ring's spec and where it delivers.
@@ -122,12 +128,20 @@ type Decision struct {
 	Current keyring.Ring
 }
 
-// Decide plans the ring's next epoch from what was read. A shared ring
-// that cannot use its entry fails closed: it mints nothing and only
-// destroys what expired. A halted ring plans nothing.
+// Decide plans the ring's next epoch from what was read. A ring being
+// deleted, and a shared ring that cannot use its entry, fail closed: they
+// mint nothing, carry out no request, write no shared entry, and only
+// destroy what expired. A halted ring plans nothing.
 func Decide(in Read) Decision {
 	if in.Halted != nil {
 		return Decision{Plan: keyring.Plan{Ring: in.Current}, FailClosed: true, Current: in.Current}
+	}
+	if in.Deleting {
+		// A finalizer may hold the ring for as long as its writer likes (an
+		// orphan delete waits for the garbage collector): no key of it
+		// may outlive its expiresAt meanwhile, and nothing new is
+		// published by a ring its author asked to go.
+		return Decision{Plan: keyring.Plan{}.WithoutMint(in.Now, in.Current), FailClosed: true, Source: deleting(in), Current: in.Current}
 	}
 	if in.Blocked != nil {
 		return Decision{Plan: keyring.Plan{}.WithoutMint(in.Now, in.Current), FailClosed: true, Source: in.Blocked, Current: in.Current}
@@ -229,6 +243,11 @@ func Finish(in Read, d Decision, m Minted) Result {
 		r.Next = d.Plan.Ring
 		r.Requests.Shared = in.Shared.localVersion()
 		r.Publish = r.Plan.Changed
+		if in.Deleting {
+			// Its entry is not read (nothing of it is used): the status
+			// keeps what it last said of it.
+			r.SharedStatus = in.Last.Shared
+		}
 		return r
 	}
 	r.Unconfirmed = d.Unconfirmed
@@ -441,4 +460,32 @@ func Replan(in Read, d Decision, m Minted, later time.Time) (Read, Decision, Min
 		return in, d, m
 	}
 	return again, d2, Minted{Ring: next}
+}
+
+// deleting is what the status of a ring being deleted says: what it still
+// does, until when it holds keys, and the finalizers that hold it (a
+// bounded list: any writer of the ring may add one).
+func deleting(in Read) *ringstatus.Problem {
+	msg := "The ring is being deleted: it stages no new key and carries out no rotate-now or revoke, and destroys each key at its expiresAt"
+	if last := lastExpiry(in.Current, in.Now); !last.IsZero() {
+		msg += fmt.Sprintf(" (its last key expires at %s)", last.UTC().Format(time.RFC3339))
+	} else {
+		msg += " (it holds no key now)"
+	}
+	if len(in.Finalizers) > 0 {
+		msg += fmt.Sprintf(". It goes once these finalizers are removed: %s", textlimit.List(in.Finalizers, textlimit.MaxListed, ", ", 0))
+	}
+	return &ringstatus.Problem{Reason: v1alpha1.ReasonRingDeleting, Message: msg}
+}
+
+// lastExpiry is the latest expiresAt of r's keys still live at now; zero
+// when none is.
+func lastExpiry(r keyring.Ring, now time.Time) time.Time {
+	var last time.Time
+	for _, k := range r.Keys {
+		if k.ExpiresAt.After(now) && k.ExpiresAt.After(last) {
+			last = k.ExpiresAt
+		}
+	}
+	return last
 }

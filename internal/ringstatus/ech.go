@@ -3,7 +3,6 @@ package ringstatus
 import (
 	"encoding/base64"
 	"fmt"
-	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/echring"
+	"github.com/ringmaster-io/ringmaster/internal/textlimit"
 )
 
 // ECHOutcome is what one reconcile of an ECHKeyRing found and did.
@@ -50,8 +50,9 @@ type ECHOutcome struct {
 
 // BuildECH is an ECHKeyRing's status after a reconcile with outcome o,
 // from its status before.
-func BuildECH(prev v1alpha1.ECHKeyRingStatus, o ECHOutcome) v1alpha1.ECHKeyRingStatus {
-	st := *prev.DeepCopy()
+func BuildECH(prev v1alpha1.ECHKeyRingStatus, o ECHOutcome) (st v1alpha1.ECHKeyRingStatus) {
+	defer func() { boundMessages(st.Conditions) }()
+	st = *prev.DeepCopy()
 	ready := metav1.Condition{Type: v1alpha1.ConditionReady, ObservedGeneration: o.Generation}
 	if o.Halted {
 		ready.Status, ready.Reason, ready.Message = metav1.ConditionFalse, o.Problem.Reason, o.Problem.Message
@@ -161,11 +162,11 @@ func missingPods(s *v1alpha1.ConfirmationStatus) string {
 	if s == nil {
 		return " The pods were not asked yet."
 	}
-	var names []string
-	for _, m := range s.Missing {
-		names = append(names, fmt.Sprintf("%s (%s)", m.Name, m.Reason))
+	names := make([]string, len(s.Missing))
+	for i, m := range s.Missing {
+		names[i] = fmt.Sprintf("%s (%s)", m.Name, m.Reason)
 	}
-	msg := fmt.Sprintf(" %d of %d pods hold it; missing: %s", s.Holding, s.Pods, strings.Join(names, ", "))
+	msg := fmt.Sprintf(" %d of %d pods hold it; missing: %s", s.Holding, s.Pods, textlimit.List(names, textlimit.MaxListed, ", ", max(int(s.Pods-s.Holding)-len(s.Missing), 0)))
 	if s.Note != "" {
 		msg += ". Note: " + s.Note
 	}

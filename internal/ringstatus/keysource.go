@@ -43,5 +43,6 @@ func KeySource(prev v1alpha1.ClusterKeySourceStatus, generation int64, address s
 		meta.SetStatusCondition(&s.Conditions, minting)
 	}
 	s.LastCheckTime = &metav1.Time{Time: now.Truncate(time.Second)}
+	boundMessages(s.Conditions) // Vault's errors are quoted whole
 	return s, changed
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/textlimit"
 )
 
 // MaxFailedTargets bounds status.failedTargets; the Ready message counts
@@ -114,7 +115,10 @@ const MaxRevocations = 10
 // Build is the ring's status after a reconcile with outcome o, from its
 // status before.
 func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) (out v1alpha1.TicketKeyRingStatus) {
-	defer func() { stampTransitions(prev.Conditions, out.Conditions, o.Now) }()
+	defer func() {
+		stampTransitions(prev.Conditions, out.Conditions, o.Now)
+		boundMessages(out.Conditions)
+	}()
 	s := *prev.DeepCopy()
 	s.LastRotateRequestedAt, s.LastRevokeRequestedAt = bounded(s.LastRotateRequestedAt), bounded(s.LastRevokeRequestedAt)
 	s.Revocations = boundedRevocations(s.Revocations)
@@ -178,11 +182,7 @@ func Build(prev v1alpha1.TicketKeyRingStatus, o Outcome) (out v1alpha1.TicketKey
 			parts = append(parts, f.Namespace)
 		}
 		msg := fmt.Sprintf("Epoch %d reached %d of %d namespace(s); not %s: see status.failedTargets",
-			o.Ring.Epoch, o.Targets-len(failed), o.Targets, strings.Join(parts[:min(len(parts), 5)], ", "))
-		if len(parts) > 5 {
-			msg = fmt.Sprintf("Epoch %d reached %d of %d namespace(s); not %s and %d more: see status.failedTargets",
-				o.Ring.Epoch, o.Targets-len(failed), o.Targets, strings.Join(parts[:5], ", "), len(parts)-5)
-		}
+			o.Ring.Epoch, o.Targets-len(failed), o.Targets, textlimit.List(parts, textlimit.MaxListed, ", ", 0))
 		if len(failed) == 1 && failed[0].Reason == v1alpha1.ReasonSecretConflict {
 			msg = failed[0].Message
 		}
@@ -242,14 +242,10 @@ func confirmationOverdue(s *v1alpha1.TicketKeyRingStatus, o Outcome) {
 	c := metav1.Condition{Type: v1alpha1.ConditionConfirmationOverdue, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonOnSchedule,
 		Message: "No staged key waits past its timeout", ObservedGeneration: o.Generation}
 	if !o.Overdue.IsZero() {
-		var names []string
-		for _, m := range o.Confirmation.Missing {
-			names = append(names, fmt.Sprintf("%s/%s (node %s: %s)", m.Namespace, m.Name, m.Node, m.Reason))
-		}
 		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonAwaitingPods
 		c.Message = fmt.Sprintf("Key %s has waited for its fleet since %s; %d of %d pod(s) hold it; key %s keeps encrypting. Not holding it: %s",
 			o.Confirmation.StagedKey, o.Overdue.UTC().Format(time.RFC3339), o.Confirmation.Holding, o.Confirmation.Pods,
-			activeID(o.Ring, o.Now), strings.Join(names, "; "))
+			activeID(o.Ring, o.Now), lacking(o.Confirmation))
 		if o.Confirmation.Note != "" {
 			c.Message += ". Note: " + o.Confirmation.Note
 		}
@@ -269,18 +265,32 @@ func unconfirmedMessage(u *Unconfirmed) string {
 	if r == nil {
 		return msg + "; the operator had no report of it from the fleet"
 	}
-	names := make([]string, 0, len(r.Missing))
-	for _, m := range r.Missing {
-		names = append(names, fmt.Sprintf("%s/%s (node %s: %s)", m.Namespace, m.Name, m.Node, m.Reason))
-	}
-	if more := int(r.Pods-r.Holding) - len(r.Missing); more > 0 {
-		names = append(names, fmt.Sprintf("and %d more", more))
-	}
 	msg += fmt.Sprintf("; %d of %d voter(s) held it when last asked (%s)", r.Holding, r.Pods, r.CheckedAt.UTC().Format(time.RFC3339))
-	if len(names) > 0 {
-		msg += ". Lacking it: " + strings.Join(names, "; ")
+	if r.Pods > r.Holding {
+		msg += ". Lacking it: " + lacking(r)
 	}
 	return msg
+}
+
+// lacking names the pods a report says lack the staged key, a bounded
+// number of them (status.confirmation.missing names up to 20), and counts
+// the others: a message naming them feeds a Warning event, whose note the
+// API refuses past 1 KiB, and a fleet may have thousands of pods.
+func lacking(r *v1alpha1.ConfirmationStatus) string {
+	names := make([]string, len(r.Missing))
+	for i, m := range r.Missing {
+		names[i] = fmt.Sprintf("%s/%s (node %s: %s)", m.Namespace, m.Name, m.Node, m.Reason)
+	}
+	return textlimit.List(names, textlimit.MaxListed, "; ", max(int(r.Pods-r.Holding)-len(r.Missing), 0))
+}
+
+// boundMessages cuts each condition's message to what the API takes
+// (textlimit.MessageLimit): whatever one quotes (an error, names), the
+// status write is never refused for it.
+func boundMessages(conds []metav1.Condition) {
+	for i := range conds {
+		conds[i].Message = textlimit.Cut(conds[i].Message, textlimit.MessageLimit)
+	}
 }
 
 // UnconfirmedWarning returns the Warning event a key activating

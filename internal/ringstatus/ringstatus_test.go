@@ -401,7 +401,7 @@ func TestBuildUnconfirmedActivation(t *testing.T) {
 		t.Fatalf("ConfirmationOverdue %+v", c)
 	}
 	for _, want := range []string{"Key s1 activated by the clock at 2026-11-30T12:00:00Z", "maxDelay 30m0s past its due time 2026-11-30T11:30:00Z",
-		"3 of 25 voter(s) held it", "tenant/silent-00 (node n1: holds epoch 1, without key s1)", "tenant/silent-19", "and 2 more"} {
+		"3 of 25 voter(s) held it", "tenant/silent-00 (node n1: holds epoch 1, without key s1)", "tenant/silent-04", "and 17 more"} {
 		if !strings.Contains(c.Message, want) {
 			t.Errorf("message %q lacks %q", c.Message, want)
 		}
