@@ -15,7 +15,7 @@
 //     a 200 KiB value;
 //   - tkr, ech, ctkr: the tenant's own rings, 80 of each kind, with as much
 //     metadata as the API server takes (2,900 labels of the longest keys
-//     and values, and a 250 KB annotation: 1.37 MB stored): the
+//     and values, and a 250 KB annotation: 1.3 MiB stored): the
 //     TicketKeyRings and ECHKeyRings in the tenant's namespace, the
 //     ECHKeyRings naming a ClusterDNSZone that does not exist, and the
 //     ClusterTicketKeyRings selecting no namespace, so that the operator
@@ -34,12 +34,11 @@
 // -window, then kills it (SIGKILL, as the kernel kills a container over its
 // limit) and starts it again with the objects present, for -restart-window
 // and until its work queues have drained (its caches filled, every object
-// gone through once).
-// It samples the resident set (VmRSS) and Go heap in use
-// (go_memstats_heap_inuse_bytes) every -sample, and reports the peaks
+// gone through once). It samples the resident set (VmRSS) and Go heap in
+// use (go_memstats_heap_inuse_bytes) every -sample, and reports the peaks
 // (VmHWM for the resident set) and the end of the run, and the restart's
-// peaks, against the chart's limit. It reports figures; it asserts
-// nothing about them.
+// peaks, against the chart's limit. It reports figures; it asserts nothing
+// about them.
 //
 // It needs KUBEBUILDER_ASSETS (make envtest prints it) and runs from inside
 // the module, which it builds (and the -before revision, from git archive).
