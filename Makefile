@@ -139,12 +139,15 @@ bench: ## Run the agent benchmarks and print the ratios against the baselines of
 bench-fleet: envtest servers ## Compare a fleet's resumption and server CPU: ringmaster's staged ring (TLS 1.3 also with X25519 resumption), per-replica keys, shared keys without staging, and nginx with the sidecar or its own keys; TLS 1.3 and 1.2.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/fleet bench $(FLEETFLAGS)
 
-# Flags of make bench-attack, e.g. ATTACKFLAGS='-pods 160 -scenarios idle,pods'; go run ./hack/attack -h lists them.
+# Flags of make bench-attack, e.g. ATTACKFLAGS='-scenarios idle,tkr,tkr-small -window 20s'; go run ./hack/attack -h lists them.
 ATTACKFLAGS ?=
+# The operator build make bench-attack compares this tree's with: a git revision or tag, built from git archive.
+# The last release tag by default; BEFORE= measures this tree's alone, e.g. make bench-attack BEFORE=<rev>.
+BEFORE ?= $(shell git describe --tags --abbrev=0 2>/dev/null)
 
 .PHONY: bench-attack
-bench-attack: envtest ## Measure the operator's memory (RSS and Go heap) under a tenant's large objects: 1 MiB pods under a probing ring, TLS Secrets of 15,500 SANs under a CertificatePolicy, oversized request annotations; this tree's operator beside d37b60f's (before issue 33). Reports figures, asserts none.
-	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/attack $(ATTACKFLAGS)
+bench-attack: envtest ## Measure the operator's memory (RSS and Go heap), running and restarted among them, under a tenant's large objects: 1 MiB pods under a probing ring, TLS Secrets of 15,500 SANs under a CertificatePolicy, oversized request annotations, rings of the most metadata the API takes (each beside small ones, and all at once); this tree's operator beside BEFORE's (the last release tag; BEFORE= for this tree's alone). Reports figures, asserts none.
+	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/attack -before '$(BEFORE)' $(ATTACKFLAGS)
 
 # How long make soak runs once its rings are ready, e.g. make soak SOAK_DURATION=1h;
 # SOAKFLAGS reach hack/soak (go run ./hack/soak -h lists them), e.g. SOAKFLAGS='-rings 100'.

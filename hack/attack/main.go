@@ -1,6 +1,7 @@
 // Command attack runs make bench-attack: it measures the operator's memory
-// under what any tenant can create, made large (issue 33), for two builds of
-// the operator side by side: this tree's, and a git revision's (-before).
+// under what any tenant can create, made large (issues 33 and 45), for two
+// builds of the operator side by side: this tree's, and a git revision's
+// (-before, the last release tag by default).
 //
 // On the e2e harness's local control plane (a real etcd and kube-apiserver,
 // no kubelet) it creates, scenario by scenario:
@@ -12,15 +13,32 @@
 //     under a CertificatePolicy that reads their names;
 //   - annotations: TicketKeyRings whose rotate-now or revoke annotation is
 //     a 200 KiB value;
+//   - tkr, ech, ctkr: the tenant's own rings, 80 of each kind, with as much
+//     metadata as the API server takes (2,900 labels of the longest keys
+//     and values, and a 250 KB annotation: 1.3 MiB stored): the
+//     TicketKeyRings and ECHKeyRings in the tenant's namespace, the
+//     ECHKeyRings naming a ClusterDNSZone that does not exist, and the
+//     ClusterTicketKeyRings selecting no namespace, so that the operator
+//     does nothing else for them; rings: the three kinds at once;
 //
 // each also with small objects of the same number (-small), to show what
-// size does, and all at once. For each scenario and build it starts the
-// operator binary as shipped (GOMEMLIMIT the chart's 256Mi limit, for
-// both builds alike: the one before knows no --memory-limit-ratio), lets
-// it run for -window, samples its resident set (VmRSS) and Go heap in use
-// (go_memstats_heap_inuse_bytes) every -sample, and reports the peaks
-// (VmHWM for the resident set) and the end, against the chart's limit. It
-// reports figures; it asserts nothing about them.
+// size does, and all at once (all: pods, tls, annotations and rings). Every
+// object's large values are its own: the operator's cache holds equal
+// strings once, so that values repeated across objects would measure less
+// than a tenant can make.
+//
+// For each scenario and build it starts the operator binary as shipped
+// (GOMEMLIMIT the chart's 256Mi limit, for both builds alike: the one
+// before may know no --memory-limit-ratio), waits until it serves its
+// metrics, creates the scenario's objects under it, lets it run for
+// -window, then kills it (SIGKILL, as the kernel kills a container over its
+// limit) and starts it again with the objects present, for -restart-window
+// and until its work queues have drained (its caches filled, every object
+// gone through once). It samples the resident set (VmRSS) and Go heap in
+// use (go_memstats_heap_inuse_bytes) every -sample, and reports the peaks
+// (VmHWM for the resident set) and the end of the run, and the restart's
+// peaks, against the chart's limit. It reports figures; it asserts nothing
+// about them.
 //
 // It needs KUBEBUILDER_ASSETS (make envtest prints it) and runs from inside
 // the module, which it builds (and the -before revision, from git archive).
@@ -40,7 +58,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -48,6 +68,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -61,30 +82,41 @@ type config struct {
 	pods, podSize         int
 	secrets, sans         int
 	rings, annotationSize int
-	window, sample        time.Duration
-	memLimit              int64
-	scenarios             string
-	keep                  bool
+	// ringObjects of each ring kind, each with ringLabels labels and an
+	// annotation of ringAnnotationSize bytes.
+	ringObjects, ringLabels, ringAnnotationSize int
+	window, restartWindow, sample               time.Duration
+	memLimit                                    int64
+	scenarios                                   string
+	keep                                        bool
 }
 
 // chartLimit is the chart's resources.limits.memory, which both builds
-// are given as GOMEMLIMIT (d37b60f's chart set it so; the operator now
-// sets its soft limit to a share of it).
+// are given as GOMEMLIMIT (the operator now sets its soft limit to a
+// share of it; a build before may not).
 const chartLimit = 256 << 20
+
+// scenarios are those -scenarios takes, in the order of the default run.
+var scenarios = []string{"idle", "pods-small", "pods", "tls-small", "tls", "annotations",
+	"tkr-small", "tkr", "ech-small", "ech", "ctkr-small", "ctkr", "rings-small", "rings", "all"}
 
 func main() {
 	cfg := config{}
-	flag.StringVar(&cfg.before, "before", "d37b60f", "git revision of the operator to compare with (built from git archive); empty: this tree's only")
+	flag.StringVar(&cfg.before, "before", lastTag(), "git revision or tag of the operator to compare with (built from git archive); by default the last release tag (git describe --tags --abbrev=0); empty: this tree's only")
 	flag.IntVar(&cfg.pods, "pods", 80, "Pending pods labelled for the probed ring")
 	flag.IntVar(&cfg.podSize, "pod-size", 1<<20, "bytes of each large pod (one env value)")
 	flag.IntVar(&cfg.secrets, "secrets", 80, "kubernetes.io/tls Secrets under the CertificatePolicy")
 	flag.IntVar(&cfg.sans, "sans", 15500, "DNS SANs of each large certificate")
-	flag.IntVar(&cfg.rings, "rings", 20, "TicketKeyRings with an oversized rotate-now or revoke annotation")
-	flag.IntVar(&cfg.annotationSize, "annotation-size", 200<<10, "bytes of each oversized annotation value")
-	flag.DurationVar(&cfg.window, "window", 30*time.Second, "how long each operator runs under each scenario")
+	flag.IntVar(&cfg.rings, "rings", 20, "TicketKeyRings with an oversized rotate-now or revoke annotation (scenario annotations)")
+	flag.IntVar(&cfg.annotationSize, "annotation-size", 200<<10, "bytes of each oversized rotate-now or revoke annotation value")
+	flag.IntVar(&cfg.ringObjects, "ring-objects", 80, "rings of each kind in the scenarios tkr, ech, ctkr and rings (and their -small twins)")
+	flag.IntVar(&cfg.ringLabels, "ring-labels", fleet.RingLabels, fmt.Sprintf("labels of each large ring (keys of %d bytes, values of %d)", fleet.LabelKeySize, fleet.LabelValueSize))
+	flag.IntVar(&cfg.ringAnnotationSize, "ring-annotation-size", fleet.RingAnnotationSize, "bytes of each large ring's one annotation")
+	flag.DurationVar(&cfg.window, "window", 30*time.Second, "how long each operator runs once a scenario's objects are created")
+	flag.DurationVar(&cfg.restartWindow, "restart-window", 20*time.Second, "how long at least the operator, killed and started again with the objects present, is sampled (and until its queues have drained, up to 5 minutes); 0: no restart")
 	flag.DurationVar(&cfg.sample, "sample", 250*time.Millisecond, "how often its memory is sampled")
 	flag.Int64Var(&cfg.memLimit, "gomemlimit", chartLimit, "the operator's GOMEMLIMIT in bytes (the chart's: its memory limit); 0: none")
-	flag.StringVar(&cfg.scenarios, "scenarios", "idle,pods-small,pods,tls-small,tls,annotations,all", "scenarios to run, in order")
+	flag.StringVar(&cfg.scenarios, "scenarios", strings.Join(scenarios, ","), "scenarios to run, in order")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the work directory (binaries, every process's log, kubeconfig)")
 	flag.Parse()
 
@@ -101,18 +133,34 @@ func main() {
 	}
 }
 
+// lastTag is the newest tag reachable from HEAD, the last release; empty
+// when there is none (or no git): then this tree's operator runs alone.
+func lastTag() string {
+	out, err := exec.Command("git", "describe", "--tags", "--abbrev=0").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // build is one operator binary under measure.
 type build struct {
 	name, bin string
 }
 
-// result is one operator's run under one scenario.
-type result struct {
+// memory is what the samples of one operator process showed.
+type memory struct {
 	peakRSS, endRSS   int64
 	peakHeap, endHeap float64
 	samples           int
-	evidence          string // what shows the attack reached the operator
-	exited            error
+}
+
+// result is one build's run under one scenario, and its restart.
+type result struct {
+	run, restart memory
+	restarted    bool
+	created      time.Duration // how long the scenario's objects took to create
+	evidence     string        // what shows the attack reached the operator
 }
 
 // bench is a running benchmark.
@@ -122,15 +170,21 @@ type bench struct {
 	sup     *fleet.Supervisor
 	cluster *fleet.Cluster
 	http    *http.Client
-	cert    []byte // the large certificate and its key
-	key     []byte
-	small   []byte // a one-SAN certificate and its key
-	smallK  []byte
+	certs   [][]byte // the large certificates (one per TLS Secret) and their keys
+	keys    [][]byte
+	small   [][]byte // one-SAN certificates and their keys
+	smallK  [][]byte
 }
 
 const ns = "attack"
 
 func run(ctx context.Context, cfg config, out io.Writer) (err error) {
+	todo := strings.Split(cfg.scenarios, ",")
+	for _, sc := range todo {
+		if !slices.Contains(scenarios, sc) {
+			return fmt.Errorf("unknown scenario %q; known: %s", sc, strings.Join(scenarios, ", "))
+		}
+	}
 	work, err := os.MkdirTemp("", "ringmaster-attack-")
 	if err != nil {
 		return err
@@ -162,12 +216,14 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 		}
 		builds = append([]build{{name: "before (" + cfg.before + ")", bin: bin}}, builds...)
 	}
-	fmt.Fprintf(os.Stderr, "Issuing a certificate of %d DNS SANs\n", cfg.sans)
-	if b.cert, b.key, err = fleet.LargeCertificate(cfg.sans); err != nil {
-		return err
-	}
-	if b.small, b.smallK, err = fleet.LargeCertificate(1); err != nil {
-		return err
+	if slices.ContainsFunc(todo, func(sc string) bool { return strings.HasPrefix(sc, "tls") || sc == "all" }) {
+		fmt.Fprintf(os.Stderr, "Issuing %d certificates of %d DNS SANs, and as many of one\n", cfg.secrets, cfg.sans)
+		if b.certs, b.keys, err = certificates(cfg.secrets, cfg.sans); err != nil {
+			return err
+		}
+		if b.small, b.smallK, err = certificates(cfg.secrets, 1); err != nil {
+			return err
+		}
 	}
 
 	fmt.Fprintln(os.Stderr, "Starting the control plane: etcd and kube-apiserver on loopback")
@@ -185,43 +241,40 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 		results           []result
 	}
 	var rows []row
-	for _, sc := range strings.Split(cfg.scenarios, ",") {
-		objects, err := b.setup(ctx, sc)
-		if err != nil {
-			return fmt.Errorf("scenario %s: %w", sc, err)
-		}
-		r := row{scenario: sc, objects: objects}
+	for _, sc := range todo {
+		r := row{scenario: sc}
 		for i, bu := range builds {
-			fmt.Fprintf(os.Stderr, "Scenario %s (%s): the operator %s for %s\n", sc, objects, bu.name, cfg.window)
-			res, err := b.measure(ctx, bu, fmt.Sprintf("operator-%s-%d", sc, i), sc)
+			fmt.Fprintf(os.Stderr, "Scenario %s: the operator %s, its objects created under it, then %s\n", sc, bu.name, cfg.window)
+			res, objects, err := b.measure(ctx, bu, fmt.Sprintf("operator-%s-%d", sc, i), sc)
 			if err != nil {
 				return fmt.Errorf("scenario %s, %s: %w", sc, bu.name, err)
 			}
-			fmt.Fprintf(os.Stderr, "  peak RSS %s, peak heap %s, end RSS %s; %s\n", mib(float64(res.peakRSS)), mib(res.peakHeap), mib(float64(res.endRSS)), res.evidence)
+			r.objects = objects
+			fmt.Fprintf(os.Stderr, "  %s, created in %s; peak RSS %s, peak heap %s, end RSS %s; restart: peak RSS %s, peak heap %s; %s\n",
+				objects, res.created.Round(100*time.Millisecond), mib(float64(res.run.peakRSS)), mib(res.run.peakHeap), mib(float64(res.run.endRSS)),
+				restartRSS(res), restartHeap(res), orDash(strings.TrimPrefix(res.evidence, "; ")))
 			r.results = append(r.results, res)
+			if err := b.teardown(ctx); err != nil {
+				return fmt.Errorf("scenario %s: clean up: %w", sc, err)
+			}
 		}
 		rows = append(rows, r)
-		if err := b.teardown(ctx); err != nil {
-			return fmt.Errorf("scenario %s: clean up: %w", sc, err)
-		}
 	}
 
-	fmt.Fprintf(out, "\n==== Operator memory under a tenant's large objects: each operator run for %s per scenario, GOMEMLIMIT %s, sampled every %s\n", cfg.window, limitString(cfg.memLimit), cfg.sample)
-	fmt.Fprintf(out, "peak RSS is VmHWM; heap is go_memstats_heap_inuse_bytes (peak of the samples); end is the last sample. (!) marks a peak over the chart's memory limit, 256Mi: the container would be OOM-killed.\n\n")
+	fmt.Fprintf(out, "\n==== Operator memory under a tenant's large objects: each operator run while a scenario's objects are created and for %s after, then killed and started again with them for %s; GOMEMLIMIT %s, sampled every %s\n",
+		cfg.window, cfg.restartWindow, limitString(cfg.memLimit), cfg.sample)
+	fmt.Fprintf(out, "peak RSS is VmHWM; heap is go_memstats_heap_inuse_bytes (peak of the samples); end is the run's last sample; restart is the new process's first %s, or longer until its queues drained. (!) marks a peak over the chart's memory limit, 256Mi: the container would be OOM-killed.\n\n", cfg.restartWindow)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tobjects\toperator\tpeak RSS\tpeak heap\tend RSS\tend heap\t")
+	fmt.Fprintln(tw, "scenario\tobjects\toperator\tpeak RSS\tpeak heap\tend RSS\tend heap\trestart: peak RSS\tpeak heap\t")
 	for _, r := range rows {
 		for i, res := range r.results {
 			scenario, objects := r.scenario, r.objects
 			if i > 0 {
 				scenario, objects = "", ""
 			}
-			mark := ""
-			if res.peakRSS > chartLimit {
-				mark = " (!)"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s%s\t%s\t%s\t%s\t\n", scenario, objects, builds[i].name,
-				mib(float64(res.peakRSS)), mark, mib(res.peakHeap), mib(float64(res.endRSS)), mib(res.endHeap))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", scenario, objects, builds[i].name,
+				mibMarked(res.run.peakRSS), mib(res.run.peakHeap), mib(float64(res.run.endRSS)), mib(res.run.endHeap),
+				restartRSS(res), restartHeap(res))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -230,10 +283,23 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 	fmt.Fprintln(out, "\nWhat each operator showed of the attack:")
 	for _, r := range rows {
 		for i, res := range r.results {
-			fmt.Fprintf(out, "  %-12s %-22s %s\n", r.scenario, builds[i].name, res.evidence)
+			fmt.Fprintf(out, "  %-12s %-22s %s\n", r.scenario, builds[i].name, orDash(strings.TrimPrefix(res.evidence, "; ")))
 		}
 	}
 	return nil
+}
+
+// certificates issues n certificates of sans DNS names each, every one
+// with names of its own.
+func certificates(n, sans int) (certs, keys [][]byte, err error) {
+	for i := range n {
+		c, k, err := fleet.LargeCertificate(fmt.Sprintf("tenant-%03d-a-long-name", i), sans)
+		if err != nil {
+			return nil, nil, err
+		}
+		certs, keys = append(certs, c), append(keys, k)
+	}
+	return certs, keys, nil
 }
 
 // buildAt builds the operator of a git revision of this module into dir.
@@ -272,6 +338,9 @@ func buildAt(ctx context.Context, rev, dir string) (string, error) {
 	return bin, nil
 }
 
+// ringKinds are the ring kinds of the scenarios tkr, ech and ctkr.
+var ringKinds = []string{"tkr", "ech", "ctkr"}
+
 // setup creates a scenario's objects and describes them.
 func (b *bench) setup(ctx context.Context, scenario string) (string, error) {
 	c := b.cluster.Client
@@ -302,34 +371,31 @@ func (b *bench) setup(ctx context.Context, scenario string) (string, error) {
 		parts = append(parts, fmt.Sprintf("%d Pending pods of %s + 1 silent voter", cfg.pods, size2(size)))
 		return nil
 	}
-	tls := func(cert, key []byte, sans int) error {
+	tls := func(certs, keys [][]byte, sans int) error {
 		for i := range cfg.secrets {
-			if err := c.Create(ctx, fleet.TLSSecret(ns, fmt.Sprintf("tls-%03d", i), cert, key)); err != nil {
+			if err := c.Create(ctx, fleet.TLSSecret(ns, fmt.Sprintf("tls-%03d", i), certs[i], keys[i])); err != nil {
 				return fmt.Errorf("create TLS Secret %d: %w", i, err)
 			}
 		}
 		policy := &v1alpha1.CertificatePolicy{ObjectMeta: metav1.ObjectMeta{Name: "attack"},
 			Spec: v1alpha1.CertificatePolicySpec{Rules: v1alpha1.CertificateRules{
 				AllowedDNSNames:  []string{"**.example.com"},
-				RequiredDNSNames: []string{"host-00000.tenant-with-a-long-name.example.com"},
+				RequiredDNSNames: []string{fleet.LargeCertificateName},
 			}}}
 		if err := c.Create(ctx, policy); err != nil {
 			return fmt.Errorf("create the CertificatePolicy: %w", err)
 		}
-		parts = append(parts, fmt.Sprintf("%d TLS Secrets of %d SAN(s) (%s)", cfg.secrets, sans, size2(len(cert))))
+		parts = append(parts, fmt.Sprintf("%d TLS Secrets of %d SAN(s) (%s)", cfg.secrets, sans, size2(len(certs[0]))))
 		return nil
 	}
 	annotations := func() error {
-		value := strings.Repeat("9", cfg.annotationSize)
 		for i := range cfg.rings {
-			ring := &v1alpha1.TicketKeyRing{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("annotated-%02d", i)},
-				Spec: v1alpha1.TicketKeyRingSpec{RotationInterval: metav1.Duration{Duration: time.Hour}, RetainedKeys: 3,
-					ActivationDelay: metav1.Duration{Duration: 3 * time.Minute}}}
+			ring := fleet.QuietTicketKeyRing(ns, fmt.Sprintf("annotated-%02d", i))
 			key := v1alpha1.RotateRequestedAtAnnotation
 			if i%2 == 1 {
 				key = v1alpha1.RevokeRequestedAtAnnotation
 			}
-			ring.Annotations = map[string]string{key: value}
+			ring.Annotations = map[string]string{key: fleet.Filler(ring.Name, cfg.annotationSize)}
 			if err := c.Create(ctx, ring); err != nil {
 				return fmt.Errorf("create ring %d: %w", i, err)
 			}
@@ -337,42 +403,105 @@ func (b *bench) setup(ctx context.Context, scenario string) (string, error) {
 		parts = append(parts, fmt.Sprintf("%d rings with a %s rotate or revoke annotation", cfg.rings, size2(cfg.annotationSize)))
 		return nil
 	}
+	rings := func(large bool, kinds ...string) error {
+		desc, err := b.createRings(ctx, large, kinds)
+		parts = append(parts, desc)
+		return err
+	}
+	kind, small := strings.CutSuffix(scenario, "-small")
 	var err error
-	switch scenario {
-	case "idle":
+	switch {
+	case scenario == "idle":
 		parts = append(parts, "none")
-	case "pods-small":
+	case kind == "pods" && small:
 		err = pods(2 << 10)
-	case "pods":
+	case kind == "pods":
 		err = pods(cfg.podSize)
-	case "tls-small":
+	case kind == "tls" && small:
 		err = tls(b.small, b.smallK, 1)
-	case "tls":
-		err = tls(b.cert, b.key, cfg.sans)
-	case "annotations":
+	case kind == "tls":
+		err = tls(b.certs, b.keys, cfg.sans)
+	case scenario == "annotations":
 		err = annotations()
-	case "all":
-		err = errors.Join(pods(cfg.podSize), tls(b.cert, b.key, cfg.sans), annotations())
-		parts = []string{"pods, tls and annotations at once"}
+	case slices.Contains(ringKinds, kind):
+		err = rings(!small, kind)
+	case kind == "rings":
+		err = rings(!small, ringKinds...)
+	case scenario == "all":
+		err = errors.Join(pods(cfg.podSize), tls(b.certs, b.keys, cfg.sans), annotations(), rings(true, ringKinds...))
 	default:
 		err = fmt.Errorf("unknown scenario %q", scenario)
 	}
 	return strings.Join(parts, "; "), err
 }
 
-// teardown deletes every object a scenario created. Unscheduled pods go at
-// once; nothing collects the rings' Secrets on this control plane (no
-// garbage collector), so every Secret of the namespace is deleted too.
+// createRings creates cfg.ringObjects rings of each kind, large (the most
+// metadata the API server takes, every value its own) or small (none),
+// and describes them with the size of one as stored, managed fields
+// included.
+func (b *bench) createRings(ctx context.Context, large bool, kinds []string) (string, error) {
+	c := b.cluster.Client
+	n := b.cfg.ringObjects
+	what := map[string]string{"tkr": "TicketKeyRings", "ech": "ECHKeyRings", "ctkr": "ClusterTicketKeyRings"}
+	var names []string
+	stored := 0
+	for _, kind := range kinds {
+		for i := range n {
+			var obj client.Object
+			switch kind {
+			case "tkr":
+				obj = fleet.QuietTicketKeyRing(ns, fmt.Sprintf("tkr-%03d", i))
+			case "ech":
+				obj = fleet.QuietECHKeyRing(ns, fmt.Sprintf("ech-%03d", i))
+			case "ctkr":
+				obj = fleet.QuietClusterTicketKeyRing(fmt.Sprintf("attack-ctkr-%03d", i))
+			}
+			if large {
+				fleet.Enlarge(obj, b.cfg.ringLabels, b.cfg.ringAnnotationSize)
+			}
+			if err := c.Create(ctx, obj); err != nil {
+				return "", fmt.Errorf("create %s %s: %w", what[kind], obj.GetName(), errorHead(err))
+			}
+			if i == 0 {
+				size, err := jsonSize(obj) // as the API server returned it
+				if err != nil {
+					return "", err
+				}
+				stored = max(stored, size)
+			}
+		}
+		names = append(names, what[kind])
+	}
+	each := "no label or annotation"
+	if large {
+		each = fmt.Sprintf("%d labels and a %s annotation, %s stored", b.cfg.ringLabels, size2(b.cfg.ringAnnotationSize), size2(stored))
+	}
+	return fmt.Sprintf("%d %s (%s)", n, strings.Join(names, ", "), each), nil
+}
+
+// errorHead shortens an API error that quotes the object it refused.
+func errorHead(err error) error {
+	if s := err.Error(); len(s) > 300 {
+		return errors.New(s[:300] + "...")
+	}
+	return err
+}
+
+// teardown deletes every object a scenario created, while no operator
+// runs. Unscheduled pods go at once; nothing collects the rings' Secrets
+// on this control plane (no garbage collector), so every Secret of the
+// namespace, and of the operator's (the ClusterTicketKeyRings'), is
+// deleted too.
 func (b *bench) teardown(ctx context.Context) error {
 	c := b.cluster.Client
 	errs := []error{
 		c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0)),
 		c.DeleteAllOf(ctx, &v1alpha1.TicketKeyRing{}, client.InNamespace(ns)),
+		c.DeleteAllOf(ctx, &v1alpha1.ECHKeyRing{}, client.InNamespace(ns)),
+		c.DeleteAllOf(ctx, &v1alpha1.ClusterTicketKeyRing{}),
 		c.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace(ns)),
+		c.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace(fleet.OperatorNamespace)),
 		client.IgnoreNotFound(c.Delete(ctx, &v1alpha1.CertificatePolicy{ObjectMeta: metav1.ObjectMeta{Name: "attack"}})),
-	}
-	for _, s := range []string{fleet.OperatorNamespace} {
-		errs = append(errs, c.DeleteAllOf(ctx, &corev1.Secret{}, client.InNamespace(s)))
 	}
 	if err := errors.Join(errs...); err != nil && !apierrors.IsNotFound(err) {
 		return err
@@ -380,27 +509,176 @@ func (b *bench) teardown(ctx context.Context) error {
 	wait, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
-		var pods corev1.PodList
-		if err := c.List(wait, &pods, client.InNamespace(ns)); err != nil {
+		left, err := b.left(wait)
+		if err != nil {
 			return err
 		}
-		if len(pods.Items) == 0 {
+		if left == "" {
 			return nil
 		}
 		select {
 		case <-wait.Done():
-			return fmt.Errorf("%d pods left: %w", len(pods.Items), wait.Err())
+			return fmt.Errorf("%s left: %w", left, wait.Err())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
 
-// measure runs one operator build under the scenario's objects for the
-// window, sampling its memory, then stops it.
-func (b *bench) measure(ctx context.Context, bu build, name, scenario string) (res result, err error) {
+// left says which of a scenario's objects still exist.
+func (b *bench) left(ctx context.Context) (string, error) {
+	c := b.cluster.Client
+	var out []string
+	for _, l := range []struct {
+		what string
+		list client.ObjectList
+		opts []client.ListOption
+	}{
+		{"pods", &corev1.PodList{}, []client.ListOption{client.InNamespace(ns)}},
+		{"TicketKeyRings", &v1alpha1.TicketKeyRingList{}, []client.ListOption{client.InNamespace(ns)}},
+		{"ECHKeyRings", &v1alpha1.ECHKeyRingList{}, []client.ListOption{client.InNamespace(ns)}},
+		{"ClusterTicketKeyRings", &v1alpha1.ClusterTicketKeyRingList{}, nil},
+	} {
+		// Names only: a list of large rings would be as large as they.
+		meta := &metav1.PartialObjectMetadataList{}
+		gvk, err := c.GroupVersionKindFor(l.list)
+		if err != nil {
+			return "", err
+		}
+		meta.SetGroupVersionKind(gvk)
+		if err := c.List(ctx, meta, l.opts...); err != nil {
+			return "", err
+		}
+		if n := len(meta.Items); n > 0 {
+			out = append(out, fmt.Sprintf("%d %s", n, l.what))
+		}
+	}
+	return strings.Join(out, ", "), nil
+}
+
+// measure runs one operator build while the scenario's objects are created
+// and for the window after, then kills it and runs it again with the
+// objects present for the restart window. It returns what the samples of
+// each process showed, and the objects' description.
+func (b *bench) measure(ctx context.Context, bu build, name, scenario string) (res result, objects string, err error) {
+	p, url, err := b.start(bu, name)
+	if err != nil {
+		return res, "", err
+	}
+	defer func() {
+		// An operator that does not stop on SIGTERM in time is killed
+		// and noted: a finding, not a failure of the bench.
+		if stopErr := p.Stop(); stopErr != nil {
+			res.evidence += "; stopped: " + firstLine(stopErr.Error())
+		}
+	}()
+	s := b.sample(ctx, p, url)
+	if err := s.serving(ctx, time.Minute); err != nil {
+		return res, "", err
+	}
+	began := time.Now()
+	if objects, err = b.setup(ctx, scenario); err != nil {
+		_, _ = s.end()
+		return res, objects, err
+	}
+	res.created = time.Since(began)
+	probing := !hasPods(scenario)
+	end := time.Now().Add(b.cfg.window)
+	for time.Now().Before(end) {
+		select {
+		case <-ctx.Done():
+			_, _ = s.end()
+			return res, objects, ctx.Err()
+		case <-time.After(b.cfg.sample):
+		}
+		if !probing {
+			if probing, err = b.probe(ctx); err != nil {
+				_, _ = s.end()
+				return res, objects, err
+			}
+		}
+	}
+	if res.run, err = s.end(); err != nil {
+		return res, objects, err
+	}
+	res.evidence = b.evidence(ctx, scenario)
+	if b.cfg.restartWindow <= 0 {
+		return res, objects, nil
+	}
+
+	// As the kernel kills a container over its memory limit: no chance to
+	// tidy up. Its successor reads everything again, the objects'
+	// Secrets and statuses too.
+	if err := p.Kill(); err != nil {
+		return res, objects, err
+	}
+	again, url, err := b.start(bu, name+"-restarted")
+	if err != nil {
+		return res, objects, err
+	}
+	p = again // stopped on return
+	s = b.sample(ctx, p, url)
+	// The restart's window lasts until its controllers have been through
+	// every object once (their queues filled and drained), and at least
+	// -restart-window: among large objects its caches may take longer to
+	// fill than the window, and the peak comes with them.
+	began = time.Now()
+	settled := scenario == "idle" // no object: nothing to go through
+	for !settled || time.Since(began) < b.cfg.restartWindow {
+		if time.Since(began) > restartCeiling {
+			res.evidence += fmt.Sprintf("; restart: its queues not drained in %s", restartCeiling)
+			break
+		}
+		select {
+		case <-ctx.Done():
+			_, _ = s.end()
+			return res, objects, ctx.Err()
+		case <-time.After(b.cfg.sample):
+		}
+		if !settled && b.settled(ctx, url) {
+			settled = true
+			res.evidence += fmt.Sprintf("; restart: queues drained in %s", time.Since(began).Round(100*time.Millisecond))
+		}
+	}
+	res.restart, err = s.end()
+	res.restarted = err == nil
+	return res, objects, err
+}
+
+// restartCeiling bounds a restart's window.
+const restartCeiling = 5 * time.Minute
+
+// settled says whether the operator serving its metrics at url has
+// enqueued work and has none waiting.
+func (b *bench) settled(ctx context.Context, url string) bool {
+	expo, err := fleet.Scrape(ctx, b.http, url)
+	if err != nil {
+		return false
+	}
+	adds, err := fleet.SumMetric(expo, "workqueue_adds_total")
+	if err != nil || adds == 0 {
+		return false
+	}
+	depth, err := fleet.SumMetric(expo, "workqueue_depth")
+	return err == nil && depth == 0
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+// start starts an operator build serving its metrics on a port of its own.
+func (b *bench) start(bu build, name string) (*fleet.Proc, string, error) {
 	addr, err := fleet.FreePort()
 	if err != nil {
-		return res, err
+		return nil, "", err
 	}
 	args := []string{"--metrics-bind-address", addr, "--metrics-insecure", "--health-probe-bind-address", "127.0.0.1:0",
 		"--leader-elect=false", "--cluster-resource-namespace", fleet.OperatorNamespace}
@@ -409,56 +687,106 @@ func (b *bench) measure(ctx context.Context, bu build, name, scenario string) (r
 		env = append(env, fmt.Sprintf("GOMEMLIMIT=%d", b.cfg.memLimit))
 	}
 	p, err := b.sup.Start(name, bu.bin, args, env...)
-	if err != nil {
-		return res, err
-	}
-	defer func() {
-		if stopErr := p.Stop(); stopErr != nil && res.exited == nil {
-			err = errors.Join(err, stopErr)
+	return p, "http://" + addr + "/metrics", err
+}
+
+// sampler samples one operator process's memory until ended.
+type sampler struct {
+	p       *fleet.Proc
+	stop    chan struct{}
+	done    chan struct{}
+	mu      sync.Mutex
+	mem     memory
+	err     error
+	started time.Time
+}
+
+// sample starts sampling p's resident set and its heap, from its metrics
+// at url, every cfg.sample.
+func (b *bench) sample(ctx context.Context, p *fleet.Proc, url string) *sampler {
+	s := &sampler{p: p, stop: make(chan struct{}), done: make(chan struct{}), started: time.Now()}
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(b.cfg.sample)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.stop:
+				return
+			case <-tick.C:
+			}
+			if exited, why := p.Exited(); exited {
+				s.mu.Lock()
+				s.err = fmt.Errorf("the operator exited: %v\n%s", why, p.LogTail(20)) //nolint:errorlint // why is nil for exit 0: shown, not wrapped
+				s.mu.Unlock()
+				return
+			}
+			rss, rssErr := fleet.ProcRSS(p.PID)
+			peak, peakErr := fleet.ProcPeakRSS(p.PID)
+			var heap float64
+			expo, err := fleet.Scrape(ctx, b.http, url)
+			if err == nil {
+				heap, err = fleet.SumMetric(expo, "go_memstats_heap_inuse_bytes")
+			}
+			s.mu.Lock()
+			if rssErr == nil {
+				s.mem.endRSS = rss
+			}
+			if peakErr == nil {
+				s.mem.peakRSS = peak
+			}
+			if err == nil { // else not serving yet
+				s.mem.endHeap = heap
+				s.mem.peakHeap = max(s.mem.peakHeap, heap)
+				s.mem.samples++
+			}
+			s.mu.Unlock()
 		}
 	}()
-	url := "http://" + addr + "/metrics"
-	probing := scenario != "pods" && scenario != "pods-small" && scenario != "all"
-	end := time.Now().Add(b.cfg.window)
-	tick := time.NewTicker(b.cfg.sample)
-	defer tick.Stop()
-	for time.Now().Before(end) {
+	return s
+}
+
+// serving waits until the operator serves its metrics: what it holds
+// before the scenario's objects exist.
+func (s *sampler) serving(ctx context.Context, timeout time.Duration) error {
+	wait, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		s.mu.Lock()
+		n, err := s.mem.samples, s.err
+		s.mu.Unlock()
+		if err != nil || n > 0 {
+			return err
+		}
 		select {
-		case <-ctx.Done():
-			return res, ctx.Err()
-		case <-tick.C:
-		}
-		if exited, why := p.Exited(); exited {
-			res.exited = fmt.Errorf("the operator exited: %v\n%s", why, p.LogTail(20)) //nolint:errorlint // why is nil for exit 0: shown, not wrapped
-			return res, res.exited
-		}
-		if rss, err := fleet.ProcRSS(p.PID); err == nil {
-			res.endRSS = rss
-		}
-		if peak, err := fleet.ProcPeakRSS(p.PID); err == nil {
-			res.peakRSS = peak
-		}
-		expo, err := fleet.Scrape(ctx, b.http, url)
-		if err != nil {
-			continue // not serving yet
-		}
-		if heap, err := fleet.SumMetric(expo, "go_memstats_heap_inuse_bytes"); err == nil {
-			res.endHeap = heap
-			res.peakHeap = max(res.peakHeap, heap)
-			res.samples++
-		}
-		if !probing {
-			probing, err = b.probe(ctx)
-			if err != nil {
-				return res, err
-			}
+		case <-wait.Done():
+			return fmt.Errorf("the operator served no metrics in %s:\n%s", timeout, s.p.LogTail(20))
+		case <-s.done:
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	if res.samples == 0 {
-		return res, fmt.Errorf("no sample of the operator's metrics in %s:\n%s", b.cfg.window, p.LogTail(20))
+}
+
+// end stops sampling and returns what the samples showed, the resident
+// set's peak read once more, while the process still runs.
+func (s *sampler) end() (memory, error) {
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if peak, err := fleet.ProcPeakRSS(s.p.PID); err == nil && s.err == nil {
+		s.mem.peakRSS = peak
 	}
-	res.evidence = b.evidence(ctx, scenario)
-	return res, nil
+	if s.err == nil && s.mem.samples == 0 {
+		s.err = fmt.Errorf("no sample of the operator's metrics in %s:\n%s", time.Since(s.started).Round(time.Second), s.p.LogTail(20))
+	}
+	return s.mem, s.err
+}
+
+func hasPods(scenario string) bool {
+	return scenario == "pods" || scenario == "pods-small" || scenario == "all"
 }
 
 // probe has the probed ring rotate now, once it has its first key: its
@@ -478,11 +806,12 @@ func (b *bench) probe(ctx context.Context) (bool, error) {
 
 // evidence says what the cluster shows of the operator's work under the
 // scenario: that it probed the ring's pods, judged the Secrets, handled the
-// annotations.
+// annotations and the rings.
 func (b *bench) evidence(ctx context.Context, scenario string) string {
 	c := b.cluster.Client
+	kind, _ := strings.CutSuffix(scenario, "-small")
 	var out []string
-	if scenario == "pods" || scenario == "pods-small" || scenario == "all" {
+	if hasPods(scenario) {
 		ring := &v1alpha1.TicketKeyRing{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "probed"}, ring); err != nil {
 			out = append(out, "probed ring: "+err.Error())
@@ -499,7 +828,7 @@ func (b *bench) evidence(ctx context.Context, scenario string) string {
 			out = append(out, fmt.Sprintf("probed ring: %d voter(s), %d holding, at epoch %d (%s)", cf.Pods, cf.Holding, ring.Status.Epoch, reason))
 		}
 	}
-	if scenario == "tls" || scenario == "tls-small" || scenario == "all" {
+	if kind == "tls" || scenario == "all" {
 		p := &v1alpha1.CertificatePolicy{}
 		if err := c.Get(ctx, client.ObjectKey{Name: "attack"}, p); err != nil {
 			out = append(out, "policy: "+err.Error())
@@ -508,27 +837,122 @@ func (b *bench) evidence(ctx context.Context, scenario string) string {
 		}
 	}
 	if scenario == "annotations" || scenario == "all" {
-		var rings v1alpha1.TicketKeyRingList
-		if err := c.List(ctx, &rings, client.InNamespace(ns)); err != nil {
-			out = append(out, "rings: "+err.Error())
-		} else {
-			biggest := 0
-			for _, r := range rings.Items {
+		biggest := 0
+		err := eachPage(ctx, c, &v1alpha1.TicketKeyRingList{}, func(l client.ObjectList) {
+			for _, r := range l.(*v1alpha1.TicketKeyRingList).Items {
 				if strings.HasPrefix(r.Name, "annotated-") {
 					st, _ := jsonSize(r.Status)
 					biggest = max(biggest, st)
 				}
 			}
+		}, client.InNamespace(ns))
+		if err != nil {
+			out = append(out, "rings: "+err.Error())
+		} else {
 			out = append(out, fmt.Sprintf("annotated rings: largest status %s", size2(biggest)))
 		}
 	}
-	if len(out) == 0 {
-		return "-"
+	if slices.Contains(ringKinds, kind) || kind == "rings" || scenario == "all" {
+		out = append(out, b.ringEvidence(ctx, kind))
 	}
 	return strings.Join(out, "; ")
 }
 
+// ringEvidence counts the scenario's rings the operator handled: a ticket
+// ring with its first key, an ECH ring with a status (it may publish
+// nowhere).
+func (b *bench) ringEvidence(ctx context.Context, kind string) string {
+	c := b.cluster.Client
+	var out []string
+	if kind == "tkr" || kind == "rings" || kind == "all" {
+		keyed, all := 0, 0
+		err := eachPage(ctx, c, &v1alpha1.TicketKeyRingList{}, func(l client.ObjectList) {
+			for _, r := range l.(*v1alpha1.TicketKeyRingList).Items {
+				if strings.HasPrefix(r.Name, "tkr-") {
+					all++
+					if r.Status.Epoch >= 1 {
+						keyed++
+					}
+				}
+			}
+		}, client.InNamespace(ns))
+		out = append(out, fmt.Sprintf("TicketKeyRings: %d of %d keyed%s", keyed, all, errSuffix(err)))
+	}
+	if kind == "ech" || kind == "rings" || kind == "all" {
+		seen, all := 0, 0
+		reason := ""
+		err := eachPage(ctx, c, &v1alpha1.ECHKeyRingList{}, func(l client.ObjectList) {
+			for _, r := range l.(*v1alpha1.ECHKeyRingList).Items {
+				all++
+				if ready := apimeta.FindStatusCondition(r.Status.Conditions, "Ready"); ready != nil && ready.ObservedGeneration == r.Generation {
+					seen++
+					reason = ready.Reason
+				}
+			}
+		}, client.InNamespace(ns))
+		out = append(out, fmt.Sprintf("ECHKeyRings: %d of %d with a status (%s)%s", seen, all, reason, errSuffix(err)))
+	}
+	if kind == "ctkr" || kind == "rings" || kind == "all" {
+		keyed, all := 0, 0
+		err := eachPage(ctx, c, &v1alpha1.ClusterTicketKeyRingList{}, func(l client.ObjectList) {
+			for _, r := range l.(*v1alpha1.ClusterTicketKeyRingList).Items {
+				all++
+				if r.Status.Epoch >= 1 {
+					keyed++
+				}
+			}
+		})
+		out = append(out, fmt.Sprintf("ClusterTicketKeyRings: %d of %d keyed%s", keyed, all, errSuffix(err)))
+	}
+	return strings.Join(out, ", ")
+}
+
+// eachPage lists objects ten at a time: the bench's own memory stays small
+// under rings of a megabyte each.
+func eachPage(ctx context.Context, c client.Client, list client.ObjectList, fn func(client.ObjectList), opts ...client.ListOption) error {
+	cont := ""
+	for range 10_000 {
+		if err := c.List(ctx, list, append(slices.Clone(opts), client.Limit(10), client.Continue(cont))...); err != nil {
+			return err
+		}
+		fn(list)
+		if cont = list.GetContinue(); cont == "" {
+			return nil
+		}
+	}
+	return errors.New("more than 10,000 pages")
+}
+
+func errSuffix(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " (" + err.Error() + ")"
+}
+
 func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
+
+// mibMarked marks a peak over the chart's limit.
+func mibMarked(b int64) string {
+	if b > chartLimit {
+		return mib(float64(b)) + " (!)"
+	}
+	return mib(float64(b))
+}
+
+func restartRSS(r result) string {
+	if !r.restarted {
+		return "-"
+	}
+	return mibMarked(r.restart.peakRSS)
+}
+
+func restartHeap(r result) string {
+	if !r.restarted {
+		return "-"
+	}
+	return mib(r.restart.peakHeap)
+}
 
 func size2(n int) string {
 	switch {

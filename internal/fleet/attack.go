@@ -49,8 +49,9 @@ func procStatusBytes(pid int, field string) (int64, error) {
 // AttackLabels are the labels of the attack's pods, which its ring selects.
 var AttackLabels = map[string]string{"app": "attack"}
 
-// LargePod is a pod of about size bytes, most of them one env value, as
-// any tenant who may create pods can make: labelled AttackLabels, mounting
+// LargePod is a pod of about size bytes, most of them one env value of
+// its own (Filler), as any tenant who may create pods can make: labelled
+// AttackLabels, mounting
 // Secret secret through a projected volume, declaring port "status" as
 // port. Nothing schedules it on the harness's control plane: it stays
 // Pending.
@@ -60,7 +61,7 @@ func LargePod(ns, name string, size int, secret string, port int32) *corev1.Pod 
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
 				Name: "server", Image: "examples/server",
-				Env:          []corev1.EnvVar{{Name: "PADDING", Value: strings.Repeat("x", max(0, size-1024))}},
+				Env:          []corev1.EnvVar{{Name: "PADDING", Value: Filler(ns+"/"+name, max(0, size-1024))}},
 				Ports:        []corev1.ContainerPort{{Name: "status", ContainerPort: port}},
 				VolumeMounts: []corev1.VolumeMount{{Name: "ticket-keys", MountPath: "/var/run/ringmaster", ReadOnly: true}},
 			}},
@@ -131,17 +132,25 @@ func RequestRotation(ctx context.Context, c client.Client, ring *v1alpha1.Ticket
 	return nil
 }
 
+// LargeCertificateName is the first DNS name of every LargeCertificate,
+// which a CertificatePolicy may require.
+const LargeCertificateName = "host-00000.tenant-with-a-long-name.example.com"
+
 // LargeCertificate issues a certificate with n DNS SANs (about 64 bytes of
-// PEM each: 15,500 make about 1 MB), and returns tls.crt and tls.key.
-func LargeCertificate(n int) (certPEM, keyPEM []byte, err error) {
+// PEM each: 15,500 make about 1 MB), and returns tls.crt and tls.key. Its
+// names but the first (LargeCertificateName) are under tenant's
+// subdomain: certificates of different tenants share no other name. A
+// tenant of 23 characters keeps the names as long as the first.
+func LargeCertificate(tenant string, n int) (certPEM, keyPEM []byte, err error) {
 	ca, err := testpki.NewCA("ringmaster attack CA")
 	if err != nil {
 		return nil, nil, err
 	}
 	names := make([]string, n)
 	for i := range names {
-		names[i] = fmt.Sprintf("host-%05d.tenant-with-a-long-name.example.com", i)
+		names[i] = fmt.Sprintf("host-%05d.%s.example.com", i, tenant)
 	}
+	names[0] = LargeCertificateName
 	leaf, err := ca.Issue(testpki.Leaf{DNSNames: names, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(90 * 24 * time.Hour)})
 	if err != nil {
 		return nil, nil, err
