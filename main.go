@@ -16,6 +16,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/controller"
+	"github.com/ringmaster-io/ringmaster/internal/controller/certificatepolicy"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
 	"github.com/ringmaster-io/ringmaster/internal/version"
 )
@@ -33,7 +34,7 @@ func main() {
 		"The operator's namespace: its leader election Lease, ClusterTicketKeyRing snapshots, and the Secrets and ConfigMaps ClusterKeySources name (default $POD_NAMESPACE).")
 	flag.StringVar(&o.ServiceAccount, "service-account-name", "ringmaster", "The operator's service account, in its namespace, for Vault's Kubernetes auth.")
 	flag.IntVar(&o.RingWorkers, "ring-workers", controller.DefaultRingWorkers, "Rings of each kind reconciled at once, so that a slow key source holds up only its own rings.")
-	flag.IntVar(&o.MaxRenewalsPerMinute, "max-renewals-per-minute", controller.DefaultMaxRenewalsPerMinute, "Most cert-manager Certificates that Enforce CertificatePolicies re-issue per minute, across the cluster (bursts of as many).")
+	flag.IntVar(&o.MaxRenewalsPerMinute, "max-renewals-per-minute", certificatepolicy.DefaultMaxRenewalsPerMinute, "Most cert-manager Certificates that Enforce CertificatePolicies re-issue per minute, across the cluster (bursts of as many).")
 	flag.IntVar(&o.Probing.MaxPods, "confirmation-max-pods", confirm.DefaultMaxPods, "Most pods one ring under spec.confirmation may select; a ring selecting more is not probed, and its staged keys are not confirmed.")
 	certificatePolicy := flag.Bool("certificate-policy", true,
 		"Run the CertificatePolicy audit, which reads kubernetes.io/tls Secrets cluster-wide; without it the operator reads no Secret but ringmaster's own.")

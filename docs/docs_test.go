@@ -175,7 +175,49 @@ func eventReasons(t *testing.T) []string {
 	calls := 0
 	for _, f := range files {
 		local := stringConsts(f)
+		reason := func(r ast.Expr) {
+			switch r := r.(type) {
+			case *ast.BasicLit:
+				if v, ok := stringLit(r); ok {
+					seen[v] = true
+				}
+			case *ast.SelectorExpr:
+				if x, ok := r.X.(*ast.Ident); ok && x.Name == "v1alpha1" {
+					v, ok := api[r.Sel.Name]
+					if !ok {
+						t.Errorf("event reason v1alpha1.%s is no string constant of api/v1alpha1", r.Sel.Name)
+					}
+					seen[v] = true
+				}
+			case *ast.Ident:
+				if v, ok := local[r.Name]; ok {
+					seen[v] = true
+				}
+			}
+		}
 		ast.Inspect(f, func(n ast.Node) bool {
+			// The events a ring's pass reports (ringplan.Event, and the
+			// Warn table's reasons), which the controllers emit.
+			if lit, ok := n.(*ast.CompositeLit); ok && isEventLiteral(lit.Type) {
+				elts := lit.Elts
+				if _, ok := lit.Type.(*ast.ArrayType); ok {
+					elts = nil
+					for _, e := range lit.Elts {
+						if inner, ok := e.(*ast.CompositeLit); ok && inner.Type == nil {
+							elts = append(elts, inner.Elts...)
+						}
+					}
+				}
+				for _, e := range elts {
+					if kv, ok := e.(*ast.KeyValueExpr); ok {
+						if k, ok := kv.Key.(*ast.Ident); ok && k.Name == "Reason" {
+							calls++
+							reason(kv.Value)
+						}
+					}
+				}
+				return true
+			}
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
 				return true
@@ -219,6 +261,23 @@ func eventReasons(t *testing.T) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// isEventLiteral reports whether a composite literal's type is an event a
+// ring's pass reports or a row of a kind's Warn table: ringplan.Event or
+// ringplan.Warn (Event and Warn inside package ringplan).
+func isEventLiteral(t ast.Expr) bool {
+	switch t := t.(type) {
+	case *ast.SelectorExpr:
+		x, ok := t.X.(*ast.Ident)
+		return ok && x.Name == "ringplan" && (t.Sel.Name == "Event" || t.Sel.Name == "Warn")
+	case *ast.Ident:
+		return t.Name == "Event" || t.Name == "Warn"
+	case *ast.ArrayType:
+		// []ringplan.Event{{Reason: ...}}: its elements' type is elided.
+		return isEventLiteral(t.Elt)
+	}
+	return false
 }
 
 // isEventType reports whether e is an event's type: corev1.EventTypeNormal

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/controller"
+	"github.com/ringmaster-io/ringmaster/internal/controller/apply"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
@@ -207,7 +208,7 @@ func (s *standIn) applyStatus(ctx context.Context, ring *v1alpha1.TicketKeyRing,
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": ring.Name, "namespace": ring.Namespace}, "status": status}}
 	u.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind(v1alpha1.KindTicketKeyRing))
-	return s.client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(controller.FieldOwner), client.ForceOwnership)
+	return s.client.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(apply.FieldOwner), client.ForceOwnership)
 }
 
 // status is a published ring's status with the fields the operator sets.

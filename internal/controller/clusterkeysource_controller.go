@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/controller/apply"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
-	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
 	"github.com/ringmaster-io/ringmaster/internal/shape"
 )
 
@@ -61,11 +61,11 @@ func (r *ClusterKeySourceReconciler) Reconcile(ctx context.Context, req reconcil
 	if err != nil {
 		res.RequeueAfter = keySourceRetry
 	}
-	var last *ringstatus.Mint
+	var last *mint.LastMint
 	if m, ok := r.Sources.LastMint(cks.Name); ok {
-		last = &ringstatus.Mint{At: m.At, Reason: mint.ReportedReason(m.Err), Err: m.Err}
+		last = &mint.LastMint{At: m.At, Reason: mint.ReportedReason(m.Err), Err: m.Err}
 	}
-	status, changed := ringstatus.KeySource(cks.Status, cks.Generation, cks.Spec.Vault.Address, reason, err, last, r.Clock.Now())
+	status, changed := mint.KeySourceStatus(cks.Status, cks.Generation, cks.Spec.Vault.Address, reason, err, last, r.Clock.Now())
 	if changed {
 		ready := meta.FindStatusCondition(status.Conditions, v1alpha1.ConditionReady)
 		typ := corev1.EventTypeNormal
@@ -75,5 +75,5 @@ func (r *ClusterKeySourceReconciler) Reconcile(ctx context.Context, req reconcil
 		r.Recorder.Eventf(cks, nil, typ, ready.Reason, "Check", "%s", ready.Message)
 		log.FromContext(ctx).Info("Key source checked", "ready", ready.Status, "reason", ready.Reason, "message", ready.Message)
 	}
-	return result(res, applyStatus(ctx, r.Client, cks, cks.Status, status))
+	return apply.Result(res, apply.Status(ctx, r.Client, cks, cks.Status, status))
 }

@@ -18,8 +18,10 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
+	"github.com/ringmaster-io/ringmaster/internal/controller/apply"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
-	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	"github.com/ringmaster-io/ringmaster/internal/ringplan"
+	ticketplan "github.com/ringmaster-io/ringmaster/internal/ringplan/ticket"
 	"github.com/ringmaster-io/ringmaster/internal/shape"
 )
 
@@ -44,20 +46,20 @@ func (r *ClusterTicketKeyRingReconciler) Reconcile(ctx context.Context, req reco
 	if err := r.Get(ctx, req.NamespacedName, ctkr); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.gauges.forget(req.NamespacedName)
-			r.secrets.known.forgetRing(v1alpha1.KindClusterTicketKeyRing, r.Namespace, req.Name)
-			r.statuses.forget(req.NamespacedName)
+			r.secrets.known.ForgetRing(v1alpha1.KindClusterTicketKeyRing, r.Namespace, req.Name)
+			r.statuses.Forget(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("clusterRing", klog.KObj(ctkr)))
-	base := r.statuses.base(ctkr, ctkr.Status)
+	base := r.statuses.Base(ctkr, ctkr.Status)
 	rg := ring{obj: ctkr, owner: distribute.ClusterOwnerOf(ctkr, r.Namespace), spec: ctkr.Spec.TicketKeyRingSpec, status: base}
 	sel, err := metav1.LabelSelectorAsSelector(&ctkr.Spec.NamespaceSelector)
 	if err != nil {
-		status := ringstatus.Build(ctkr.Status, ringstatus.Outcome{Now: r.Clock.Now(), Generation: ctkr.Generation,
-			Halted: &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: fmt.Sprintf("Invalid spec.namespaceSelector: %v", err)}})
-		r.statuses.forget(req.NamespacedName)
-		return result(reconcile.Result{}, applyStatus(ctx, r.Client, ctkr, ctkr.Status, status))
+		status := ticketplan.Build(ctkr.Status, ticketplan.Pass{Now: r.Clock.Now(), Generation: ctkr.Generation,
+			Halted: &ringplan.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: fmt.Sprintf("Invalid spec.namespaceSelector: %v", err)}})
+		r.statuses.Forget(req.NamespacedName)
+		return apply.Result(reconcile.Result{}, apply.Status(ctx, r.Client, ctkr, ctkr.Status, status))
 	}
 	namespaces := &corev1.NamespaceList{}
 	if err := r.List(ctx, namespaces); err != nil {
@@ -71,7 +73,7 @@ func (r *ClusterTicketKeyRingReconciler) Reconcile(ctx context.Context, req reco
 		rg.voters = confirm.VoterNamespaces(rg.targets, judged, c.VoterNamespaceSelector)
 	}
 	status, res, err := r.reconcile(ctx, rg)
-	return result(res, errors.Join(err, applyRememberedStatus(ctx, r.Client, r.secrets.APIReader, &r.statuses, ctkr, base, status,
+	return apply.Result(res, errors.Join(err, applyRememberedStatus(ctx, r.Client, r.secrets.APIReader, &r.statuses, ctkr, base, status,
 		func(x *v1alpha1.ClusterTicketKeyRing) v1alpha1.TicketKeyRingStatus { return x.Status })))
 }
 

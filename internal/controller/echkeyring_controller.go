@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -29,6 +28,9 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
+	"github.com/ringmaster-io/ringmaster/internal/controller/apply"
+	"github.com/ringmaster-io/ringmaster/internal/controller/dnsname"
+	"github.com/ringmaster-io/ringmaster/internal/controller/watch"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/dnspub"
 	"github.com/ringmaster-io/ringmaster/internal/dnswork"
@@ -36,8 +38,9 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/ringplan"
-	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	echplan "github.com/ringmaster-io/ringmaster/internal/ringplan/ech"
 	"github.com/ringmaster-io/ringmaster/internal/shape"
+	"github.com/ringmaster-io/ringmaster/internal/written"
 )
 
 // +kubebuilder:rbac:groups=ringmaster.io,resources=echkeyrings,verbs=get;list;watch;patch
@@ -65,10 +68,13 @@ type ECHKeyRingReconciler struct {
 	Namespace string
 	// Watched are the namespaces the cache watches (--watch-namespaces);
 	// empty means every one.
-	Watched watchedNamespaces
+	Watched dnsname.Namespaces
 	// KeepInBackups: see Options.KeepSecretsInBackups.
 	KeepInBackups bool
 	secrets       *ringSecrets
+	// statuses are the statuses written that the cache may not show yet
+	// (written.Statuses: the one rule of every ring kind).
+	statuses written.Statuses[v1alpha1.ECHKeyRingStatus]
 }
 
 // SetupWithManager watches ECHKeyRings, their Secrets, the zones and key
@@ -78,31 +84,25 @@ func (r *ECHKeyRingReconciler) SetupWithManager(mgr manager.Manager, workers int
 	if r.secrets == nil {
 		r.secrets = &ringSecrets{Client: r.Client, APIReader: r.APIReader}
 	}
-	changed := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deletionChanged()))
+	changed := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, watch.DeletionChanged()))
 	return builder.ControllerManagedBy(mgr).Named("echkeyring").WithOptions(ringWork(workers)).
 		For(&v1alpha1.ECHKeyRing{}, changed).
+		Watches(&v1alpha1.ECHKeyRing{}, forgetShown(&r.statuses, echStatus)).
 		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindECHKeyRing))).
 		Watches(&v1alpha1.ClusterDNSZone{}, handler.EnqueueRequestsFromMapFunc(r.ringsOfZone), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&coordinationv1.Lease{}, handler.EnqueueRequestsFromMapFunc(r.ringsOfRecord)).
 		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(r.allRings)).
-		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.ringsIn), builder.WithPredicates(labelsChanged())).
+		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.ringsIn), builder.WithPredicates(watch.LabelsChanged())).
 		WatchesRawSource(r.Prober.Source(v1alpha1.KindECHKeyRing)).
 		WatchesRawSource(r.DNS.Source(v1alpha1.KindECHKeyRing)).
 		Complete(r)
-}
-
-// deletionChanged passes an object whose deletion began.
-func deletionChanged() predicate.Predicate {
-	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		return e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero()
-	}}
 }
 
 // ringsOfZone maps a zone to the rings that name it: whether it admits
 // them, and how they publish, may have changed.
 func (r *ECHKeyRingReconciler) ringsOfZone(ctx context.Context, o client.Object) []reconcile.Request {
 	list := &v1alpha1.ECHKeyRingList{}
-	if err := r.List(ctx, list, client.MatchingFields{zoneRefIndex: o.GetName()}); err != nil {
+	if err := r.List(ctx, list, client.MatchingFields{dnsname.ZoneRefIndex: o.GetName()}); err != nil {
 		return nil // a cache read: it fails only when shutting down
 	}
 	var out []reconcile.Request
@@ -123,12 +123,12 @@ func (r *ECHKeyRingReconciler) ringsOfRecord(ctx context.Context, o client.Objec
 	}
 	var out []reconcile.Request
 	if l, ok := o.(*coordinationv1.Lease); ok && l.Spec.HolderIdentity != nil {
-		if ns, ring, ok := strings.Cut(*l.Spec.HolderIdentity, "/"); ok && ns != "" && ring != "" && r.Watched.has(ns) {
+		if ns, ring, ok := strings.Cut(*l.Spec.HolderIdentity, "/"); ok && ns != "" && ring != "" && r.Watched.Has(ns) {
 			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: ring}})
 		}
 	}
 	list := &v1alpha1.ECHKeyRingList{}
-	if err := r.List(ctx, list, client.MatchingFields{dnsNameIndex: name}); err != nil {
+	if err := r.List(ctx, list, client.MatchingFields{dnsname.NameIndex: name}); err != nil {
 		return out
 	}
 	for _, x := range list.Items {
@@ -168,57 +168,61 @@ func (r *ECHKeyRingReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	if err := r.Get(ctx, req.NamespacedName, ekr); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.forget(req.NamespacedName)
-			r.secrets.known.forgetRing(v1alpha1.KindECHKeyRing, req.Namespace, req.Name)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("echKeyRing", klog.KObj(ekr)))
-	status, res, err := r.reconcile(ctx, ekr)
+	base := r.statuses.Base(ekr, ekr.Status)
+	status, res, err := r.reconcile(ctx, ekr, base)
 	if status == nil {
-		return result(res, err)
+		return apply.Result(res, err)
 	}
-	return result(res, errors.Join(err, applyRingStatus(ctx, r.Client, r.APIReader, ekr, ekr.Status, *status,
+	return apply.Result(res, errors.Join(err, applyRememberedStatus(ctx, r.Client, r.APIReader, &r.statuses, ekr, base, *status,
 		func(x *v1alpha1.ECHKeyRing) v1alpha1.ECHKeyRingStatus { return x.Status })))
 }
 
-// reconcile does one pass over a ring: read, decide (ringplan.DecideECH),
-// ask DNS, mint, finish (ringplan.FinishECH), write, and report
-// (ECHResult.Report). It returns the status to write; none when the pass
-// wrote the ring itself (its finalizer) and must start again.
-func (r *ECHKeyRingReconciler) reconcile(ctx context.Context, ekr *v1alpha1.ECHKeyRing) (*v1alpha1.ECHKeyRingStatus, reconcile.Result, error) {
+// reconcile does one pass over a ring, from status base: read, decide
+// (echplan.Decide), ask DNS, mint, finish (echplan.Finish), write, and
+// report (echplan.Result.Report). It returns the status to write; none
+// when the pass wrote the ring itself (its finalizer) and must start
+// again.
+func (r *ECHKeyRingReconciler) reconcile(ctx context.Context, ekr *v1alpha1.ECHKeyRing, base v1alpha1.ECHKeyRingStatus) (*v1alpha1.ECHKeyRingStatus, reconcile.Result, error) {
 	owner := distribute.ECHOwnerOf(ekr)
 	owner.KeepInBackups = r.KeepInBackups
-	rd, target, snaps, err := r.read(ctx, ekr, owner)
+	rd, target, snaps, err := r.read(ctx, ekr, owner, base)
 	if err != nil {
 		return nil, reconcile.Result{}, err
 	}
 	if done, err := r.finalizer(ctx, ekr, rd.Zone.Claim); done || err != nil {
-		return nil, reconcile.Result{RequeueAfter: staleRetry}, err
+		return nil, reconcile.Result{RequeueAfter: apply.StaleRetry}, err
 	}
-	dec := ringplan.DecideECH(rd)
+	dec := echplan.Decide(rd)
 	dns := r.askDNS(ekr, target, dec.DNS)
-	res := ringplan.FinishECH(rd, dec, dns, r.mint(ctx, ekr, rd, dec))
+	res := echplan.Finish(rd, dec, dns, r.mint(ctx, ekr, rd, dec))
 	written, err := r.write(ctx, ekr, owner, res, snaps)
-	status, after := res.Report(written)
-	r.announce(ctx, ekr, status, res, written)
-	return &status, reconcile.Result{RequeueAfter: after}, errors.Join(err, mintError(res.MintErr))
+	rep := res.Report(written)
+	r.announce(ctx, ekr, rep)
+	return &rep.Status, reconcile.Result{RequeueAfter: rep.Requeue}, errors.Join(err, mintError(res.MintErr))
 }
 
-// forget drops what the prober and the DNS worker keep of a ring gone.
+// forget drops what the operator keeps of a ring gone: the prober's and
+// the DNS worker's wants, its snapshots and statuses written.
 func (r *ECHKeyRingReconciler) forget(key types.NamespacedName) {
 	r.Prober.Forget(confirm.Key{Kind: v1alpha1.KindECHKeyRing, NamespacedName: key})
 	r.DNS.Forget(dnswork.Key{Kind: v1alpha1.KindECHKeyRing, NamespacedName: key})
+	r.secrets.known.ForgetRing(v1alpha1.KindECHKeyRing, key.Namespace, key.Name)
+	r.statuses.Forget(key)
 }
 
 // read gathers what the pass decides from: the ring's spec and newest
 // snapshot, its zone and the claim on its name, and what its pods hold. It
 // returns where the ring's record is, and the snapshots, for the writes.
-func (r *ECHKeyRingReconciler) read(ctx context.Context, ekr *v1alpha1.ECHKeyRing, owner distribute.Owner) (ringplan.ECHRead, dnspub.Target, []*corev1.Secret, error) {
-	rd := ringplan.ECHRead{Now: r.Clock.Now(), Generation: ekr.Generation, Policy: echPolicy(ekr.Spec), Params: echParams(ekr.Spec),
-		Last: ekr.Status, Deleting: !ekr.DeletionTimestamp.IsZero(), Timeout: ekr.Spec.Confirmation.Timeout.Duration,
+func (r *ECHKeyRingReconciler) read(ctx context.Context, ekr *v1alpha1.ECHKeyRing, owner distribute.Owner, base v1alpha1.ECHKeyRingStatus) (echplan.Read, dnspub.Target, []*corev1.Secret, error) {
+	rd := echplan.Read{Now: r.Clock.Now(), Generation: ekr.Generation, Policy: echPolicy(ekr.Spec), Params: echParams(ekr.Spec),
+		Last: base, Deleting: !ekr.DeletionTimestamp.IsZero(), Timeout: ekr.Spec.Confirmation.Timeout.Duration,
 		Current: echring.Ring{Ring: owner.RingName()}}
 	if msg := shape.SpecCut(ekr); msg != "" {
-		rd.Blocked = &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: msg}
+		rd.Blocked = &ringplan.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: msg}
 	}
 	snaps, err := r.secrets.snapshots(ctx, owner)
 	if err != nil {
@@ -281,18 +285,18 @@ func (r *ECHKeyRingReconciler) finalizer(ctx context.Context, ekr *v1alpha1.ECHK
 
 // zone reads the ClusterDNSZone the ring names, the records of its name
 // and of the names it owns, its namespace and the zone's TSIG Secret, for
-// ringplan.ZoneOf to say whether and where the ring may publish.
-func (r *ECHKeyRingReconciler) zone(ctx context.Context, ekr *v1alpha1.ECHKeyRing) (ringplan.ECHZone, dnspub.Target, error) {
-	in := ringplan.ZoneRead{Ring: ekr}
+// echplan.ZoneOf to say whether and where the ring may publish.
+func (r *ECHKeyRingReconciler) zone(ctx context.Context, ekr *v1alpha1.ECHKeyRing) (echplan.Zone, dnspub.Target, error) {
+	in := echplan.ZoneRead{Ring: ekr}
 	z := &v1alpha1.ClusterDNSZone{}
 	if err := r.Get(ctx, types.NamespacedName{Name: ekr.Spec.DNS.ZoneRef.Name}, z); err == nil {
 		in.Zone = z
 	} else if !apierrors.IsNotFound(err) {
-		return ringplan.ECHZone{}, dnspub.Target{}, err
+		return echplan.Zone{}, dnspub.Target{}, err
 	}
 	var err error
 	if in.Records, err = r.records(ctx, ekr); err != nil {
-		return ringplan.ECHZone{}, dnspub.Target{}, err
+		return echplan.Zone{}, dnspub.Target{}, err
 	}
 	ns := &corev1.Namespace{}
 	if in.NamespaceErr = r.Get(ctx, types.NamespacedName{Name: ekr.Namespace}, ns); in.NamespaceErr == nil {
@@ -304,7 +308,7 @@ func (r *ECHKeyRingReconciler) zone(ctx context.Context, ekr *v1alpha1.ECHKeyRin
 			in.TSIG, in.TSIGErr = nil, err
 		}
 	}
-	zone, target := ringplan.ZoneOf(in)
+	zone, target := echplan.ZoneOf(in)
 	return zone, target, nil
 }
 
@@ -315,7 +319,7 @@ func (r *ECHKeyRingReconciler) zone(ctx context.Context, ekr *v1alpha1.ECHKeyRin
 func (r *ECHKeyRingReconciler) records(ctx context.Context, ekr *v1alpha1.ECHKeyRing) ([]dnszone.Record, error) {
 	var out []dnszone.Record
 	name := dnszone.Canonical(ekr.Spec.DNS.Name)
-	lease, rec, err := readDNSRecord(ctx, r.Client, r.Namespace, name)
+	lease, rec, err := dnsname.ReadRecord(ctx, r.Client, r.Namespace, name)
 	if err != nil && lease == nil {
 		return nil, err
 	}
@@ -323,7 +327,7 @@ func (r *ECHKeyRingReconciler) records(ctx context.Context, ekr *v1alpha1.ECHKey
 		out = append(out, *rec)
 	}
 	leases := &coordinationv1.LeaseList{}
-	if err := r.List(ctx, leases, client.InNamespace(r.Namespace), client.MatchingFields{recordOwnerIndex: string(ekr.UID)}); err != nil {
+	if err := r.List(ctx, leases, client.InNamespace(r.Namespace), client.MatchingFields{dnsname.RecordOwnerIndex: string(ekr.UID)}); err != nil {
 		return nil, fmt.Errorf("list the records of the ring's names: %w", err)
 	}
 	for i := range leases.Items {
@@ -338,7 +342,7 @@ func (r *ECHKeyRingReconciler) records(ctx context.Context, ekr *v1alpha1.ECHKey
 // confirm asks the prober about the staged config, and says whether every
 // selected pod holds it and what they said (or, not asked yet, what the
 // status last said of the same config).
-func (r *ECHKeyRingReconciler) confirm(ekr *v1alpha1.ECHKeyRing, owner distribute.Owner, rd ringplan.ECHRead) (bool, *v1alpha1.ConfirmationStatus) {
+func (r *ECHKeyRingReconciler) confirm(ekr *v1alpha1.ECHKeyRing, owner distribute.Owner, rd echplan.Read) (bool, *v1alpha1.ConfirmationStatus) {
 	key := confirm.Key{Kind: v1alpha1.KindECHKeyRing, NamespacedName: types.NamespacedName{Namespace: ekr.Namespace, Name: ekr.Name}}
 	staged, ok := rd.Current.Staged()
 	if !ok {
@@ -349,7 +353,7 @@ func (r *ECHKeyRingReconciler) confirm(ekr *v1alpha1.ECHKeyRing, owner distribut
 	seen, asked := r.Prober.Want(confirm.Want{Key: key, Ring: owner.RingName(), StagedKey: id, Due: due,
 		Namespaces: []string{ekr.Namespace}, SecretName: owner.SecretName, Confirmation: ekr.Spec.Confirmation})
 	if !asked {
-		if s := ekr.Status.Confirmation; s != nil && s.StagedKey == id {
+		if s := rd.Last.Confirmation; s != nil && s.StagedKey == id {
 			return false, s
 		}
 		return false, nil
@@ -360,16 +364,16 @@ func (r *ECHKeyRingReconciler) confirm(ekr *v1alpha1.ECHKeyRing, owner distribut
 
 // askDNS hands what the record must hold to the DNS worker, and returns its
 // latest answer to exactly that.
-func (r *ECHKeyRingReconciler) askDNS(ekr *v1alpha1.ECHKeyRing, t dnspub.Target, want ringplan.ECHDNS) ringplan.DNSAnswer {
+func (r *ECHKeyRingReconciler) askDNS(ekr *v1alpha1.ECHKeyRing, t dnspub.Target, want echplan.DNS) echplan.DNSAnswer {
 	key := dnswork.Key{Kind: v1alpha1.KindECHKeyRing, NamespacedName: types.NamespacedName{Namespace: ekr.Namespace, Name: ekr.Name}}
-	mode := map[ringplan.DNSOp]dnswork.Mode{ringplan.DNSPublish: dnswork.Publish, ringplan.DNSVerify: dnswork.Verify, ringplan.DNSRemove: dnswork.Remove}
+	mode := map[echplan.DNSOp]dnswork.Mode{echplan.DNSPublish: dnswork.Publish, echplan.DNSVerify: dnswork.Verify, echplan.DNSRemove: dnswork.Remove}
 	m, ok := mode[want.Op]
 	if !ok {
 		r.DNS.Forget(key)
-		return ringplan.DNSAnswer{}
+		return echplan.DNSAnswer{}
 	}
 	res, known := r.DNS.Want(dnswork.Job{Key: key, Zone: ekr.Spec.DNS.ZoneRef.Name, Target: t, Mode: m, List: want.List})
-	a := ringplan.DNSAnswer{Known: known, Holds: res.Holds, Err: res.Err, At: res.At}
+	a := echplan.DNSAnswer{Known: known, Holds: res.Holds, Err: res.Err, At: res.At}
 	if res.Err != nil {
 		a.Message = dnswork.ForTenant(res.Err)
 	}
@@ -378,18 +382,18 @@ func (r *ECHKeyRingReconciler) askDNS(ekr *v1alpha1.ECHKeyRing, t dnspub.Target,
 
 // mint makes the config the pass decided on from a seed of the ring's key
 // source, and says when it returned.
-func (r *ECHKeyRingReconciler) mint(ctx context.Context, ekr *v1alpha1.ECHKeyRing, rd ringplan.ECHRead, d ringplan.ECHDecision) ringplan.MintedECH {
+func (r *ECHKeyRingReconciler) mint(ctx context.Context, ekr *v1alpha1.ECHKeyRing, rd echplan.Read, d echplan.Decision) echplan.Minted {
 	if d.Mint == nil || d.Halted != nil {
-		return ringplan.MintedECH{}
+		return echplan.Minted{}
 	}
 	c, err := r.mintConfig(ctx, ekr, *d.Mint, rd.Params)
-	m := ringplan.MintedECH{Config: c, Err: err, At: r.Clock.Now()}
+	m := echplan.Minted{Config: c, Err: err, At: r.Clock.Now()}
 	if err != nil {
 		detail := err.Error()
 		if ekr.Spec.SourceRef != nil {
 			detail = mint.ForTenant(err, ekr.Spec.SourceRef.Name)
 		}
-		m.Problem = &ringstatus.Problem{Reason: mint.ReportedReason(err),
+		m.Problem = &ringplan.Problem{Reason: mint.ReportedReason(err),
 			Message: fmt.Sprintf("Minting a config failed: %s. Nothing new was staged and the current configs keep serving", detail)}
 	}
 	return m
@@ -435,8 +439,8 @@ func (r *ECHKeyRingReconciler) mintConfig(ctx context.Context, ekr *v1alpha1.ECH
 // write publishes the pass's epoch, brings the projection in line with the
 // newest snapshot, and destroys the snapshots holding a config the ring no
 // longer holds.
-func (r *ECHKeyRingReconciler) write(ctx context.Context, ekr *v1alpha1.ECHKeyRing, owner distribute.Owner, res ringplan.ECHResult, snaps []*corev1.Secret) (ringplan.ECHWritten, error) {
-	var w ringplan.ECHWritten
+func (r *ECHKeyRingReconciler) write(ctx context.Context, ekr *v1alpha1.ECHKeyRing, owner distribute.Owner, res echplan.Result, snaps []*corev1.Secret) (echplan.Written, error) {
+	var w echplan.Written
 	var newest *corev1.Secret
 	if len(snaps) > 0 {
 		newest, w.Snapshot = snaps[0], snaps[0].Name
@@ -447,7 +451,7 @@ func (r *ECHKeyRingReconciler) write(ctx context.Context, ekr *v1alpha1.ECHKeyRi
 		if err == nil {
 			w.Problem, err = r.secrets.publish(ctx, owner, snap)
 		} else {
-			w.Problem = &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: err.Error()}
+			w.Problem = &ringplan.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: err.Error()}
 		}
 		if w.Problem == nil {
 			log.FromContext(ctx).Info("Published ECH epoch", "epoch", res.Next.Epoch, "snapshot", snap.Name, "configs", res.Next.String())
@@ -460,7 +464,7 @@ func (r *ECHKeyRingReconciler) write(ctx context.Context, ekr *v1alpha1.ECHKeyRi
 	if newest != nil && w.Problem == nil {
 		failed, err := r.secrets.deliver(ctx, owner, newest, []string{ekr.Namespace})
 		if len(failed) > 0 {
-			w.Problem = &ringstatus.Problem{Reason: failed[0].Reason, Message: failed[0].Message}
+			w.Problem = &ringplan.Problem{Reason: failed[0].Reason, Message: failed[0].Message}
 		}
 		errs = append(errs, err)
 	}
@@ -479,26 +483,12 @@ func staleECH(s *corev1.Secret, ring echring.Ring) bool {
 	return err != nil || slices.ContainsFunc(old.Configs, func(c echring.Config) bool { return !ring.Holds(c) })
 }
 
-// announce emits the events of the pass: the epoch written, a config
-// published unconfirmed (counted), and a condition turning bad.
-func (r *ECHKeyRingReconciler) announce(ctx context.Context, ekr *v1alpha1.ECHKeyRing, status v1alpha1.ECHKeyRingStatus, res ringplan.ECHResult, w ringplan.ECHWritten) {
-	if w.Published {
-		snap := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ekr.Namespace, Name: w.Snapshot}}
-		for _, e := range res.Events(w.Snapshot) {
-			typ := corev1.EventTypeNormal
-			if e.Warning {
-				typ = corev1.EventTypeWarning
-			}
-			r.Recorder.Eventf(ekr, snap, typ, e.Reason, e.Action, "%s", e.Note)
-		}
-		if res.Unconfirmed {
-			unconfirmedPublicationsTotal.WithLabelValues(ekr.Namespace, ekr.Name).Inc()
-			log.FromContext(ctx).Info("ECH config published unconfirmed", "config", *res.Plan.Published)
-		}
-	}
-	reasons, messages := ringstatus.ECHWarnings(ekr.Status.Conditions, status.Conditions)
-	for i := range reasons {
-		r.Recorder.Eventf(ekr, nil, corev1.EventTypeWarning, reasons[i], "Reconcile", "%s", messages[i])
+// announce emits what the pass reports: its events, and a config
+// published unconfirmed (counted).
+func (r *ECHKeyRingReconciler) announce(ctx context.Context, ekr *v1alpha1.ECHKeyRing, rep ringplan.Report[v1alpha1.ECHKeyRingStatus]) {
+	apply.Emit(ctx, r.Recorder, ekr, ekr.Namespace, rep.Events)
+	if rep.Counts.Unconfirmed {
+		unconfirmedPublicationsTotal.WithLabelValues(ekr.Namespace, ekr.Name).Inc()
 	}
 }
 
@@ -525,4 +515,13 @@ func echParams(s v1alpha1.ECHKeyRingSpec) echring.Params {
 		p.Suites = append(p.Suites, echring.Suite{KDF: cs.KDF.ID(), AEAD: cs.AEAD.ID()})
 	}
 	return p
+}
+
+// echStatus is an ECHKeyRing's status.
+func echStatus(obj client.Object) (v1alpha1.ECHKeyRingStatus, bool) {
+	r, ok := obj.(*v1alpha1.ECHKeyRing)
+	if !ok {
+		return v1alpha1.ECHKeyRingStatus{}, false
+	}
+	return r.Status, true
 }

@@ -9,15 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
-)
-
-// For controllers_test: the status write and what Reconcile returns of it.
-var (
-	ApplyRingStatus = applyStatus[v1alpha1.TicketKeyRingStatus]
-	Result          = result
-	ErrStaleStatus  = errStaleStatus
 )
 
 // RingSecrets is the write layer of rings, for a spec that chooses what

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/controller/watch"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 )
 
@@ -70,7 +71,7 @@ func (r *OrphanReconciler) SetupWithManager(mgr manager.Manager, registry promet
 		return err
 	}
 	createdOrDeleted := builder.WithPredicates(predicate.Funcs{
-		UpdateFunc:  deletionChanged().Update,
+		UpdateFunc:  watch.DeletionChanged().Update,
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	})
 	return builder.ControllerManagedBy(mgr).Named("orphans").
@@ -113,32 +114,11 @@ func (r *OrphanReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if err := r.Get(ctx, req.NamespacedName, s); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !s.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, nil
-	}
-	claim, ok := distribute.ClaimOf(s, r.Namespace)
-	if !ok {
-		return reconcile.Result{}, nil // not ringmaster's: never touched
-	}
-	// The cache's ring first; then, for a Secret that looks orphaned, the
-	// API server's, so that a ring the cache has not seen yet keeps its
-	// Secrets.
-	live, err := r.liveRing(ctx, false, claim)
-	if err != nil {
+	orphan, ok, err := r.judge(ctx, s)
+	if err != nil || !ok {
 		return reconcile.Result{}, err
 	}
-	if _, ok := distribute.OrphanOf(s, r.Namespace, live); !ok {
-		return reconcile.Result{}, nil
-	}
-	if live, err = r.liveRing(ctx, true, claim); err != nil {
-		return reconcile.Result{}, err
-	}
-	orphan, ok := distribute.OrphanOf(s, r.Namespace, live)
-	if !ok {
-		return reconcile.Result{}, nil
-	}
-	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("secret", klog.KObj(s), "ring", claim.Ring.String(), "kind", claim.Kind))
-
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("secret", klog.KObj(s), "ring", orphan.Ring.String(), "kind", orphan.Kind))
 	now := r.Clock.Now()
 	expiry, err := r.expiry(ctx, s, orphan)
 	if err != nil {
@@ -147,13 +127,44 @@ func (r *OrphanReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	if deadline := orphan.Deadline(expiry, now); deadline.After(now) {
 		return reconcile.Result{RequeueAfter: deadline.Sub(now)}, nil
 	}
-	// The UID read: a Secret deleted and created again meanwhile is judged
-	// again, never deleted by mistake.
+	return reconcile.Result{}, r.destroy(ctx, s, orphan, expiry)
+}
+
+// judge says whether s is an orphan: a Secret of ringmaster's that no
+// live ring controls (distribute.OrphanOf). The cache's ring is read
+// first; then, for a Secret that looks orphaned, the API server's, so
+// that a ring the cache has not seen yet keeps its Secrets.
+func (r *OrphanReconciler) judge(ctx context.Context, s *corev1.Secret) (distribute.Orphan, bool, error) {
+	if !s.DeletionTimestamp.IsZero() {
+		return distribute.Orphan{}, false, nil
+	}
+	claim, ok := distribute.ClaimOf(s, r.Namespace)
+	if !ok {
+		return distribute.Orphan{}, false, nil // not ringmaster's: never touched
+	}
+	live, err := r.liveRing(ctx, false, claim)
+	if err != nil {
+		return distribute.Orphan{}, false, err
+	}
+	if _, ok := distribute.OrphanOf(s, r.Namespace, live); !ok {
+		return distribute.Orphan{}, false, nil
+	}
+	if live, err = r.liveRing(ctx, true, claim); err != nil {
+		return distribute.Orphan{}, false, err
+	}
+	orphan, ok := distribute.OrphanOf(s, r.Namespace, live)
+	return orphan, ok, nil
+}
+
+// destroy deletes an orphan whose time has come, by the UID read: a
+// Secret deleted and created again meanwhile is judged again, never
+// deleted by mistake.
+func (r *OrphanReconciler) destroy(ctx context.Context, s *corev1.Secret, orphan distribute.Orphan, expiry time.Time) error {
 	if err := r.Delete(ctx, s, client.Preconditions{UID: &s.UID}); err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-			return reconcile.Result{}, nil
+			return nil
 		}
-		return reconcile.Result{}, fmt.Errorf("delete orphaned Secret %s/%s: %w", s.Namespace, s.Name, err)
+		return fmt.Errorf("delete orphaned Secret %s/%s: %w", s.Namespace, s.Name, err)
 	}
 	reason := "expired"
 	if orphan.Superseded {
@@ -161,7 +172,7 @@ func (r *OrphanReconciler) Reconcile(ctx context.Context, req reconcile.Request)
 	}
 	orphansDeletedTotal.WithLabelValues(orphan.Component, reason).Inc()
 	log.FromContext(ctx).Info("Deleted a Secret no live ring controls", "component", orphan.Component, "reason", reason, "expiresAt", expiry)
-	return reconcile.Result{}, nil
+	return nil
 }
 
 // expiry is when the first key s holds expires: from its annotation, read

@@ -1,12 +1,10 @@
 package controller
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,12 +21,15 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
+	"github.com/ringmaster-io/ringmaster/internal/controller/apply"
+	"github.com/ringmaster-io/ringmaster/internal/controller/watch"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/ringplan"
-	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	ticketplan "github.com/ringmaster-io/ringmaster/internal/ringplan/ticket"
 	"github.com/ringmaster-io/ringmaster/internal/shape"
+	"github.com/ringmaster-io/ringmaster/internal/written"
 )
 
 // Rings share one reconcile, whatever their kind: they differ only in where
@@ -49,9 +50,9 @@ type rings struct {
 	Prober *confirm.Prober
 	gauges *ringGauges
 	// memory is what this operator remembers of shared entries.
-	memory ringplan.Memory
+	memory written.Shared
 	// statuses are the statuses written that the cache may not show yet.
-	statuses statusMemory[v1alpha1.TicketKeyRingStatus]
+	statuses written.Statuses[v1alpha1.TicketKeyRingStatus]
 	// keepInBackups: see Options.KeepSecretsInBackups.
 	keepInBackups bool
 }
@@ -77,9 +78,9 @@ type ring struct {
 	voters []string
 }
 
-// reconcile does one pass over a ring: read, decide (ringplan.Decide),
-// mint (planning again from when the mint returned, ringplan.Replan),
-// finish (ringplan.Finish), write the shared entry, publish, deliver to
+// reconcile does one pass over a ring: read, decide (ticketplan.Decide),
+// mint (planning again from when the mint returned, ticketplan.Replan),
+// finish (ticketplan.Finish), write the shared entry, publish, deliver to
 // each target, destroy what expired, and report (Result.Report): the
 // status, when to look again, and the events. Problems the user must fix
 // set Ready False and return no error; problems a retry fixes return the
@@ -91,26 +92,26 @@ func (r *rings) reconcile(ctx context.Context, rg ring) (v1alpha1.TicketKeyRingS
 	if err != nil {
 		return rg.status, reconcile.Result{}, err
 	}
-	dec := ringplan.Decide(rd)
+	dec := ticketplan.Decide(rd)
 	minted := r.mint(ctx, rg, src, sh, dec)
-	rd, dec, minted = ringplan.Replan(rd, dec, minted, r.Clock.Now())
-	res := r.syncShared(ctx, rg, rd, sh, ringplan.Finish(rd, dec, minted))
+	rd, dec, minted = ticketplan.Replan(rd, dec, minted, r.Clock.Now())
+	res := r.syncShared(ctx, rg, rd, sh, ticketplan.Finish(rd, dec, minted))
 	applied, writeErr := r.write(ctx, rg, res, snaps)
 	out := res.Report(applied)
 	r.announce(ctx, rg, out)
 	var mintErr error
-	if !out.MintRetry {
+	if !out.Counts.MintRetry {
 		mintErr = mintError(minted.Err)
 	}
-	return out.Status, reconcile.Result{RequeueAfter: out.Requeue, Priority: ptr.To(scheduled)}, errors.Join(mintErr, writeErr, r.sweep(ctx, sh))
+	return out.Status, reconcile.Result{RequeueAfter: out.Requeue, Priority: ptr.To(watch.Scheduled)}, errors.Join(mintErr, writeErr, r.sweep(ctx, sh))
 }
 
-// read gathers what ringplan.Decide plans from: the ring's history and
+// read gathers what ticketplan.Decide plans from: the ring's history and
 // policy from its snapshots and spec, its requests, its key source and
 // shared entry, and what its pods hold.
-func (r *rings) read(ctx context.Context, rg ring) (ringplan.Read, keySource, *sharing, []*corev1.Secret, error) {
+func (r *rings) read(ctx context.Context, rg ring) (ticketplan.Read, keySource, *sharing, []*corev1.Secret, error) {
 	now := r.Clock.Now()
-	rd := ringplan.Read{Now: now, Last: rg.status, Ring: ringplan.Ring{Owner: rg.owner, Generation: rg.obj.GetGeneration(), Targets: len(rg.targets),
+	rd := ticketplan.Read{Now: now, Last: rg.status, Ring: ticketplan.Ring{Owner: rg.owner, Generation: rg.obj.GetGeneration(), Targets: len(rg.targets),
 		Formats: rg.spec.Distribution.Formats, RetainedKeys: rg.spec.RetainedKeys, Confirm: rg.spec.Confirmation != nil},
 		Deleting: rg.owner.Deleting, Finalizers: rg.obj.GetFinalizers()}
 	snaps, err := r.secrets.snapshots(ctx, rg.owner)
@@ -124,7 +125,7 @@ func (r *rings) read(ctx context.Context, rg ring) (ringplan.Read, keySource, *s
 		return rd, keySource{}, nil, snaps, nil
 	}
 	if msg := shape.SpecCut(rg.obj); msg != "" {
-		rd.Blocked = &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: msg}
+		rd.Blocked = &ringplan.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: msg}
 		return rd, keySource{}, nil, snaps, nil
 	}
 	readRequests(&rd, rg.obj)
@@ -146,31 +147,31 @@ func (r *rings) read(ctx context.Context, rg ring) (ringplan.Read, keySource, *s
 }
 
 // readRequests reads the ring's rotate-now and revoke requests: only an
-// RFC 3339 time of bounded length is one (ringstatus.Request).
-func readRequests(rd *ringplan.Read, obj client.Object) {
+// RFC 3339 time of bounded length is one (ringplan.Request).
+func readRequests(rd *ticketplan.Read, obj client.Object) {
 	ann := obj.GetAnnotations()
 	var ok bool
-	if rd.Rotate, ok = ringstatus.Request(ann[v1alpha1.RotateRequestedAtAnnotation]); !ok {
+	if rd.Rotate, ok = ringplan.Request(ann[v1alpha1.RotateRequestedAtAnnotation]); !ok {
 		rd.Refused = append(rd.Refused, v1alpha1.RotateRequestedAtAnnotation)
 	}
-	if rd.Revoke, ok = ringstatus.Request(ann[v1alpha1.RevokeRequestedAtAnnotation]); !ok {
+	if rd.Revoke, ok = ringplan.Request(ann[v1alpha1.RevokeRequestedAtAnnotation]); !ok {
 		rd.Refused = append(rd.Refused, v1alpha1.RevokeRequestedAtAnnotation)
 	}
 	if rd.Revoke != "" {
-		rd.RevokedBy = ringstatus.Printable(ringstatus.RequestedBy(obj.GetManagedFields(), v1alpha1.RevokeRequestedAtAnnotation))
+		rd.RevokedBy = ringplan.Printable(ringplan.RequestedBy(obj.GetManagedFields(), v1alpha1.RevokeRequestedAtAnnotation))
 	}
 }
 
 // readRecord reads the ring's history from its snapshots and its policy from
 // its spec, or says why the reconcile must halt.
-func readRecord(rg ring, snaps []*corev1.Secret) (keyring.History, keyring.Policy, *ringstatus.Problem) {
+func readRecord(rg ring, snaps []*corev1.Secret) (keyring.History, keyring.Policy, *ringplan.Problem) {
 	records := make([]keyring.Record, len(snaps))
 	for i, s := range snaps {
 		records[i] = distribute.Record(s)
 	}
 	history, err := keyring.NewHistory(records)
 	if err != nil {
-		return history, keyring.Policy{}, &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSnapshot,
+		return history, keyring.Policy{}, &ringplan.Problem{Reason: v1alpha1.ReasonInvalidSnapshot,
 			Message: fmt.Sprintf("%v; delete that Secret to fall back to the previous epoch", err)}
 	}
 	policy := keyring.Policy{RotationInterval: rg.spec.RotationInterval.Duration, RetainedKeys: int(rg.spec.RetainedKeys), ActivationDelay: rg.spec.ActivationDelay.Duration}
@@ -181,7 +182,7 @@ func readRecord(rg ring, snaps []*corev1.Secret) (keyring.History, keyring.Polic
 		}
 	}
 	if err := policy.Validate(); err != nil {
-		return history, policy, &ringstatus.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: fmt.Sprintf("Invalid spec: %v", err)}
+		return history, policy, &ringplan.Problem{Reason: v1alpha1.ReasonInvalidSpec, Message: fmt.Sprintf("Invalid spec: %v", err)}
 	}
 	return history, policy, nil
 }
@@ -189,7 +190,7 @@ func readRecord(rg ring, snaps []*corev1.Secret) (keyring.History, keyring.Polic
 // confirm reads what the ring's pods last said of its held staged key,
 // under spec.confirmation. It says whether every selected, ready pod holds
 // it, by answers recent enough, the answers to show, and since when the key
-// is overdue (ringplan.Overdue). The prober asks the pods, off this path: a
+// is overdue (ticketplan.Overdue). The prober asks the pods, off this path: a
 // reconcile never waits for a pod.
 func (r *rings) confirm(rg ring, policy keyring.Policy, now time.Time, cur keyring.Ring) (bool, *v1alpha1.ConfirmationStatus, time.Time) {
 	c := rg.spec.Confirmation
@@ -210,15 +211,15 @@ func (r *rings) confirm(rg ring, policy keyring.Policy, now time.Time, cur keyri
 			Missing: seen.Missing, CheckedAt: metav1.NewTime(seen.At.Truncate(time.Second)), Note: seen.Note(),
 		}
 	}
-	return confirmed, shown, ringplan.Overdue(now, cur, policy.Confirm.Timeout, confirmed, shown)
+	return confirmed, shown, ticketplan.Overdue(now, cur, policy.Confirm.Timeout, confirmed, shown)
 }
 
 // write carries out the result: it publishes the epoch's snapshot, delivers
 // the newest snapshot to every target, and destroys the snapshots holding
 // keys the ring no longer holds (those the current ring already dropped,
 // when the publication fails).
-func (r *rings) write(ctx context.Context, rg ring, res ringplan.Result, snaps []*corev1.Secret) (ringplan.Applied, error) {
-	var applied ringplan.Applied
+func (r *rings) write(ctx context.Context, rg ring, res ticketplan.Result, snaps []*corev1.Secret) (ticketplan.Applied, error) {
+	var applied ticketplan.Applied
 	var newest *corev1.Secret
 	if len(snaps) > 0 {
 		newest = snaps[0]
@@ -231,16 +232,13 @@ func (r *rings) write(ctx context.Context, rg ring, res ringplan.Result, snaps [
 		if err == nil {
 			applied.Publish, err = r.secrets.publish(ctx, rg.owner, snap)
 		} else {
-			applied.Publish = &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: err.Error()}
+			applied.Publish = &ringplan.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: err.Error()}
 		}
 		errs = append(errs, err)
 		if applied.Publish != nil {
 			return applied, errors.Join(append(errs, r.secrets.destroy(ctx, rg.owner, snaps, staleTickets(history, res.Read().Current)))...)
 		}
-		log.FromContext(ctx).Info("Published ticket key epoch", "epoch", next.Epoch, "snapshot", snap.Name, "keys", ringstatus.Describe(next, res.Plan, r.Clock.Now()))
-		if res.Announced() {
-			r.Recorder.Eventf(rg.obj, snap, corev1.EventTypeNormal, "Rotated", "Publish", "Published epoch %d (%s): %s", next.Epoch, snap.Name, ringstatus.Describe(next, res.Plan, r.Clock.Now()))
-		}
+		log.FromContext(ctx).Info("Published ticket key epoch", "epoch", next.Epoch, "snapshot", snap.Name, "keys", ticketplan.Describe(next, res.Plan, r.Clock.Now()))
 		newest, kept = snap, next
 	}
 	failed, err := r.secrets.deliver(ctx, rg.owner, newest, rg.targets)
@@ -264,52 +262,22 @@ func records(snaps []*corev1.Secret) []keyring.Record {
 	return out
 }
 
-// announce emits what the outcome calls for: the rotation counter, the
-// Warning events of conditions turning bad, a revoke's event, and the
-// ring's gauges.
-func (r *rings) announce(ctx context.Context, rg ring, out ringplan.Outcome) {
-	if out.Succeeded {
+// announce emits what the pass reports: its events, the rotation
+// counter, a key activated unconfirmed, and the ring's gauges.
+func (r *rings) announce(ctx context.Context, rg ring, rep ringplan.Report[v1alpha1.TicketKeyRingStatus]) {
+	apply.Emit(ctx, r.Recorder, rg.obj, rg.owner.Home, rep.Events)
+	if rep.Counts.Rotated {
 		rotationsTotal.WithLabelValues("success").Inc()
 	}
-	if out.Failed > 0 {
-		rotationsTotal.WithLabelValues("failure").Add(float64(out.Failed))
+	if rep.Counts.Failed > 0 {
+		rotationsTotal.WithLabelValues("failure").Add(float64(rep.Counts.Failed))
 	}
-	if rev := out.Revocation; rev != nil {
-		snap := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: rg.owner.Home, Name: out.Published}}
-		r.Recorder.Eventf(rg.obj, snap, corev1.EventTypeWarning, v1alpha1.ReasonRevoked, "Revoke",
-			"Revoked keys %s, requested with field manager %s at %s: epoch %d encrypts with fresh key %s; tickets issued before no longer resume",
-			strings.Join(rev.Keys, " "), cmp.Or(rev.RequestedBy, "unknown"), rev.RequestedAt, rev.Epoch, activeKey(out.Status))
-	}
-	prev, status := rg.status, out.Status
-	if reason, msg, ok := ringstatus.Warning(prev.Conditions, status.Conditions); ok {
-		r.Recorder.Eventf(rg.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
-		log.FromContext(ctx).Info("Ring not ready", "reason", reason, "message", msg)
-	}
-	if msg, ok := ringstatus.ConfirmationWarning(prev.Conditions, status.Conditions); ok {
-		r.Recorder.Eventf(rg.obj, nil, corev1.EventTypeWarning, v1alpha1.ConditionConfirmationOverdue, "Confirm", "%s", msg)
-	}
-	if msg, ok := ringstatus.UnconfirmedWarning(prev.Conditions, status.Conditions); ok {
-		r.Recorder.Eventf(rg.obj, nil, corev1.EventTypeWarning, v1alpha1.ReasonActivatedUnconfirmed, "Activate", "%s", msg)
+	if rep.Counts.Unconfirmed {
 		unconfirmedActivationsTotal.WithLabelValues(rg.owner.Namespace, rg.owner.Name).Inc()
-		log.FromContext(ctx).Info("Staged key activated unconfirmed", "message", msg)
 	}
-	if reason, msg, ok := ringstatus.RetentionWarning(prev.Conditions, status.Conditions); ok {
-		r.Recorder.Eventf(rg.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
-	}
-	if reason, msg, ok := ringstatus.RefusedWarning(prev.Conditions, status.Conditions); ok {
-		r.Recorder.Eventf(rg.obj, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", msg)
-	}
-	if g := out.Gauge; g != nil {
+	if g := rep.Counts.Gauge; g != nil {
 		r.gauges.set(ringKey(rg), g.Epoch, g.ActiveFrom, g.OverdueSince, g.UnconfirmedSince)
 	}
-}
-
-// activeKey is the id of the key the status says encrypts.
-func activeKey(s v1alpha1.TicketKeyRingStatus) string {
-	if s.ActiveKey == nil {
-		return "none"
-	}
-	return s.ActiveKey.ID
 }
 
 // sourceError is what the ring's status shows of a key source's error: all
@@ -376,18 +344,18 @@ func (r *rings) keySource(ctx context.Context, rg ring) keySource {
 // mint gives the plan's new keys their secrets, all or none, from the
 // ring's key source: a shared ring's under the key source's budget for
 // shared rings. A ring that fails closed mints nothing.
-func (r *rings) mint(ctx context.Context, rg ring, src keySource, sh *sharing, d ringplan.Decision) ringplan.Minted {
+func (r *rings) mint(ctx context.Context, rg ring, src keySource, sh *sharing, d ticketplan.Decision) ticketplan.Minted {
 	if d.FailClosed {
-		return ringplan.Minted{Ring: d.Plan.Ring}
+		return ticketplan.Minted{Ring: d.Plan.Ring}
 	}
 	next, err := r.fill(ctx, src, sh, d.Plan)
 	if err == nil {
-		return ringplan.Minted{Ring: next}
+		return ticketplan.Minted{Ring: next}
 	}
 	if rg.namespace != "" {
 		log.FromContext(ctx).Info("Mint failed", "keySource", rg.spec.SourceRef.Name, "reason", mint.ReportedReason(err), "error", err.Error())
 	}
-	return ringplan.Minted{Err: err, Problem: ringplan.MintProblem(r.Clock.Now(), d.Current, d.Plan.Mint, mint.ReportedReason(err), rg.sourceError(err))}
+	return ticketplan.Minted{Err: err, Problem: ticketplan.MintProblem(r.Clock.Now(), d.Current, d.Plan.Mint, mint.ReportedReason(err), rg.sourceError(err))}
 }
 
 // fill mints the plan's keys from the ring's key source.

@@ -16,7 +16,8 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/nudge"
-	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	"github.com/ringmaster-io/ringmaster/internal/ringplan"
+	"github.com/ringmaster-io/ringmaster/internal/written"
 )
 
 // ringSecrets writes the Secrets of a ring of any kind: the immutable
@@ -34,7 +35,7 @@ type ringSecrets struct {
 	Nudger nudger
 	// known is what the operator knows of each ring's snapshots, for
 	// telling a current cache from a stale one.
-	known snapshotMemory
+	known written.Snapshots
 }
 
 // nudger is what ringSecrets needs of a *nudge.Nudger.
@@ -48,32 +49,32 @@ type nudger interface{ Nudge(nudge.Delivery) }
 // or wrote itself since, each at the resourceVersion it knows (less those
 // it deleted); otherwise from the API server. The first ring of a kind to
 // be read in a namespace lists the snapshots of all its rings there
-// (snapshotMemory.sweep), so that a bulk of new rings costs one list per
+// (written.Snapshots.sweep), so that a bulk of new rings costs one list per
 // namespace rather than one per ring.
 func (w *ringSecrets) snapshots(ctx context.Context, owner distribute.Owner) ([]*corev1.Secret, error) {
-	if !w.known.isSwept(owner) {
+	if !w.known.IsSwept(owner) {
 		all := &corev1.SecretList{}
 		if err := w.APIReader.List(ctx, all, client.InNamespace(owner.Home), client.MatchingLabelsSelector{Selector: owner.HomeSnapshots()}); err != nil {
 			return nil, fmt.Errorf("list the snapshots of namespace %s: %w", owner.Home, err)
 		}
 		snapshotReadsTotal.WithLabelValues("sweep").Inc()
-		w.known.sweep(owner, all.Items)
+		w.known.Sweep(owner, all.Items)
 	}
 	cached := &corev1.SecretList{}
 	if err := w.List(ctx, cached, client.InNamespace(owner.Home), client.MatchingLabels(owner.SnapshotLabels())); err == nil {
-		if out, ok := w.known.current(owner, ownedSnapshots(owner, cached)); ok {
+		if out, ok := w.known.Current(owner, ownedSnapshots(owner, cached)); ok {
 			snapshotReadsTotal.WithLabelValues("cache").Inc()
 			return out, nil
 		}
 	}
 	list := &corev1.SecretList{}
 	if err := w.APIReader.List(ctx, list, client.InNamespace(owner.Home), client.MatchingLabels(owner.SnapshotLabels())); err != nil {
-		w.known.forget(owner)
+		w.known.Forget(owner)
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
 	snapshotReadsTotal.WithLabelValues("api").Inc()
 	out := ownedSnapshots(owner, list)
-	w.known.listed(owner, out)
+	w.known.Listed(owner, out)
 	return out, nil
 }
 
@@ -96,35 +97,35 @@ func ownedSnapshots(owner distribute.Owner, list *corev1.SecretList) []*corev1.S
 // it was not written, for the ring's status; the error, when a retry may
 // help. A Secret of the name left by a deleted ring of the same name is
 // removed, as the garbage collector would, and the write retried later.
-func (w *ringSecrets) publish(ctx context.Context, owner distribute.Owner, snap *corev1.Secret) (*ringstatus.Problem, error) {
+func (w *ringSecrets) publish(ctx context.Context, owner distribute.Owner, snap *corev1.Secret) (*ringplan.Problem, error) {
 	key := snap.Namespace + "/" + snap.Name
 	err := w.Create(ctx, snap)
 	if err == nil {
-		w.known.wrote(owner, snap)
+		w.known.Wrote(owner, snap)
 		return nil, nil
 	}
-	w.known.forget(owner)
+	w.known.Forget(owner)
 	if !apierrors.IsAlreadyExists(err) {
-		return &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Writing snapshot %s failed: %v", key, err)},
+		return &ringplan.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Writing snapshot %s failed: %v", key, err)},
 			fmt.Errorf("write snapshot %s: %w", key, err)
 	}
 	have := &corev1.Secret{}
 	if err := w.APIReader.Get(ctx, client.ObjectKeyFromObject(snap), have); err != nil {
-		return &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Reading snapshot %s failed: %v", key, err)}, err
+		return &ringplan.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Reading snapshot %s failed: %v", key, err)}, err
 	}
 	switch {
 	case owner.Predecessor(have):
 		if err := w.Delete(ctx, have, client.Preconditions{UID: &have.UID}); client.IgnoreNotFound(err) != nil {
-			return &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Removing snapshot %s of a deleted ring of this name failed: %v", key, err)}, err
+			return &ringplan.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Removing snapshot %s of a deleted ring of this name failed: %v", key, err)}, err
 		}
-		return &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Snapshot %s was left by a deleted ring of this name; removed it, retrying", key)},
+		return &ringplan.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Snapshot %s was left by a deleted ring of this name; removed it, retrying", key)},
 			fmt.Errorf("snapshot %s was left by a deleted ring of this name", key)
 	case owner.Owns(have):
 		// Ours, written since the snapshots were listed: plan again.
-		return &ringstatus.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Snapshot %s exists already; retrying", key)},
+		return &ringplan.Problem{Reason: v1alpha1.ReasonPublishFailed, Message: fmt.Sprintf("Snapshot %s exists already; retrying", key)},
 			fmt.Errorf("snapshot %s exists already", key)
 	}
-	return &ringstatus.Problem{Reason: v1alpha1.ReasonSecretConflict,
+	return &ringplan.Problem{Reason: v1alpha1.ReasonSecretConflict,
 		Message: fmt.Sprintf("Secret %s exists and is not this ring's; it was left untouched: remove it", key)}, nil
 }
 
@@ -268,11 +269,11 @@ func (w *ringSecrets) destroy(ctx context.Context, owner distribute.Owner, snaps
 			continue
 		}
 		if err := w.Delete(ctx, s, client.Preconditions{UID: &s.UID}); client.IgnoreNotFound(err) != nil {
-			w.known.forget(owner)
+			w.known.Forget(owner)
 			errs = append(errs, fmt.Errorf("delete snapshot %s: %w", s.Name, err))
 			continue
 		}
-		w.known.deleted(owner, s)
+		w.known.Deleted(owner, s)
 		log.FromContext(ctx).Info("Deleted snapshot holding expired keys", "snapshot", s.Name)
 	}
 	return errors.Join(errs...)

@@ -16,9 +16,10 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 	"github.com/ringmaster-io/ringmaster/internal/ringplan"
-	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	ticketplan "github.com/ringmaster-io/ringmaster/internal/ringplan/ticket"
 	"github.com/ringmaster-io/ringmaster/internal/sharedring"
 	"github.com/ringmaster-io/ringmaster/internal/sharedring/vaultstore"
+	"github.com/ringmaster-io/ringmaster/internal/written"
 )
 
 // sharing is a shared ring's entry as one reconcile sees it. Its methods
@@ -39,7 +40,7 @@ type sharing struct {
 	err    error
 	status v1alpha1.SharedRingStatus
 	// memory is the operator's, of the entries its rings serve.
-	memory *ringplan.Memory
+	memory *written.Shared
 }
 
 // share reads the ring's shared entry; nil for a ring its key source does
@@ -110,12 +111,12 @@ func (sh *sharing) report() *v1alpha1.SharedRingStatus {
 	if sh == nil || sh.store == nil {
 		return nil
 	}
-	st := ringplan.Report(sh.status, sh.read, sh.err == nil, sh.memory.Adopted(sh.status.Path))
+	st := ticketplan.SharedStatus(sh.status, sh.read, sh.err == nil, sh.memory.Adopted(sh.status.Path))
 	return &st
 }
 
 // problem is the Ready problem of a ring that fails closed.
-func (sh *sharing) problem(rg ring) *ringstatus.Problem {
+func (sh *sharing) problem(rg ring) *ringplan.Problem {
 	// What the entry holds is the ring's own; how Vault is reached and
 	// logged in to is the key source's (ring.sourceError).
 	msg := sh.err.Error()
@@ -124,17 +125,17 @@ func (sh *sharing) problem(rg ring) *ringstatus.Problem {
 	default:
 		msg = rg.sourceError(sh.err)
 	}
-	return &ringstatus.Problem{Reason: mint.ReportedReason(sh.err),
+	return &ringplan.Problem{Reason: mint.ReportedReason(sh.err),
 		Message: fmt.Sprintf("%s. This cluster publishes nothing new and keeps serving its keys; expired keys are still destroyed", msg)}
 }
 
 // plain is the entry as ringplan sees it; nil for a ring that is not
 // shared.
-func (sh *sharing) plain(rg ring) *ringplan.Shared {
+func (sh *sharing) plain(rg ring) *ticketplan.Shared {
 	if sh == nil {
 		return nil
 	}
-	p := &ringplan.Shared{Entry: sh.read, Base: sh.planFrom, Policy: sh.policy, LocalVersion: sh.local.Version}
+	p := &ticketplan.Shared{Entry: sh.read, Base: sh.planFrom, Policy: sh.policy, LocalVersion: sh.local.Version}
 	if sh.err != nil {
 		p.Blocked = sh.problem(rg)
 	}
@@ -143,11 +144,11 @@ func (sh *sharing) plain(rg ring) *ringplan.Shared {
 
 // syncShared carries out what res says of the ring's shared entry: it
 // records an adoption of the version read, or writes res.Next as the
-// entry's next version and folds the write's outcome in (ringplan.Wrote).
+// entry's next version and folds the write's outcome in (ticketplan.Wrote).
 // A write that loses the race publishes nothing: the next pass,
-// ringplan.LostRaceRetry later, adopts the winner's version. The result
+// ticketplan.LostRaceRetry later, adopts the winner's version. The result
 // carries the ring's status.shared.
-func (r *rings) syncShared(ctx context.Context, rg ring, rd ringplan.Read, sh *sharing, in ringplan.Result) (res ringplan.Result) {
+func (r *rings) syncShared(ctx context.Context, rg ring, rd ticketplan.Read, sh *sharing, in ticketplan.Result) (res ticketplan.Result) {
 	res = in
 	if sh == nil {
 		return res // not shared, or not read (a ring being deleted): as Finish said
@@ -166,7 +167,7 @@ func (r *rings) syncShared(ctx context.Context, rg ring, rd ringplan.Read, sh *s
 		return res
 	}
 	rec, err := sh.store.Write(ctx, sh.entry, res.Sync.CAS, res.Sync.Record)
-	w := ringplan.Written{Version: rec.Version, Err: err, LostRace: errors.Is(err, vaultstore.ErrLostRace)}
+	w := ticketplan.Written{Version: rec.Version, Err: err, LostRace: errors.Is(err, vaultstore.ErrLostRace)}
 	switch {
 	case w.LostRace:
 		sharedWritesTotal.WithLabelValues("lost").Inc()
@@ -177,10 +178,10 @@ func (r *rings) syncShared(ctx context.Context, rg ring, rd ringplan.Read, sh *s
 	default:
 		sharedWritesTotal.WithLabelValues("won").Inc()
 		sh.read = &rec
-		sh.status = ringplan.WroteStatus(sh.status, rec)
+		sh.status = ticketplan.WroteStatus(sh.status, rec)
 		log.FromContext(ctx).Info("Wrote shared ring version", "entry", sh.status.Path, "version", rec.Version)
 	}
-	res = ringplan.Wrote(rd, res, w)
+	res = ticketplan.Wrote(rd, res, w)
 	return res
 }
 
@@ -191,13 +192,13 @@ func (sh *sharing) adopted(now time.Time) {
 		return
 	}
 	var delay time.Duration
-	sh.status, delay = ringplan.Adopted(sh.status, *sh.read, now)
+	sh.status, delay = ticketplan.Adopted(sh.status, *sh.read, now)
 	sharedPropagationSeconds.Observe(delay.Seconds())
 	sh.memory.Adopt(sh.status.Path, sh.status)
 }
 
 // sweep destroys the stale versions of the entry, once per version of it
-// this operator learns of (ringplan.Memory).
+// this operator learns of (written.Shared).
 func (r *rings) sweep(ctx context.Context, sh *sharing) error {
 	if sh == nil || sh.err != nil || sh.read == nil || sh.read.Deleted || !r.memory.Unswept(sh.status.Path, sh.read.Version) {
 		return nil

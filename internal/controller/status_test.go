@@ -8,9 +8,8 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/ringmaster-io/ringmaster/internal/controller/apply"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-
-	"github.com/ringmaster-io/ringmaster/internal/controller"
 )
 
 var _ = Describe("Status writes", func() {
@@ -29,16 +28,16 @@ var _ = Describe("Status writes", func() {
 
 		next := stale.Status.DeepCopy()
 		next.LastRotateRequestedAt = "2000-01-01T00:00:00Z"
-		err := controller.ApplyRingStatus(ctx, k8s, stale, stale.Status, *next)
-		Expect(errors.Is(err, controller.ErrStaleStatus)).To(BeTrue(), "the write of a stale status: %v", err)
+		err := apply.Status(ctx, k8s, stale, stale.Status, *next)
+		Expect(errors.Is(err, apply.ErrStale)).To(BeTrue(), "the write of a stale status: %v", err)
 		Expect(getRing(ctx, ring).Status.LastRotateRequestedAt).NotTo(Equal(next.LastRotateRequestedAt), "the stale status was written")
 
-		res, err := controller.Result(reconcile.Result{}, errors.Join(nil, err))
+		res, err := apply.Result(reconcile.Result{}, errors.Join(nil, err))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(res.RequeueAfter).To(BeNumerically(">", 0))
 
 		boom := errors.New("list namespaces: the API server is down")
-		_, err = controller.Result(reconcile.Result{}, errors.Join(boom, controller.ErrStaleStatus))
+		_, err = apply.Result(reconcile.Result{}, errors.Join(boom, apply.ErrStale))
 		Expect(err).To(MatchError(boom), "a real error beside the conflict is still an error")
 	})
 })

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/controller/apply"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 )
 
@@ -35,23 +36,23 @@ type TicketKeyRingReconciler struct {
 
 // Reconcile publishes the ring's next epoch when one is due and keeps its
 // projection in step with the newest snapshot; a ring being deleted only
-// destroys its keys as they expire, until it goes (ringplan.Decide).
+// destroys its keys as they expire, until it goes (ticketplan.Decide).
 func (r *TicketKeyRingReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	tkr := &v1alpha1.TicketKeyRing{}
 	if err := r.Get(ctx, req.NamespacedName, tkr); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.gauges.forget(req.NamespacedName)
-			r.secrets.known.forgetRing(v1alpha1.KindTicketKeyRing, req.Namespace, req.Name)
-			r.statuses.forget(req.NamespacedName)
+			r.secrets.known.ForgetRing(v1alpha1.KindTicketKeyRing, req.Namespace, req.Name)
+			r.statuses.Forget(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("ring", klog.KObj(tkr)))
-	base := r.statuses.base(tkr, tkr.Status)
+	base := r.statuses.Base(tkr, tkr.Status)
 	status, res, err := r.reconcile(ctx, ring{
 		obj: tkr, owner: distribute.OwnerOf(tkr), spec: tkr.Spec, status: base,
 		namespace: tkr.Namespace, targets: []string{tkr.Namespace}, voters: []string{tkr.Namespace},
 	})
-	return result(res, errors.Join(err, applyRememberedStatus(ctx, r.Client, r.secrets.APIReader, &r.statuses, tkr, base, status,
+	return apply.Result(res, errors.Join(err, applyRememberedStatus(ctx, r.Client, r.secrets.APIReader, &r.statuses, tkr, base, status,
 		func(x *v1alpha1.TicketKeyRing) v1alpha1.TicketKeyRingStatus { return x.Status })))
 }

@@ -101,9 +101,9 @@ var _ = Describe("The chart without the CertificatePolicy audit, its ring namesp
 		op, stop, err := testenv.RunOperator(cfg, operator.Options{
 			MetricsAddr: "0", ProbeAddr: "0", LeaderElection: true,
 			LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: time.Second,
-			SkipNameValidation: true, WatchNamespaces: []string{rings},
+			SkipNameValidation: true, WatchNamespaces: []string{rings}, NoCertificatePolicy: true,
 			Options: controller.Options{Namespace: testenv.Namespace, ServiceAccount: sa, Clock: fakeClock, MintTimeout: mintTimeout,
-				Registry: prometheus.NewRegistry(), NoCertificatePolicy: true},
+				Registry: prometheus.NewRegistry()},
 		})
 		Expect(err).NotTo(HaveOccurred(), "the operator starts and leads with the narrow RBAC")
 		DeferCleanup(func() { Expect(stop()).To(Succeed()) })
@@ -173,9 +173,9 @@ var _ = Describe("A DNS name owned outside the listed namespaces", Ordered, func
 		_, stop, err := testenv.RunOperator(cfg, operator.Options{
 			MetricsAddr: "0", ProbeAddr: "0", LeaderElection: true,
 			LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: time.Second,
-			SkipNameValidation: true, WatchNamespaces: []string{rings},
+			SkipNameValidation: true, WatchNamespaces: []string{rings}, NoCertificatePolicy: true,
 			Options: controller.Options{Namespace: testenv.Namespace, ServiceAccount: sa, Clock: fakeClock, MintTimeout: mintTimeout,
-				Registry: prometheus.NewRegistry(), NoCertificatePolicy: true},
+				Registry: prometheus.NewRegistry()},
 		})
 		Expect(err).NotTo(HaveOccurred(), "the operator starts and leads as %s", user)
 		DeferCleanup(func() { Expect(stop()).To(Succeed()) })

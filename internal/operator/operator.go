@@ -31,6 +31,8 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/controller"
+	"github.com/ringmaster-io/ringmaster/internal/controller/apply"
+	"github.com/ringmaster-io/ringmaster/internal/controller/certificatepolicy"
 	"github.com/ringmaster-io/ringmaster/internal/dnswork"
 	"github.com/ringmaster-io/ringmaster/internal/nudge"
 	"github.com/ringmaster-io/ringmaster/internal/shape"
@@ -81,6 +83,16 @@ type Options struct {
 	WatchNamespaces []string
 
 	controller.Options
+	// MaxRenewalsPerMinute bounds Enforce's renewals across the cluster; 0
+	// means certificatepolicy.DefaultMaxRenewalsPerMinute.
+	MaxRenewalsPerMinute int
+	// NoCertificatePolicy leaves the CertificatePolicy controller out, and
+	// with it every read of Secrets other than ringmaster's own: the
+	// operator then needs no cluster-wide Secret read (docs/security.md).
+	NoCertificatePolicy bool
+	// Shapes is what every cache of the operator keeps of each kind
+	// (shape.Operator), set by New.
+	Shapes *shape.Registry
 	// Probing bounds how the operator asks pods what they hold
 	// (spec.confirmation); its zero value is the defaults.
 	Probing confirm.Budget
@@ -105,7 +117,8 @@ type Options struct {
 // Operator is a built manager and the controllers it runs.
 type Operator struct {
 	manager.Manager
-	*controller.Controllers
+	// CertificatePolicy is nil under Options.NoCertificatePolicy.
+	CertificatePolicy *certificatepolicy.Reconciler
 	// Shapes is what the operator's caches keep of each kind, and the
 	// informers they made (shape.Registry.Informers).
 	Shapes *shape.Registry
@@ -250,9 +263,16 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 		}
 		o.Nudger = nudger
 	}
-	c, err := controller.Setup(ctx, mgr, o.Options)
-	if err != nil {
+	if err := controller.Setup(ctx, mgr, o.Options); err != nil {
 		return nil, err
+	}
+	var cpol *certificatepolicy.Reconciler
+	if !o.NoCertificatePolicy {
+		cpol = &certificatepolicy.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: apply.Recorder(mgr.GetEventRecorder("ringmaster")),
+			Clock: o.Clock, MaxRenewalsPerMinute: o.MaxRenewalsPerMinute, Shapes: o.Shapes}
+		if err := cpol.SetupWithManager(mgr, o.Registry); err != nil {
+			return nil, fmt.Errorf("set up the CertificatePolicy controller: %w", err)
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, err
@@ -260,5 +280,5 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, err
 	}
-	return &Operator{Manager: mgr, Controllers: c, Shapes: o.Shapes, Pods: pods}, nil
+	return &Operator{Manager: mgr, CertificatePolicy: cpol, Shapes: o.Shapes, Pods: pods}, nil
 }

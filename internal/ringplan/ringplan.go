@@ -1,491 +1,84 @@
-// Package ringplan holds a ring's decisions, for either kind of ring: what
-// one reconcile must write, from what it read. It is pure: it takes values
-// and the time, and returns values; the controller does the I/O and keeps
-// the order (read, Decide, mint, Finish, write the shared entry, Wrote,
-// publish, deliver, destroy).
+// Package ringplan is the engine every kind of ring is planned on: the
+// vocabulary one pass of a ring, of any kind, speaks to its controller.
+//
+// A pass reads what a ring is and has, decides, mints, finishes and
+// writes; then it reports. What a kind decides is its own, in a package
+// of its own (ringplan/ticket for ticket key rings of both scopes,
+// ringplan/ech for the rings of Encrypted Client Hello configs), each a
+// pure step from what the controller read to what it must write. What
+// every kind reports is here, once:
+//   - Problem, what keeps a ring from going on, for its Ready condition;
+//   - Report, the pass's outcome: the status to write once, when to look
+//     again, the events to emit, and what its metrics count;
+//   - Requeue, the arbiter of when to look again;
+//   - Conditions, which set each condition with the pass's generation and
+//     date a transition by the pass's own clock, and Warnings, the events
+//     a condition turning bad calls for, from one table per kind;
+//   - the requests a ring's annotations may carry (Request, RequestedBy).
+//
+// It is pure: values in, values out.
 package ringplan
 
 import (
-	"fmt"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/internal/distribute"
-	"github.com/ringmaster-io/ringmaster/internal/keyring"
-	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
-	"github.com/ringmaster-io/ringmaster/internal/schedule"
-	"github.com/ringmaster-io/ringmaster/internal/sharedring"
-	"github.com/ringmaster-io/ringmaster/internal/textlimit"
 )
 
-// ConflictRetry is how often a ring blocked by a foreign Secret looks
-// again, or retries a target that failed: the cache holds only
-// ringmaster's Secrets, so the foreign one's removal raises no event.
-const ConflictRetry = time.Minute
-
-// ConfirmPoll is how often a ring whose due staged key waits for its fleet
-// asks the pods again.
-const ConfirmPoll = 5 * time.Second
-
-// LostRaceRetry is how soon a ring whose write to its shared entry lost
-// the race looks again, to adopt the winner's version.
-const LostRaceRetry = 50 * time.Millisecond
-
-// Read is what a reconcile read of one ring, once its history and policy
-// are known to be sound.
-type Read struct {
-	Now     time.Time
-	Policy  keyring.Policy
-	History keyring.History
-	// Current is the ring the newest snapshot holds.
-	Current keyring.Ring
-	// Last is the ring's status as read.
-	Last v1alpha1.TicketKeyRingStatus
-	// Rotate and Revoke are the ring's rotate-now and revoke requests (its
-	// annotations); RevokedBy is the field manager that set the revoke.
-	Rotate, Revoke, RevokedBy string
-	// Confirmed says every selected, ready pod holds the staged key.
-	Confirmed bool
-	// Shared is the ring's shared entry; nil for a ring that is not shared.
-	Shared *Shared
-
-	// Halted, when set, stops the reconcile before it plans (an unreadable
-	// newest snapshot, an invalid spec): nothing is written, Ready says why.
-	Halted *ringstatus.Problem
-	// Blocked, when set, says why the ring mints nothing this time though
-	// its record is sound (a selector of its spec the cache did not keep):
-	// it fails closed, destroying only what expired, and Ready says why.
-	Blocked *ringstatus.Problem
-	// Ring is what the status reports of the ring's spec and targets.
-	Ring Ring
-	// Shown is what the ring's voters last said of its staged key (under
-	// spec.confirmation), and OverdueSince since when it has waited past
-	// its timeout (zero when it has not).
-	Shown        *v1alpha1.ConfirmationStatus
-	OverdueSince time.Time
-	// Refused says which request annotations were refused, unread.
-	Refused []string
-	// Deleting says the ring is being deleted, held by Finalizers: it
-	// fails closed (Decide) until it goes.
-	Deleting   bool
-	Finalizers []string
+// Problem is what kept a pass from going on, with the reason to report and
+// a message saying what to do.
+type Problem struct {
+	Reason  string
+	Message string
 }
 
-// Ring is what the status reports of a ring's spec and where it delivers.
-type Ring struct {
-	Owner      distribute.Owner
-	Generation int64
-	// Targets counts the namespaces it delivers to.
-	Targets      int
-	Formats      []v1alpha1.KeyFormat
-	RetainedKeys int32
-	// Confirm says the ring has spec.confirmation.
-	Confirm bool
+// Event is an event a pass calls for: its type (Warning or Normal), its
+// reason and action, and its note, which never holds key bytes.
+type Event struct {
+	Warning bool
+	Reason  string
+	Action  string
+	Note    string
+	// Condition is the condition whose transition calls for the event;
+	// "" for an event of what a pass wrote.
+	Condition string
+	// Regarding names the Secret the event is related to (the snapshot a
+	// pass wrote), in the ring's home namespace; "" for none.
+	Regarding string
 }
 
-// Shared is a shared ring's entry as one reconcile read it.
-type Shared struct {
-	// Entry is the newest version read; nil when the entry does not exist.
-	Entry *sharedring.Record
-	// Base is the ring to plan from (sharedring.Base), when Blocked is nil.
-	Base keyring.Ring
-	// Policy is the ring's own, which the entry must record.
-	Policy sharedring.Policy
-	// LocalVersion is the entry's version this cluster serves.
-	LocalVersion int64
-	// Blocked, when set, says why the ring cannot use its entry this time
-	// (Vault unread, a rolled-back entry, a spec a shared ring cannot
-	// serve): the ring fails closed.
-	Blocked *ringstatus.Problem
+// Report is what one pass of a ring reports once its writes are done:
+// the status to write (once, and only when it changed), when to look
+// again, the events to emit, and what the ring's metrics count.
+type Report[S any] struct {
+	Status  S
+	Requeue time.Duration
+	Events  []Event
+	Counts  Counts
 }
 
-func (s *Shared) handled(request string) bool { return s != nil && s.Entry.Handled(request) }
-func (s *Shared) revoked(request string) bool { return s != nil && s.Entry.Revoked(request) }
-
-func (s *Shared) localVersion() int64 {
-	if s == nil {
-		return 0
-	}
-	return s.LocalVersion
+// Counts is what a pass adds to the ring metrics, and what its gauges show.
+type Counts struct {
+	// Rotated says the pass published a new epoch as planned; Failed
+	// counts the rotations that failed (a mint, a shared entry's write, a
+	// snapshot's write).
+	Rotated bool
+	Failed  int
+	// Unconfirmed says a key or config went live without every pod of the
+	// fleet holding it (at its ceiling, or its timeout under Promote).
+	Unconfirmed bool
+	// Gauge is what the ring's gauges show after the pass; nil when no key
+	// encrypts, or the pass halted.
+	Gauge *Gauge
+	// MintRetry says the pass looks again soon for a key source that
+	// failed, rather than back off: expired keys must still go on time.
+	MintRetry bool
 }
 
-// Decision is the plan Decide makes, before any key is minted.
-type Decision struct {
-	// Plan is the next ring, whose first Plan.Mint keys need their secrets.
-	Plan keyring.Plan
-	// FailClosed says the ring mints nothing this time: Source says why.
-	FailClosed bool
-	Source     *ringstatus.Problem
-	// RotateNow and Revoke say which request the plan carries out.
-	RotateNow, Revoke bool
-	// Unconfirmed describes a held staged key the plan activates
-	// unconfirmed.
-	Unconfirmed *ringstatus.Unconfirmed
-	// Current is the ring the plan starts from, as read: what serves if
-	// the mint fails.
-	Current keyring.Ring
-}
-
-// Decide plans the ring's next epoch from what was read. A ring being
-// deleted, and a shared ring that cannot use its entry, fail closed: they
-// mint nothing, carry out no request, write no shared entry, and only
-// destroy what expired. A halted ring plans nothing.
-func Decide(in Read) Decision {
-	if in.Halted != nil {
-		return Decision{Plan: keyring.Plan{Ring: in.Current}, FailClosed: true, Current: in.Current}
-	}
-	if in.Deleting {
-		// A finalizer may hold the ring for as long as its writer likes (an
-		// orphan delete waits for the garbage collector): no key of it
-		// may outlive its expiresAt meanwhile, and nothing new is
-		// published by a ring its author asked to go.
-		return Decision{Plan: keyring.Plan{}.WithoutMint(in.Now, in.Current), FailClosed: true, Source: deleting(in), Current: in.Current}
-	}
-	if in.Blocked != nil {
-		return Decision{Plan: keyring.Plan{}.WithoutMint(in.Now, in.Current), FailClosed: true, Source: in.Blocked, Current: in.Current}
-	}
-	if in.Shared != nil && in.Shared.Blocked != nil {
-		return Decision{Plan: keyring.Plan{}.WithoutMint(in.Now, in.Current), FailClosed: true, Source: in.Shared.Blocked, Current: in.Current}
-	}
-	inputs := keyring.Inputs{
-		RotateNow:   in.History.CarryOut(in.Rotate, in.Last.LastRotateRequestedAt) && !in.Shared.handled(in.Rotate),
-		Revoke:      in.History.CarryOutRevoke(in.Revoke, in.Last.LastRevokeRequestedAt) && !in.Shared.revoked(in.Revoke),
-		StagedSince: in.History.StagedSince,
-		Confirmed:   in.Confirmed,
-	}
-	base := in.Current
-	if in.Shared != nil {
-		base = in.Shared.Base
-	}
-	plan := keyring.Next(in.Now, in.Policy, base, inputs)
-	return Decision{Plan: plan, RotateNow: inputs.RotateNow, Revoke: inputs.Revoke,
-		Unconfirmed: unconfirmed(in, plan), Current: in.Current}
-}
-
-// unconfirmed describes the held staged key the plan found activated by
-// the clock unconfirmed, with what its voters last said of it; nil if none.
-func unconfirmed(in Read, plan keyring.Plan) *ringstatus.Unconfirmed {
-	c := in.Policy.Confirm
-	if plan.Unconfirmed == "" || c == nil {
-		return nil
-	}
-	k, _ := in.Current.Key(plan.Unconfirmed)
-	u := &ringstatus.Unconfirmed{Key: k.ID, ActiveFrom: k.ActiveFrom, Due: in.Current.Due,
-		Promote: c.Promote, Timeout: c.Timeout, Ceiling: c.Ceiling()}
-	if r := in.Last.Confirmation; r != nil && r.StagedKey == k.ID {
-		u.Report = r
-	}
-	return u
-}
-
-// Minted is what minting the plan's keys gave.
-type Minted struct {
-	// Ring is the plan's ring with its new keys' secrets.
-	Ring keyring.Ring
-	// Err is why minting failed; Problem is what the status shows of it.
-	Err     error
-	Problem *ringstatus.Problem
-}
-
-// Result is what the reconcile must write, once its keys are minted.
-type Result struct {
-	in   Read
-	Plan keyring.Plan
-	// Next is the ring to publish when Publish is set.
-	Next     keyring.Ring
-	Requests distribute.Requests
-	Publish  bool
-	// Source, when set, says why nothing new could be minted.
-	Source *ringstatus.Problem
-	// RotateRequest and RevokeRequest are the requests to echo in status;
-	// Revocation records a revoke carried out now.
-	RotateRequest, RevokeRequest string
-	Revocation                   *v1alpha1.Revocation
-	Unconfirmed                  *ringstatus.Unconfirmed
-	// MintFailed says a mint failed, and RotationFailed that a rotation
-	// failed for any reason (a mint, a shared entry's write).
-	MintFailed, RotationFailed bool
-	// Sync, when set, is what the shared ring does with its entry before
-	// it publishes; Wrote folds in the write when Sync.Write is set.
-	Sync *Sync
-	// Adopt says the ring publishes the version it read, another
-	// cluster's.
-	Adopt bool
-	// LostRace says the write to the shared entry lost the race; SyncFailed
-	// that it failed otherwise (the ring then fails closed).
-	LostRace, SyncFailed bool
-	// SharedStatus is the ring's status.shared after the reconcile; nil for
-	// a ring that is not shared.
-	SharedStatus *v1alpha1.SharedRingStatus
-}
-
-// Sync is a shared ring's write to its entry.
-type Sync struct {
-	// Write says to write Record as the entry's version CAS+1.
-	Write  bool
-	CAS    int64
-	Record sharedring.Record
-}
-
-// Finish folds the mint's outcome into the decision. A failed mint falls
-// back on a plan that only destroys what expired, so that forward secrecy
-// never waits for the source. A request is echoed once carried out, now,
-// by an epoch on record, or by another cluster in the shared entry.
-func Finish(in Read, d Decision, m Minted) Result {
-	r := Result{in: in, Plan: d.Plan, Next: m.Ring, Source: d.Source}
-	if in.Halted != nil {
-		r.Next = in.Current
-		return r
-	}
-	if d.FailClosed {
-		r.Next = d.Plan.Ring
-		r.Requests.Shared = in.Shared.localVersion()
-		r.Publish = r.Plan.Changed
-		if in.Deleting {
-			// Its entry is not read (nothing of it is used): the status
-			// keeps what it last said of it.
-			r.SharedStatus = in.Last.Shared
-		}
-		return r
-	}
-	r.Unconfirmed = d.Unconfirmed
-	switch {
-	case m.Err != nil:
-		r.MintFailed, r.RotationFailed, r.Source = true, true, m.Problem
-		r.Plan = d.Plan.WithoutMint(in.Now, in.Current)
-		r.Next = r.Plan.Ring
-	case d.Revoke:
-		r.Requests.Revoke = in.Revoke
-		r.Revocation = &v1alpha1.Revocation{RequestedAt: in.Revoke, Keys: d.Plan.Revoked, RequestedBy: in.RevokedBy}
-	case d.RotateNow:
-		r.Requests.Rotate = in.Rotate
-	}
-	if r.Requests.Rotate == "" && in.Shared.handled(in.Rotate) {
-		r.Requests.Rotate = in.Rotate
-	}
-	if r.Requests.Revoke == "" && in.Shared.revoked(in.Revoke) {
-		r.Requests.Revoke = in.Revoke
-	}
-	// The status read may lag the record, and must not bring back an
-	// older request.
-	if r.Requests.Rotate != "" || in.History.Handled(in.Rotate) {
-		r.RotateRequest = in.Rotate
-	}
-	if r.Requests.Revoke != "" || in.History.Revoked(in.Revoke) {
-		r.RevokeRequest = in.Revoke
-	}
-	if in.Shared == nil || m.Err != nil {
-		r.Requests.Shared = in.Shared.localVersion()
-		r.Publish = r.Plan.Changed
-		return r
-	}
-	return r.sync(in)
-}
-
-// sync brings a shared ring in line with its entry: it writes Next as the
-// entry's next version when the plan is a real rotation
-// (sharedring.Decide), or serves the entry's ring, publishing it when it
-// differs from the current one.
-func (r Result) sync(in Read) Result {
-	sh := in.Shared
-	r.Requests.Shared = sh.LocalVersion
-	if sh.Entry != nil {
-		r.Requests.Shared = sh.Entry.Version
-	}
-	change := sharedring.Change{Minted: r.Plan.Mint, Dropped: len(r.Plan.Expired),
-		Request: (r.Requests.Rotate != "" && !sh.Entry.Handled(r.Requests.Rotate)) || (r.Requests.Revoke != "" && !sh.Entry.Revoked(r.Requests.Revoke))}
-	write, serve := sharedring.Decide(r.Next, change, sh.Entry)
-	if !write {
-		r.Next, r.Sync = serve, &Sync{}
-		r.Publish = !sharedring.Same(serve, in.Current)
-		r.Adopt = r.Publish
-		return r
-	}
-	s := &Sync{Write: true, Record: sh.Entry.Next(r.Next, sh.Policy, r.Requests.Rotate, r.Requests.Revoke)}
-	if sh.Entry != nil {
-		s.CAS = sh.Entry.Version
-	}
-	r.Sync = s
-	return r
-}
-
-// Written is the outcome of the write to the shared entry.
-type Written struct {
-	// Version is the version written.
-	Version int64
-	// Err is why the write failed; LostRace says another cluster wrote
-	// first; Problem is what the status shows of Err.
-	Err      error
-	LostRace bool
-	Problem  *ringstatus.Problem
-}
-
-// Wrote folds in the write of the shared entry. A write that loses the race
-// publishes nothing: the next pass adopts the winner's version. One that
-// fails otherwise fails closed: the plan falls back on destroying expired
-// keys. Either way a request the plan carried out is carried out again, or
-// found carried out, next time.
-func Wrote(in Read, r Result, w Written) Result {
-	if w.Err == nil {
-		r.Publish, r.Requests.Shared = true, w.Version
-		return r
-	}
-	r.Publish = false
-	r.RotateRequest, r.RevokeRequest, r.Revocation = "", "", nil
-	if w.LostRace {
-		r.LostRace = true
-		return r
-	}
-	r.SyncFailed, r.RotationFailed, r.Source = true, true, w.Problem
-	r.Plan = r.Plan.WithoutMint(in.Now, in.Current)
-	r.Next, r.Requests.Shared = r.Plan.Ring, in.Shared.LocalVersion
-	r.Publish = r.Plan.Changed
-	return r
-}
-
-// Serving is the ring this cluster serves after the reconcile, when it
-// publishes nothing: the current ring for a shared ring (its plan was made
-// from the entry), the plan's ring otherwise.
-func (r Result) Serving(in Read) keyring.Ring {
-	if in.Shared != nil {
-		return in.Current
-	}
-	return r.Next
-}
-
-// report puts in the status's outcome what the result says of the ring's
-// key source, its requests and its held staged key.
-func (r Result) report(out ringstatus.Outcome) ringstatus.Outcome {
-	out.Source, out.Unconfirmed, out.Revocation = r.Source, r.Unconfirmed, r.Revocation
-	out.RotateRequest, out.RevokeRequest = r.RotateRequest, r.RevokeRequest
-	return out
-}
-
-// Requeue is when the ring must be looked at again: when its plan says, and
-// sooner for a failed target, a staged key awaiting its fleet, or a shared
-// ring (its entry is read every sharedring.SyncPeriod, at once after a
-// lost race).
-func Requeue(now time.Time, policy keyring.Policy, plan keyring.Plan, shared bool, failedTargets int, lostRace bool) time.Duration {
-	after := schedule.After(now, plan.RequeueAt)
-	if failedTargets > 0 {
-		after = min(ConflictRetry, after)
-	}
-	if plan.Awaiting {
-		after = min(ConfirmPoll, after)
-	}
-	if shared {
-		after = min(sharedring.SyncPeriod(policy.ActivationDelay), after)
-	}
-	if lostRace {
-		after = LostRaceRetry
-	}
-	return after
-}
-
-// Overdue is since when the ring's staged key has waited past its
-// confirmation timeout, by the answers shown; zero when it has not, or is
-// confirmed.
-func Overdue(now time.Time, cur keyring.Ring, timeout time.Duration, confirmed bool, shown *v1alpha1.ConfirmationStatus) time.Time {
-	if confirmed || shown == nil || len(cur.Keys) < 2 || shown.StagedKey != cur.Keys[0].ID {
-		return time.Time{}
-	}
-	if late := cur.Due.Add(timeout); !now.Before(late) {
-		return late
-	}
-	return time.Time{}
-}
-
-// Adopted is the shared status of a ring that publishes the version rec,
-// another cluster's, now: with how long the version took to arrive.
-func Adopted(st v1alpha1.SharedRingStatus, rec sharedring.Record, now time.Time) (v1alpha1.SharedRingStatus, time.Duration) {
-	delay := max(now.Sub(rec.Created), 0)
-	st.Version, st.VersionTime = rec.Version, &metav1.Time{Time: rec.Created.Truncate(time.Second)}
-	st.PropagationDelay, st.Writer = &metav1.Duration{Duration: delay.Round(time.Millisecond)}, "Adopted"
-	return st, delay
-}
-
-// WroteStatus is the shared status of a ring that wrote version rec itself.
-func WroteStatus(st v1alpha1.SharedRingStatus, rec sharedring.Record) v1alpha1.SharedRingStatus {
-	st.Version, st.VersionTime = rec.Version, &metav1.Time{Time: rec.Created.Truncate(time.Second)}
-	st.PropagationDelay, st.Writer = &metav1.Duration{}, "Local"
-	return st
-}
-
-// Report is a shared ring's status.shared after a reconcile. The version
-// served is the one read (entry, when usable). One the status does not
-// show yet was adopted by a pass whose status write failed: when it arrived
-// is known only if this operator adopted it, as remembered.
-func Report(st v1alpha1.SharedRingStatus, entry *sharedring.Record, usable bool, remembered *v1alpha1.SharedRingStatus) v1alpha1.SharedRingStatus {
-	if !usable || entry == nil || entry.Deleted || st.Version == entry.Version {
-		return st
-	}
-	st.Version, st.VersionTime = entry.Version, &metav1.Time{Time: entry.Created.Truncate(time.Second)}
-	st.Writer, st.PropagationDelay = "Adopted", nil
-	if remembered != nil && remembered.Version == st.Version {
-		st.PropagationDelay = remembered.PropagationDelay
-	}
-	return st
-}
-
-// Replan plans the ring again from later, the time its mint returned, when
-// that is a second or more after in.Now, and fills the new plan with the
-// secrets just minted. Whatever a reconcile spends before it publishes (a
-// Vault call up to the key source's timeout, a new leader's first reads)
-// would otherwise come off the time a new key is staged: a key due
-// ActivationDelay from in.Now would reach pods for less. Planned from
-// later, it is staged ActivationDelay from about when it is published.
-//
-// The plan stays as it was when re-planning would change what is minted
-// (a key expiring in between), when the mint failed or minted nothing, and
-// for a shared ring, whose entry in Vault records the plan's times.
-func Replan(in Read, d Decision, m Minted, later time.Time) (Read, Decision, Minted) {
-	if in.Shared != nil || m.Err != nil || d.FailClosed || d.Plan.Mint == 0 ||
-		len(m.Ring.Keys) < d.Plan.Mint || later.Sub(in.Now) < time.Second {
-		return in, d, m
-	}
-	again := in
-	again.Now = later
-	d2 := Decide(again)
-	if d2.FailClosed || d2.Plan.Mint != d.Plan.Mint || d2.RotateNow != d.RotateNow || d2.Revoke != d.Revoke {
-		return in, d, m
-	}
-	secrets := make([]keyring.Secret, d.Plan.Mint)
-	for i := range secrets {
-		secrets[i] = m.Ring.Keys[i].Secret
-	}
-	next, err := d2.Plan.Fill(secrets)
-	if err != nil {
-		return in, d, m
-	}
-	return again, d2, Minted{Ring: next}
-}
-
-// deleting is what the status of a ring being deleted says: what it still
-// does, until when it holds keys, and the finalizers that hold it (a
-// bounded list: any writer of the ring may add one).
-func deleting(in Read) *ringstatus.Problem {
-	msg := "The ring is being deleted: it stages no new key and carries out no rotate-now or revoke, and destroys each key at its expiresAt"
-	if last := lastExpiry(in.Current, in.Now); !last.IsZero() {
-		msg += fmt.Sprintf(" (its last key expires at %s)", last.UTC().Format(time.RFC3339))
-	} else {
-		msg += " (it holds no key now)"
-	}
-	if len(in.Finalizers) > 0 {
-		msg += fmt.Sprintf(". It goes once these finalizers are removed: %s", textlimit.List(in.Finalizers, textlimit.MaxListed, ", ", 0))
-	}
-	return &ringstatus.Problem{Reason: v1alpha1.ReasonRingDeleting, Message: msg}
-}
-
-// lastExpiry is the latest expiresAt of r's keys still live at now; zero
-// when none is.
-func lastExpiry(r keyring.Ring, now time.Time) time.Time {
-	var last time.Time
-	for _, k := range r.Keys {
-		if k.ExpiresAt.After(now) && k.ExpiresAt.After(last) {
-			last = k.ExpiresAt
-		}
-	}
-	return last
+// Gauge is what a ring's gauges show after a pass.
+type Gauge struct {
+	Epoch      int64
+	ActiveFrom time.Time
+	// OverdueSince is since when a rotation has been due while no key
+	// could be minted; UnconfirmedSince since when its staged key has
+	// waited for its fleet past the timeout. Zero when not.
+	OverdueSince, UnconfirmedSince time.Time
 }

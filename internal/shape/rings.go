@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	"github.com/ringmaster-io/ringmaster/internal/ringplan"
 )
 
 // What the caches keep of a ring, of any kind, beside its identity:
@@ -18,7 +18,7 @@ import (
 //     being deleted says which hold it; an ECHKeyRing's own finalizer is
 //     read);
 //   - of its annotations, only the rotate-now and revoke requests, each
-//     only when it could be one (at most ringstatus.MaxRequestLength
+//     only when it could be one (at most ringplan.MaxRequestLength
 //     characters: a longer value is kept as NotKept, which a reconcile
 //     refuses as it would the value);
 //   - of its managed fields, for each request, the entry that set it last
@@ -117,7 +117,7 @@ func ringMeta(m *metav1.ObjectMeta, c *cuts) metav1.ObjectMeta {
 		if !ok {
 			continue
 		}
-		if len(v) > ringstatus.MaxRequestLength {
+		if len(v) > ringplan.MaxRequestLength {
 			v = NotKept
 		}
 		if out.Annotations == nil {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	"github.com/ringmaster-io/ringmaster/internal/ringplan"
 	"github.com/ringmaster-io/ringmaster/internal/testing/maximal"
 )
 
@@ -49,7 +49,7 @@ func TestRingRequests(t *testing.T) {
 		}}}
 	got := shapeTKR(t, ring)
 	for _, a := range requestAnnotations {
-		if b, w := ringstatus.RequestedBy(got.GetManagedFields(), a), ringstatus.RequestedBy(ring.GetManagedFields(), a); b != w {
+		if b, w := ringplan.RequestedBy(got.GetManagedFields(), a), ringplan.RequestedBy(ring.GetManagedFields(), a); b != w {
 			t.Errorf("%s requested by %q once shaped, %q whole", a, b, w)
 		}
 	}
@@ -66,7 +66,7 @@ func TestRingRequests(t *testing.T) {
 	if !equality.Semantic.DeepEqual(got.Annotations, want) || got.Labels != nil || len(digest) == 0 {
 		t.Errorf("annotations %v, labels %v; want %v and none", got.Annotations, got.Labels, want)
 	}
-	if _, ok := ringstatus.Request(got.Annotations[v1alpha1.RevokeRequestedAtAnnotation]); ok {
+	if _, ok := ringplan.Request(got.Annotations[v1alpha1.RevokeRequestedAtAnnotation]); ok {
 		t.Error("a request too long to be one is kept as one")
 	}
 	if again := shapeTKR(t, got); !equality.Semantic.DeepEqual(again, got) {

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/internal/controller"
+	"github.com/ringmaster-io/ringmaster/internal/controller/certificatepolicy"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 )
@@ -35,7 +36,7 @@ var (
 	k8s        client.Client
 	fakeClock  *clocktesting.FakeClock
 	registry   *prometheus.Registry
-	reconciler *controller.CertificatePolicyReconciler
+	reconciler *certificatepolicy.Reconciler
 )
 
 func TestCertificatePolicy(t *testing.T) {
@@ -46,10 +47,8 @@ func TestCertificatePolicy(t *testing.T) {
 var _ = BeforeSuite(func(ctx SpecContext) {
 	fakeClock = clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
 	suite, err := testenv.StartSuite(ctx, testenv.SuiteOptions{
-		Log: GinkgoWriter,
-		Operator: operator.Options{Options: controller.Options{
-			Clock: fakeClock, MaxRenewalsPerMinute: maxRenewals,
-		}},
+		Log:      GinkgoWriter,
+		Operator: operator.Options{Options: controller.Options{Clock: fakeClock}, MaxRenewalsPerMinute: maxRenewals},
 	})
 	Expect(err).NotTo(HaveOccurred(), "the control plane runs and the operator leads, with its own RBAC")
 	DeferCleanup(suite.Stop)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
-	"github.com/ringmaster-io/ringmaster/internal/ringstatus"
+	"github.com/ringmaster-io/ringmaster/internal/ringplan/ticket"
 )
 
 // Ring is a TicketKeyRing or a ClusterTicketKeyRing, as read.
@@ -94,7 +94,7 @@ func (r Ring) Row(now time.Time) Row {
 			parts[i] = fmt.Sprintf("%s (%s: %s)", f.Namespace, f.Reason, f.Message)
 		}
 		msg := fmt.Sprintf("epoch %d did not reach %s", r.Status.Epoch, strings.Join(parts, "; "))
-		if n == ringstatus.MaxFailedTargets && ready != nil && ready.Status == metav1.ConditionFalse {
+		if n == ticket.MaxFailedTargets && ready != nil && ready.Status == metav1.ConditionFalse {
 			msg += "; status lists no more: " + ready.Message // it counts them all
 		}
 		row.Problems = append(row.Problems, problem(msg, FailedTargets))
