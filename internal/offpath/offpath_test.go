@@ -186,11 +186,15 @@ func TestExpiry(t *testing.T) {
 		// then runs after the item was asked q and ran once (when ran is
 		// set), on a scheduler with GiveUp when giveUp is set.
 		ran, giveUp, due, running bool
-		then                       func(s *sched, clk *clocktesting.FakeClock)
-		kept                       bool
+		then                      func(s *sched, clk *clocktesting.FakeClock)
+		kept                      bool
 	}{
 		{name: "asked within the TTL: kept", due: true, kept: true,
-			then: func(s *sched, clk *clocktesting.FakeClock) { clk.Step(ttl); s.Want("a", question{v: "q"}); clk.Step(ttl) }},
+			then: func(s *sched, clk *clocktesting.FakeClock) {
+				clk.Step(ttl)
+				s.Want("a", question{v: "q"})
+				clk.Step(ttl)
+			}},
 		{name: "not asked for longer than the TTL: dropped when due", due: true,
 			then: func(s *sched, clk *clocktesting.FakeClock) { clk.Step(ttl + time.Second) }},
 		{name: "not due (a staged key not yet in its lead): kept", kept: true,
@@ -448,8 +452,8 @@ func TestStart(t *testing.T) {
 	}
 	cancel()
 	select {
-	case <-done:
-		t.Fatal("Start returned while a run it started was in flight")
+	case err := <-done:
+		t.Fatalf("Start returned (%v) while a run it started was in flight", err)
 	default:
 	}
 	close(release)
