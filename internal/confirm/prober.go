@@ -17,13 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/offpath"
 	"github.com/ringmaster-io/ringmaster/internal/shape"
 )
 
@@ -72,6 +70,7 @@ const DefaultMaxPods = 1000
 
 func (b Budget) withDefaults() Budget {
 	b.PodsPerRing = cmp.Or(b.PodsPerRing, 64)
+	b.MaxPods = cmp.Or(b.MaxPods, DefaultMaxPods)
 	b.RingsPerNamespace = cmp.Or(b.RingsPerNamespace, 4)
 	b.Rings = cmp.Or(b.Rings, 32)
 	b.FetchesPerNamespace = cmp.Or(b.FetchesPerNamespace, 16)
@@ -81,7 +80,6 @@ func (b Budget) withDefaults() Budget {
 	b.RoundDeadline = cmp.Or(b.RoundDeadline, 10*time.Second)
 	b.Interval = cmp.Or(b.Interval, 5*time.Second)
 	b.Lead = cmp.Or(b.Lead, 30*time.Second)
-	b.MaxPods = cmp.Or(b.MaxPods, DefaultMaxPods)
 	return b
 }
 
@@ -190,24 +188,18 @@ type Prober struct {
 	Client *http.Client
 
 	once    sync.Once
+	rings   *offpath.Scheduler[Key, Want, probed]
 	mu      sync.Mutex
-	rings   map[Key]*probe
-	rounds  map[string]int // rounds in flight by ring namespace
-	total   int            // rounds in flight
-	fetches map[string]chan struct{}
+	fetches map[string]chan struct{} // by pod namespace
 	global  chan struct{}
-	kick    chan struct{}
-	out     map[string]chan event.TypedGenericEvent[types.NamespacedName]
 }
 
-// probe is what the Prober keeps of one ring.
-type probe struct {
-	want     Want
-	wantedAt time.Time // real time of the last Want
-	seen     *Seen
-	answers  map[Target]verdict
-	next     time.Time // real time of the next round
-	probing  bool
+// probed is what the Prober keeps of a ring's latest round: its answers,
+// and each pod's verdict, for the next round to ask only those that have
+// not confirmed.
+type probed struct {
+	seen     Seen
+	verdicts map[Target]verdict
 }
 
 // verdict is what a pod's last answer said of the staged key (the reason
@@ -227,14 +219,21 @@ func (p *Prober) init() {
 		if p.Client == nil {
 			p.Client = NewClient(p.Budget.ConnectTimeout, p.Budget.FetchTimeout)
 		}
-		p.rings = map[Key]*probe{}
-		p.rounds = map[string]int{}
 		p.fetches = map[string]chan struct{}{}
 		p.global = make(chan struct{}, p.Budget.Fetches)
-		p.kick = make(chan struct{}, 1)
-		if p.out == nil {
-			p.out = map[string]chan event.TypedGenericEvent[types.NamespacedName]{}
-		}
+		// Rounds of one namespace's rings count against its budget
+		// (cluster rings, of namespace "", share one).
+		p.rings = offpath.New(offpath.Config[Key, Want, probed]{
+			Tick: tick, TTL: wantTTL, Limit: p.Budget.Rings, PerGroup: p.Budget.RingsPerNamespace,
+			Group: func(k Key, _ Want) string { return k.Namespace },
+			Same:  Want.same,
+			Due: func(_ time.Time, it offpath.Item[Key, Want, probed]) bool {
+				return !p.Clock.Now().Before(it.Asked.Due.Add(-p.Budget.Lead))
+			},
+			Run:     p.round,
+			Changed: probed.changed,
+			Owner:   func(k Key) offpath.Owner { return offpath.Owner(k) },
+		})
 	})
 }
 
@@ -242,148 +241,66 @@ func (p *Prober) init() {
 // changed, for that kind's controller to watch. Call it before Start.
 func (p *Prober) Source(kind string) source.Source {
 	p.init()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ch := make(chan event.TypedGenericEvent[types.NamespacedName], 64)
-	p.out[kind] = ch
-	return source.TypedChannel(ch, handler.TypedEnqueueRequestsFromMapFunc(
-		func(_ context.Context, n types.NamespacedName) []reconcile.Request {
-			return []reconcile.Request{{NamespacedName: n}}
-		}))
+	return p.rings.Source(kind)
 }
 
 // Want records what a reconcile needs to know of a ring's fleet and returns
 // the latest answers to it, if there are any yet. It never blocks on a pod.
 func (p *Prober) Want(w Want) (Seen, bool) {
 	p.init()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	pr := p.rings[w.Key]
-	if pr == nil || !pr.want.same(w) {
-		pr = &probe{answers: map[Target]verdict{}}
-		p.rings[w.Key] = pr
-	}
-	pr.want, pr.wantedAt = w, time.Now()
-	p.wake()
-	if pr.seen == nil {
-		return Seen{}, false
-	}
-	return *pr.seen, true
+	last, ok := p.rings.Want(w.Key, w)
+	return last.seen, ok
 }
 
 // Forget stops probing a ring: its staged key is no longer held.
 func (p *Prober) Forget(k Key) {
 	p.init()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.rings, k)
+	p.rings.Drop(k)
 }
 
 // NeedLeaderElection: only the leader reconciles, so only it probes.
 func (p *Prober) NeedLeaderElection() bool { return true }
 
 // Start probes until ctx is done, and returns once every round it started
-// has ended.
+// has ended. A ring is probed from Budget.Lead before its staged key falls
+// due, and a reconcile's Want keeps it probed: one nobody asks for within
+// wantTTL is dropped.
 func (p *Prober) Start(ctx context.Context) error {
 	p.init()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	for {
-		for _, pr := range p.due(time.Now()) {
-			wg.Go(func() { p.round(ctx, pr) })
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		case <-p.kick:
-		}
-	}
-}
-
-func (p *Prober) wake() {
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
-}
-
-// due picks the rings to probe now, the longest waiting first, within the
-// budget of rounds per namespace and overall, and marks them in flight.
-func (p *Prober) due(now time.Time) []*probe {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ringNow := p.Clock.Now()
-	var ready []*probe
-	for k, pr := range p.rings {
-		window := !ringNow.Before(pr.want.Due.Add(-p.Budget.Lead))
-		if window && now.Sub(pr.wantedAt) > wantTTL && !pr.probing {
-			delete(p.rings, k)
-			continue
-		}
-		if window && !pr.probing && !now.Before(pr.next) {
-			ready = append(ready, pr)
-		}
-	}
-	slices.SortFunc(ready, func(a, b *probe) int {
-		return cmp.Or(a.next.Compare(b.next), cmp.Compare(a.want.Namespace, b.want.Namespace), cmp.Compare(a.want.Name, b.want.Name))
-	})
-	var out []*probe
-	for _, pr := range ready {
-		ns := pr.want.Namespace
-		if p.total >= p.Budget.Rings {
-			break
-		}
-		if p.rounds[ns] >= p.Budget.RingsPerNamespace {
-			continue
-		}
-		p.rounds[ns]++
-		p.total++
-		pr.probing = true
-		out = append(out, pr)
-	}
-	return out
+	return p.rings.Start(ctx)
 }
 
 // errNotAsked is a pod's answer when the budget left it for a later round.
 var errNotAsked = errors.New("not asked yet: over the budget of pods asked per round")
 
-// round asks one ring's pods, within the round's deadline, and keeps what
-// they said. It enqueues the ring when the answers changed.
-func (p *Prober) round(ctx context.Context, pr *probe) {
-	p.mu.Lock()
-	w, previous := pr.want, pr.answers
-	p.mu.Unlock()
-
+// round asks one ring's pods, within the round's deadline, and says what
+// they said. The ring's next round comes Budget.Interval later, whatever
+// came of this one.
+func (p *Prober) round(ctx context.Context, it offpath.Item[Key, Want, probed]) offpath.Outcome[probed] {
+	var previous map[Target]verdict
+	if it.Answer != nil {
+		previous = it.Answer.verdicts
+	}
 	rctx, cancel := context.WithTimeout(ctx, p.Budget.RoundDeadline)
 	defer cancel()
-	answers, result, err := p.ask(rctx, w, previous)
-	result.At = p.Clock.Now()
-	if err != nil && ctx.Err() == nil {
-		log.FromContext(ctx).Error(err, "Probing a ring's pods failed", "ring", w.Ring)
-	}
-
-	p.mu.Lock()
-	p.rounds[w.Namespace]--
-	p.total--
-	pr.probing, pr.next = false, time.Now().Add(p.Budget.Interval)
-	changed := false
-	if err == nil && p.rings[w.Key] == pr {
-		changed = pr.seen == nil || result.Confirmed() || !sameResult(pr.seen.Result, result.Result) || pr.seen.OverCap != result.OverCap
-		pr.seen, pr.answers = &result, answers
-	}
-	ch := p.out[w.Kind]
-	p.wake() // a slot is free
-	p.mu.Unlock()
-
-	if changed && ch != nil {
-		select {
-		case ch <- event.TypedGenericEvent[types.NamespacedName]{Object: w.NamespacedName}:
-		case <-ctx.Done():
+	verdicts, seen, err := p.ask(rctx, it.Asked, previous)
+	seen.At = p.Clock.Now()
+	out := offpath.Outcome[probed]{Hold: p.Budget.Interval}
+	if err != nil {
+		if ctx.Err() == nil {
+			log.FromContext(ctx).Error(err, "Probing a ring's pods failed", "ring", it.Asked.Ring)
 		}
+		return out
 	}
+	out.Answer = &probed{seen: seen, verdicts: verdicts}
+	return out
+}
+
+// changed reports whether a round's answers, next, are news to the ring's
+// controller: other counts or pods, or a confirmation, each of which is
+// (the ring acts on it, fresher than MaxAge).
+func (was probed) changed(next probed) bool {
+	return next.seen.Confirmed() || !sameResult(was.seen.Result, next.seen.Result) || was.seen.OverCap != next.seen.OverCap
 }
 
 // ask finds and selects the ring's pods, asks those that have not yet

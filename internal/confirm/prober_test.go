@@ -18,7 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/agentstatus"
@@ -92,6 +94,15 @@ func holding(t *testing.T, ids ...string) (addr string, served *atomic.Int64) {
 	t.Cleanup(srv.Close)
 	return srv.Listener.Addr().String(), served
 }
+
+// queue stands for a ring controller's queue: it passes on what the
+// Prober adds.
+type queue struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	added chan<- reconcile.Request
+}
+
+func (q queue) Add(r reconcile.Request) { q.added <- r }
 
 func want(ns, name string, due time.Time) Want {
 	return Want{
@@ -239,8 +250,10 @@ func TestProberBudget(t *testing.T) {
 			lister.place(t, "attack", "silent"+strconv.Itoa(i), 4, addr)
 			attack = append(attack, want("attack", "ring-"+strconv.Itoa(i), clk.Now()))
 		}
-		p.Source(v1alpha1.KindTicketKeyRing)
-		ch := p.out[v1alpha1.KindTicketKeyRing]
+		ch := make(chan reconcile.Request, 64)
+		if err := p.Source(v1alpha1.KindTicketKeyRing).Start(context.Background(), queue{added: ch}); err != nil {
+			t.Fatal(err)
+		}
 		run(t, p)
 		for _, w := range attack {
 			p.Want(w)
@@ -250,8 +263,8 @@ func TestProberBudget(t *testing.T) {
 		p.Want(victim)
 		select {
 		case e := <-ch:
-			if e.Object != victim.NamespacedName {
-				t.Errorf("enqueued %v, not the victim", e.Object)
+			if e.NamespacedName != victim.NamespacedName {
+				t.Errorf("enqueued %v, not the victim", e.NamespacedName)
 			}
 		case <-time.After(3 * time.Second):
 			t.Fatal("the victim's answers did not arrive within one silent fetch")

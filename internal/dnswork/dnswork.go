@@ -21,13 +21,11 @@ import (
 	"golang.org/x/time/rate"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/ringmaster-io/ringmaster/internal/dnspub"
+	"github.com/ringmaster-io/ringmaster/internal/offpath"
 	"github.com/ringmaster-io/ringmaster/internal/textlimit"
 )
 
@@ -165,14 +163,10 @@ type Worker struct {
 	// Updates, when set, counts each signed update by zone and outcome.
 	Updates func(zone, outcome string)
 
-	once    sync.Once
-	mu      sync.Mutex
-	jobs    map[jobKey]*entry
-	busy    map[string]bool // zones with a job running
-	running int
-	limits  map[string]*rate.Limiter
-	kick    chan struct{}
-	out     map[string]chan event.TypedGenericEvent[types.NamespacedName]
+	once   sync.Once
+	jobs   *offpath.Scheduler[jobKey, asked, Result]
+	mu     sync.Mutex
+	limits map[string]*rate.Limiter // by zone
 }
 
 type jobKey struct {
@@ -180,16 +174,11 @@ type jobKey struct {
 	item string
 }
 
-// entry is what the Worker keeps of one job.
-type entry struct {
-	job      Job
-	digest   [sha256.Size]byte
-	wantedAt time.Time // real time of the last Want
-	ranAt    time.Time // real time the last run started
-	notUntil time.Time // real time before which it does not run (rate limit)
-	result   *Result
-	answered [sha256.Size]byte // the digest the result answers
-	running  bool
+// asked is a job as the Worker is asked it, with its digest: the answer to
+// one digest is never taken for the answer to another.
+type asked struct {
+	job    Job
+	digest [sha256.Size]byte
 }
 
 func (w *Worker) init() {
@@ -207,13 +196,18 @@ func (w *Worker) init() {
 		if w.Verify == nil {
 			w.Verify = dnspub.Verify
 		}
-		w.jobs = map[jobKey]*entry{}
-		w.busy = map[string]bool{}
 		w.limits = map[string]*rate.Limiter{}
-		w.kick = make(chan struct{}, 1)
-		if w.out == nil {
-			w.out = map[string]chan event.TypedGenericEvent[types.NamespacedName]{}
-		}
+		// One job of a zone at a time: its updates are signed in turn,
+		// and a zone whose servers do not answer holds one slot alone.
+		w.jobs = offpath.New(offpath.Config[jobKey, asked, Result]{
+			Tick: tick, TTL: wantTTL, Limit: w.Budget.Zones, PerGroup: 1,
+			Group:   func(_ jobKey, a asked) string { return a.job.Zone },
+			Same:    func(a, b asked) bool { return a.digest == b.digest },
+			Due:     w.due,
+			Run:     w.run,
+			Changed: func(was, next Result) bool { return was.Holds != next.Holds || errText(was.Err) != errText(next.Err) },
+			Owner:   func(k jobKey) offpath.Owner { return offpath.Owner(k.Key) },
+		})
 	})
 }
 
@@ -222,14 +216,7 @@ func (w *Worker) init() {
 // Start.
 func (w *Worker) Source(kind string) source.Source {
 	w.init()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	ch := make(chan event.TypedGenericEvent[types.NamespacedName], 256)
-	w.out[kind] = ch
-	return source.TypedChannel(ch, handler.TypedEnqueueRequestsFromMapFunc(
-		func(_ context.Context, n types.NamespacedName) []reconcile.Request {
-			return []reconcile.Request{{NamespacedName: n}}
-		}))
+	return w.jobs.Source(kind)
 }
 
 // Want records what a record must hold and returns the latest answer to
@@ -237,156 +224,52 @@ func (w *Worker) Source(kind string) source.Source {
 // another question (another list, mode or target) is never returned.
 func (w *Worker) Want(j Job) (Result, bool) {
 	w.init()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	k := jobKey{Key: j.Key, item: j.Item}
-	e := w.jobs[k]
-	d := j.digest()
-	if e == nil {
-		e = &entry{}
-		w.jobs[k] = e
-	}
-	e.job, e.digest, e.wantedAt = j, d, time.Now()
-	w.wake()
-	if e.result == nil || e.answered != d {
-		return Result{}, false
-	}
-	return *e.result, true
+	return w.jobs.Want(jobKey{Key: j.Key, item: j.Item}, asked{job: j, digest: j.digest()})
 }
 
 // Forget drops every job of k.
 func (w *Worker) Forget(k Key) {
 	w.init()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for jk := range w.jobs {
-		if jk.Key == k {
-			delete(w.jobs, jk)
-		}
-	}
+	w.jobs.Forget(offpath.Owner(k))
 }
 
 // ForgetItem drops one job of k.
 func (w *Worker) ForgetItem(k Key, item string) {
 	w.init()
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.jobs, jobKey{Key: k, item: item})
+	w.jobs.Drop(jobKey{Key: k, item: item})
 }
 
 // NeedLeaderElection: only the leader reconciles, so only it writes DNS.
 func (w *Worker) NeedLeaderElection() bool { return true }
 
 // Start runs jobs until ctx is done, and returns once every run it started
-// has ended.
+// has ended. Of the zones with a job due, those whose jobs waited longest
+// go first, within Budget.Zones.
 func (w *Worker) Start(ctx context.Context) error {
 	w.init()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	for {
-		for _, e := range w.due(time.Now()) {
-			wg.Go(func() { w.run(ctx, e) })
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		case <-w.kick:
-		}
-	}
+	return w.jobs.Start(ctx)
 }
 
-func (w *Worker) wake() {
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
-}
-
-// due picks, for each zone with no job running, its job waiting longest,
-// within the budget of zones at once, and marks it running.
-func (w *Worker) due(now time.Time) []*entry {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	best := map[string]*entry{}
-	for k, e := range w.jobs {
-		if now.Sub(e.wantedAt) > wantTTL && !e.running {
-			delete(w.jobs, k)
-			continue
-		}
-		if e.running || w.busy[e.job.Zone] || now.Before(e.notUntil) || !w.dueLocked(e, now) {
-			continue
-		}
-		if b := best[e.job.Zone]; b == nil || e.ranAt.Before(b.ranAt) {
-			best[e.job.Zone] = e
-		}
-	}
-	zones := make([]string, 0, len(best))
-	for z := range best {
-		zones = append(zones, z)
-	}
-	slices.SortFunc(zones, func(a, b string) int { return best[a].ranAt.Compare(best[b].ranAt) })
-	var out []*entry
-	for _, z := range zones {
-		if w.running >= w.Budget.Zones {
-			break
-		}
-		e := best[z]
-		e.running, e.ranAt = true, now
-		w.busy[z] = true
-		w.running++
-		out = append(out, e)
-	}
-	return out
-}
-
-// dueLocked says whether e must run now: never answered, asked another
+// due says whether a job must run now: never answered, asked another
 // question since, answered longer ago than Recheck, or asked again since
-// its last run, at least Again ago.
-func (w *Worker) dueLocked(e *entry, now time.Time) bool {
+// its last run, at least Again ago. A job whose zone's updates are spent
+// waits besides (its run's hold).
+func (w *Worker) due(now time.Time, it offpath.Item[jobKey, asked, Result]) bool {
 	switch {
-	case e.result == nil || e.answered != e.digest:
+	case it.Answer == nil:
 		return true
-	case now.Sub(e.ranAt) >= w.Budget.Recheck:
+	case now.Sub(it.Started) >= w.Budget.Recheck:
 		return true
 	}
-	return e.wantedAt.After(e.ranAt) && now.Sub(e.ranAt) >= w.Budget.Again
+	return it.WantedAt.After(it.Started) && now.Sub(it.Started) >= w.Budget.Again
 }
 
-// run carries out one job and keeps its answer; it enqueues whoever asked
-// when the answer changed.
-func (w *Worker) run(ctx context.Context, e *entry) {
-	w.mu.Lock()
-	j, d := e.job, e.digest
-	w.mu.Unlock()
-
-	res, wait := w.carry(ctx, j)
+// run carries out one job and says what DNS answers, stamped by the rings'
+// clock.
+func (w *Worker) run(ctx context.Context, it offpath.Item[jobKey, asked, Result]) offpath.Outcome[Result] {
+	res, wait := w.carry(ctx, it.Asked.job)
 	res.At = w.Clock.Now()
-
-	w.mu.Lock()
-	e.running = false
-	w.busy[j.Zone] = false
-	w.running--
-	if wait > 0 {
-		e.notUntil = time.Now().Add(wait)
-	}
-	changed := e.result == nil || e.answered != d || e.result.Holds != res.Holds || errText(e.result.Err) != errText(res.Err)
-	if ctx.Err() == nil {
-		e.result, e.answered = &res, d
-	} else {
-		changed = false
-	}
-	ch := w.out[j.Key.Kind]
-	w.wake()
-	w.mu.Unlock()
-	if changed && ch != nil {
-		select {
-		case ch <- event.TypedGenericEvent[types.NamespacedName]{Object: j.Key.NamespacedName}:
-		case <-ctx.Done():
-		}
-	}
+	return offpath.Outcome[Result]{Answer: &res, Hold: wait}
 }
 
 func errText(err error) string {

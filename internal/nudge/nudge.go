@@ -21,7 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+	"maps"
 	"sync"
 	"time"
 
@@ -35,6 +35,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
+	"github.com/ringmaster-io/ringmaster/internal/offpath"
 )
 
 // Pods are patched with this annotation alone, by a JSON merge patch that
@@ -135,7 +136,8 @@ const (
 const retryAfter = time.Second
 
 // tick is how often the Nudger looks for work, besides when a Nudge or a
-// finished round wakes it.
+// finished round wakes it: a projection waiting retryAfter waits at most
+// this longer.
 const tick = time.Second
 
 // PatchFunc sets the annotation to value on the pod the cache saw.
@@ -155,38 +157,26 @@ type Nudger struct {
 	// Patch, when set, replaces the patch through Client (tests).
 	Patch PatchFunc
 
-	once     sync.Once
-	mu       sync.Mutex
-	entries  map[target]*entry
-	rounds   map[round]int // rounds in flight, by namespace and priority
-	running  [2]int        // rounds in flight overall, by priority
-	nsSlots  map[string]*slots
-	global   *slots
-	kick     chan struct{}
-	results  *prometheus.CounterVec
-	duration *prometheus.HistogramVec
-	pending  prometheus.GaugeFunc
+	once sync.Once
+	// projections holds those whose pods are not all nudged yet, each
+	// with its latest epoch (the question) and what came of its pods so
+	// far (the answer).
+	projections *offpath.Scheduler[target, Delivery, progress]
+	mu          sync.Mutex
+	nsSlots     map[string]*slots
+	global      *slots
+	results     *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	pending     prometheus.GaugeFunc
 }
 
 type target struct{ namespace, secret string }
 
-type round struct {
-	namespace string
-	urgent    bool
-}
-
-// entry is what the Nudger keeps of one projection whose pods are not all
-// nudged yet: at most its pods' UIDs, and only until they are.
-type entry struct {
-	want Delivery
-	// written is when the epoch was handed over (real time), queued when
-	// the entry last joined the queue.
-	written, queued time.Time
-	// notBefore delays the next round after a failure.
-	notBefore time.Time
-	done      map[types.UID]bool
-	tries     map[types.UID]int
-	busy      bool
+// progress is what came of a projection's pods for its latest epoch: at
+// most their UIDs, and only until every one is nudged.
+type progress struct {
+	done  map[types.UID]bool
+	tries map[types.UID]int
 }
 
 func (n *Nudger) init() {
@@ -195,11 +185,24 @@ func (n *Nudger) init() {
 		if n.Patch == nil {
 			n.Patch = n.patch
 		}
-		n.entries = map[target]*entry{}
-		n.rounds = map[round]int{}
 		n.nsSlots = map[string]*slots{}
 		n.global = newSlots(n.Budget.Patches)
-		n.kick = make(chan struct{}, 1)
+		// A revoke's rounds are urgent: they go first, counted apart. A
+		// projection is given up GiveUp after its epoch was handed over:
+		// by then its kubelets have synced on their own.
+		n.projections = offpath.New(offpath.Config[target, Delivery, progress]{
+			Tick: tick, TTL: n.Budget.GiveUp, GiveUp: n.Budget.GiveUp,
+			Limit: n.Budget.Rounds, PerGroup: n.Budget.RoundsPerNamespace,
+			Group:  func(t target, _ Delivery) string { return t.namespace },
+			Urgent: func(d Delivery) bool { return d.Urgent },
+			Same:   func(a, b Delivery) bool { return a.Epoch == b.Epoch },
+			Merge: func(old, d Delivery) Delivery {
+				d.Urgent = d.Urgent || old.Urgent
+				return d
+			},
+			Run:      n.round,
+			Finished: n.finished,
+		})
 		n.results = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringmaster_nudges_total",
 			Help: "Pods the operator nudged after writing a new epoch to a projection they mount, by result: nudged, gone, conflict, forbidden, failed (all but nudged are left to the kubelet's own sync).",
@@ -212,11 +215,7 @@ func (n *Nudger) init() {
 		n.pending = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ringmaster_nudge_pending_projections",
 			Help: "Projections written whose pods are not all nudged yet.",
-		}, func() float64 {
-			n.mu.Lock()
-			defer n.mu.Unlock()
-			return float64(len(n.entries))
-		})
+		}, func() float64 { return float64(n.projections.Len()) })
 	})
 }
 
@@ -236,22 +235,7 @@ func (n *Nudger) Collectors() []prometheus.Collector {
 // the newer value), and stays urgent if either was.
 func (n *Nudger) Nudge(d Delivery) {
 	n.init()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	t := target{d.Namespace, d.Secret}
-	now := time.Now()
-	e := n.entries[t]
-	switch {
-	case e == nil:
-		e = &entry{want: d, written: now, queued: now}
-		n.entries[t] = e
-	case e.want.Epoch != d.Epoch:
-		d.Urgent = d.Urgent || e.want.Urgent
-		e.want, e.written, e.done, e.tries = d, now, nil, nil
-	default:
-		e.want.Urgent = e.want.Urgent || d.Urgent
-	}
-	n.wake()
+	n.projections.Want(target{d.Namespace, d.Secret}, d)
 }
 
 // NeedLeaderElection: only the leader writes projections, so only it
@@ -259,92 +243,30 @@ func (n *Nudger) Nudge(d Delivery) {
 func (n *Nudger) NeedLeaderElection() bool { return true }
 
 // Start nudges until ctx is done, and returns once every round it started
-// has ended.
+// has ended. Revokes' projections go first, then those waiting longest,
+// within the budget of rounds per namespace and overall.
 func (n *Nudger) Start(ctx context.Context) error {
 	n.init()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	for {
-		for _, e := range n.due(time.Now()) {
-			wg.Go(func() { n.round(ctx, e) })
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		case <-n.kick:
-		}
-	}
-}
-
-func (n *Nudger) wake() {
-	select {
-	case n.kick <- struct{}{}:
-	default:
-	}
-}
-
-// due picks the projections to work on now, revokes' first and then the
-// longest queued, within the budget of rounds per namespace and overall
-// (each priority apart), and marks them busy. It drops those written longer
-// ago than GiveUp: their kubelets have synced on their own.
-func (n *Nudger) due(now time.Time) []*entry {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	var ready []*entry
-	for t, e := range n.entries {
-		if e.busy {
-			continue
-		}
-		if now.Sub(e.written) > n.Budget.GiveUp {
-			delete(n.entries, t)
-			continue
-		}
-		if !now.Before(e.notBefore) {
-			ready = append(ready, e)
-		}
-	}
-	slices.SortFunc(ready, func(a, b *entry) int {
-		if a.want.Urgent != b.want.Urgent {
-			if a.want.Urgent {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Or(a.queued.Compare(b.queued), cmp.Compare(a.want.Namespace, b.want.Namespace), cmp.Compare(a.want.Secret, b.want.Secret))
-	})
-	var out []*entry
-	for _, e := range ready {
-		r, q := round{e.want.Namespace, e.want.Urgent}, queue(e.want.Urgent)
-		if n.running[q] >= n.Budget.Rounds || n.rounds[r] >= n.Budget.RoundsPerNamespace {
-			continue
-		}
-		n.rounds[r]++
-		n.running[q]++
-		e.busy = true
-		out = append(out, e)
-	}
-	return out
+	return n.projections.Start(ctx)
 }
 
 // round patches up to PodsPerRound pods of one projection that are not
-// nudged yet, and keeps what came of each.
-func (n *Nudger) round(ctx context.Context, e *entry) {
-	n.mu.Lock()
-	w := e.want
-	n.mu.Unlock()
-	r := round{w.Namespace, w.Urgent}
-
+// nudged yet, and says what came of each. A projection with pods left goes
+// back in the queue, behind those waiting: a large fleet does not hold up
+// another projection's pods.
+func (n *Nudger) round(ctx context.Context, it offpath.Item[target, Delivery, progress]) offpath.Outcome[progress] {
+	w := it.Asked
+	var last progress
+	if it.Answer != nil {
+		last = *it.Answer
+	}
 	var batch []*corev1.Pod
 	more := false
 	pods, err := n.Pods.Mounting(ctx, w.Namespace, w.Secret)
 	if err == nil {
-		n.mu.Lock()
 		for i := range pods {
 			p := &pods[i]
-			if !syncing(p) || (e.want.Epoch == w.Epoch && e.done[p.UID]) {
+			if !syncing(p) || last.done[p.UID] {
 				continue
 			}
 			if len(batch) == n.Budget.PodsPerRound {
@@ -353,7 +275,6 @@ func (n *Nudger) round(ctx context.Context, e *entry) {
 			}
 			batch = append(batch, p)
 		}
-		n.mu.Unlock()
 	} else if ctx.Err() == nil {
 		log.FromContext(ctx).Error(err, "Finding the pods to nudge failed", "namespace", w.Namespace, "secret", w.Secret)
 	}
@@ -364,37 +285,29 @@ func (n *Nudger) round(ctx context.Context, e *entry) {
 		wg.Go(func() { results[i] = n.nudge(ctx, w, p) })
 	}
 	wg.Wait()
-
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	defer n.wake() // a round's slot is free
-	n.rounds[r]--
-	n.running[queue(w.Urgent)]--
-	e.busy = false
 	if ctx.Err() != nil {
-		return
+		return offpath.Outcome[progress]{}
+	}
+
+	next := progress{done: maps.Clone(last.done), tries: maps.Clone(last.tries)}
+	if next.done == nil {
+		next.done = map[types.UID]bool{}
+	}
+	if next.tries == nil {
+		next.tries = map[types.UID]int{}
 	}
 	left := map[string]int{}
 	retry := err != nil
 	for i, p := range batch {
 		res := results[i]
 		n.results.WithLabelValues(res).Inc()
-		if e.want.Epoch != w.Epoch {
-			continue // a newer epoch came meanwhile: its pods start over
-		}
 		if res == Failed {
-			if e.tries == nil {
-				e.tries = map[types.UID]int{}
-			}
-			if e.tries[p.UID]++; e.tries[p.UID] < n.Budget.Attempts {
+			if next.tries[p.UID]++; next.tries[p.UID] < n.Budget.Attempts {
 				retry = true
 				continue
 			}
 		}
-		if e.done == nil {
-			e.done = map[types.UID]bool{}
-		}
-		e.done[p.UID] = true
+		next.done[p.UID] = true
 		if res != Nudged {
 			left[res]++
 		}
@@ -403,24 +316,26 @@ func (n *Nudger) round(ctx context.Context, e *entry) {
 		log.FromContext(ctx).Info("Left pods to their kubelet's own sync", "namespace", w.Namespace, "secret", w.Secret, "epoch", w.Epoch,
 			"gone", left[Gone], "conflict", left[Conflict], "forbidden", left[Forbidden], "failed", left[Failed])
 	}
-	now := time.Now()
 	switch {
-	case e.want.Epoch != w.Epoch || more:
-		// Back in the queue, behind those waiting: a large fleet does not
-		// hold up another projection's pods.
-		e.queued = now
+	case more:
+		return offpath.Outcome[progress]{Answer: &next}
 	case retry:
-		e.queued, e.notBefore = now, now.Add(retryAfter)
-	default:
-		priority := "rotation"
-		if e.want.Urgent {
-			priority = "revoke"
-		}
-		n.duration.WithLabelValues(priority).Observe(now.Sub(e.written).Seconds())
-		log.FromContext(ctx).V(1).Info("Nudged the pods mounting a projection", "namespace", w.Namespace, "secret", w.Secret, "epoch", w.Epoch,
-			"pods", len(e.done), "after", now.Sub(e.written).String())
-		delete(n.entries, target{w.Namespace, w.Secret})
+		return offpath.Outcome[progress]{Answer: &next, Hold: retryAfter}
 	}
+	return offpath.Outcome[progress]{Answer: &next, Done: true}
+}
+
+// finished records a projection whose pods are all nudged with its latest
+// epoch, or left to their kubelets.
+func (n *Nudger) finished(ctx context.Context, it offpath.Item[target, Delivery, progress]) {
+	priority := "rotation"
+	if it.Asked.Urgent {
+		priority = "revoke"
+	}
+	after := time.Since(it.AskedAt)
+	n.duration.WithLabelValues(priority).Observe(after.Seconds())
+	log.FromContext(ctx).V(1).Info("Nudged the pods mounting a projection", "namespace", it.Asked.Namespace, "secret", it.Asked.Secret, "epoch", it.Asked.Epoch,
+		"pods", len(it.Answer.done), "after", after.String())
 }
 
 // syncing reports whether a pod's kubelet mounts its volumes now: it is

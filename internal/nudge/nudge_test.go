@@ -136,10 +136,7 @@ func settled(t *testing.T, n *Nudger) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		n.mu.Lock()
-		left := len(n.entries)
-		n.mu.Unlock()
-		if left == 0 {
+		if n.projections.Len() == 0 {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -444,10 +441,8 @@ func TestNewerEpochReplacesPending(t *testing.T) {
 	// and it stays urgent.
 	n.Nudge(Delivery{Namespace: "shop", Secret: "web-ticket-keys", Epoch: "4", Urgent: true})
 	n.Nudge(Delivery{Namespace: "shop", Secret: "web-ticket-keys", Epoch: "5"})
-	n.mu.Lock()
-	urgent := n.entries[target{"shop", "web-ticket-keys"}].want.Urgent
-	n.mu.Unlock()
-	if !urgent {
+	pending, _ := n.projections.Asked(target{"shop", "web-ticket-keys"})
+	if !pending.Urgent {
 		t.Error("a revoke's epoch superseded before its pods were nudged lost its priority")
 	}
 	run(t, n)
