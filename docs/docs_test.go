@@ -1,11 +1,15 @@
 package docs
 
 import (
+	"bytes"
+	"encoding/json"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -553,6 +557,117 @@ func TestLayoutMatchesTheTree(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// goPackage is what go list tells of one package of the module.
+type goPackage struct {
+	ImportPath   string
+	GoFiles      []string
+	Imports      []string
+	TestImports  []string
+	XTestImports []string
+}
+
+// modulePackages lists the module's packages with every build tag its
+// tests use, so that no file's imports are left out.
+func modulePackages(t *testing.T) (module string, pkgs map[string]goPackage) {
+	t.Helper()
+	run := func(args ...string) []byte {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		cmd.Stderr = new(strings.Builder)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, cmd.Stderr)
+		}
+		return out
+	}
+	module = strings.TrimSpace(string(run("list", "-m")))
+	pkgs = map[string]goPackage{}
+	dec := json.NewDecoder(bytes.NewReader(run("list", "-tags", "integration,e2e,cluster", "-json=ImportPath,GoFiles,Imports,TestImports,XTestImports", "./...")))
+	for dec.More() {
+		var p goPackage
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs[p.ImportPath] = p
+	}
+	if len(pkgs) < 20 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	return module, pkgs
+}
+
+// TestTestSupportLivesUnderInternalTesting: a package under internal/ that
+// no part of the shipped code imports (only tests, test/ or hack/, or other
+// such packages) is test support, and lives under internal/testing/; and
+// nothing shipped imports a package of internal/testing/. What is shipped
+// is every package outside internal/, test/ and hack/ (the binaries, pkg/,
+// api/, examples/), and what those import in their non-test files, through
+// any number of packages.
+func TestTestSupportLivesUnderInternalTesting(t *testing.T) {
+	module, pkgs := modulePackages(t)
+	rel := func(path string) string {
+		if path == module {
+			return "."
+		}
+		return strings.TrimPrefix(path, module+"/")
+	}
+	under := func(path, dir string) bool {
+		r := rel(path)
+		return r == dir || strings.HasPrefix(r, dir+"/")
+	}
+	// shipped maps each shipped package to the one that first imported it.
+	shipped := map[string]string{}
+	var queue []string
+	for path := range pkgs {
+		if !slices.Contains(strings.Split(rel(path), "/"), "internal") && !under(path, "test") && !under(path, "hack") {
+			shipped[path] = ""
+			queue = append(queue, path)
+		}
+	}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, imp := range pkgs[p].Imports {
+			if _, ok := pkgs[imp]; !ok {
+				continue
+			}
+			if _, seen := shipped[imp]; !seen {
+				shipped[imp] = p
+				queue = append(queue, imp)
+			}
+		}
+	}
+	importers := map[string][]string{}
+	for path, p := range pkgs {
+		for _, imp := range slices.Concat(p.Imports, p.TestImports, p.XTestImports) {
+			if imp != path && !slices.Contains(importers[imp], rel(path)) {
+				importers[imp] = append(importers[imp], rel(path))
+			}
+		}
+	}
+	n := 0
+	for _, path := range slices.Sorted(maps.Keys(pkgs)) {
+		switch _, ok := shipped[path]; {
+		case under(path, "internal/testing"):
+			n++
+			if ok {
+				chain := []string{rel(path)}
+				for by := shipped[path]; by != ""; by = shipped[by] {
+					chain = append(chain, rel(by))
+				}
+				t.Errorf("%s is test support, yet shipped code imports it: %s", rel(path), strings.Join(chain, " <- "))
+			}
+		case under(path, "internal") && !ok && len(pkgs[path].GoFiles) > 0: // not a suite of tests alone
+			by := importers[path]
+			slices.Sort(by)
+			t.Errorf("%s is imported only by tests, test/, hack/ and test support (by %s): move it under internal/testing/", rel(path), strings.Join(by, ", "))
+		}
+	}
+	if n < 5 {
+		t.Fatalf("go list found only %d packages under internal/testing/", n)
 	}
 }
 
