@@ -1,11 +1,15 @@
 package docs
 
 import (
+	"bytes"
+	"encoding/json"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -468,6 +472,187 @@ func TestDocsNameOnlyMetricsOfTheCode(t *testing.T) {
 	}
 }
 
+// codeName is a code span naming a Go identifier of a package: `pkg.Name`,
+// `pkg.Type.Member`, or either after a directory (`internal/keyring.Next`),
+// with arguments or a literal's braces after it.
+var codeName = regexp.MustCompile("`((?:[a-z0-9_.-]+/)*)([a-z][a-z0-9]*)\\.([A-Z][A-Za-z0-9_]*)(?:\\.([A-Za-z_][A-Za-z0-9_]*))?(?:\\([^`]*\\)|\\{[^`]*\\})?`")
+
+// goNames is what the module's non-test Go files declare, per package:
+// its top-level names, and each type's methods and fields (those of the
+// types it embeds too).
+type goNames struct {
+	top     map[string]bool
+	members map[string]map[string]bool // type -> member
+	embeds  map[string][]string        // type -> embedded types of the package
+}
+
+func (n goNames) has(typ, member string) bool {
+	seen := map[string]bool{}
+	var walk func(string) bool
+	walk = func(typ string) bool {
+		if seen[typ] {
+			return false
+		}
+		seen[typ] = true
+		return n.members[typ][member] || slices.ContainsFunc(n.embeds[typ], walk)
+	}
+	return walk(typ)
+}
+
+// declaredNames maps each package's directory (from the root) and each
+// package name to what it declares; a name that several packages share
+// holds what all of them declare.
+func declaredNames(t *testing.T) (byDir, byName map[string]goNames) {
+	byDir, byName = map[string]goNames{}, map[string]goNames{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if rel != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "bin" || d.Name() == "testdata" || rel == "hack/tools") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		for _, n := range []goNames{namesOf(byDir, filepath.ToSlash(filepath.Dir(rel))), namesOf(byName, f.Name.Name)} {
+			addNames(n, f)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return byDir, byName
+}
+
+func namesOf(m map[string]goNames, key string) goNames {
+	if _, ok := m[key]; !ok {
+		m[key] = goNames{top: map[string]bool{}, members: map[string]map[string]bool{}, embeds: map[string][]string{}}
+	}
+	return m[key]
+}
+
+func addNames(n goNames, f *ast.File) {
+	member := func(typ, name string) {
+		if n.members[typ] == nil {
+			n.members[typ] = map[string]bool{}
+		}
+		n.members[typ][name] = true
+	}
+	for _, decl := range f.Decls {
+		switch d := decl.(type) {
+		case *ast.FuncDecl:
+			if d.Recv == nil {
+				n.top[d.Name.Name] = true
+				continue
+			}
+			typ := d.Recv.List[0].Type
+			for {
+				switch x := typ.(type) {
+				case *ast.StarExpr:
+					typ = x.X
+					continue
+				case *ast.IndexExpr:
+					typ = x.X
+					continue
+				case *ast.IndexListExpr:
+					typ = x.X
+					continue
+				}
+				break
+			}
+			if id, ok := typ.(*ast.Ident); ok {
+				member(id.Name, d.Name.Name)
+			}
+		case *ast.GenDecl:
+			for _, spec := range d.Specs {
+				switch s := spec.(type) {
+				case *ast.ValueSpec:
+					for _, id := range s.Names {
+						n.top[id.Name] = true
+					}
+				case *ast.TypeSpec:
+					n.top[s.Name.Name] = true
+					var fields *ast.FieldList
+					switch x := s.Type.(type) {
+					case *ast.StructType:
+						fields = x.Fields
+					case *ast.InterfaceType:
+						fields = x.Methods
+					case *ast.Ident: // a type defined from, or an alias of, another of the package
+						n.embeds[s.Name.Name] = append(n.embeds[s.Name.Name], x.Name)
+					}
+					if fields == nil {
+						continue
+					}
+					for _, field := range fields.List {
+						for _, id := range field.Names {
+							member(s.Name.Name, id.Name)
+						}
+						if len(field.Names) == 0 {
+							typ := field.Type
+							if star, ok := typ.(*ast.StarExpr); ok {
+								typ = star.X
+							}
+							switch x := typ.(type) {
+							case *ast.Ident:
+								member(s.Name.Name, x.Name)
+								n.embeds[s.Name.Name] = append(n.embeds[s.Name.Name], x.Name)
+							case *ast.SelectorExpr:
+								member(s.Name.Name, x.Sel.Name)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestDocsNameOnlyCodeThatExists: every `pkg.Name` and `pkg.Type.Member`
+// the README and the pages under docs/ (design.md among them) name, where
+// pkg is a package of this module, is declared there. A name of another
+// module's package of the same name (controller-runtime's controller, say)
+// is written with its import path.
+func TestDocsNameOnlyCodeThatExists(t *testing.T) {
+	byDir, byName := declaredNames(t)
+	checked := map[string]int{}
+	for _, p := range pages(t) {
+		for _, m := range codeName.FindAllStringSubmatch(fence.ReplaceAllString(p.text, ""), -1) {
+			span, dir, pkg, name, member := m[0], m[1], m[2], m[3], m[4]
+			names, ok := byName[pkg]
+			if dir != "" {
+				names, ok = byDir[dir+pkg]
+			}
+			if !ok {
+				continue // another module's package
+			}
+			checked[p.path]++
+			switch {
+			case !names.top[name]:
+				t.Errorf("%s names %s: package %s declares no %s", p.path, span, pkg, name)
+			case member != "" && !names.has(name, member):
+				t.Errorf("%s names %s: %s.%s has no method or field %s", p.path, span, pkg, name, member)
+			}
+		}
+	}
+	for _, page := range []string{"docs/design.md", "docs/agent.md"} {
+		if checked[page] < 3 {
+			t.Errorf("found only %d code names in %s: the pattern no longer matches how the page writes them", checked[page], page)
+		}
+	}
+}
+
 func TestDocsNameEveryFlag(t *testing.T) {
 	for _, tt := range []struct {
 		page  string
@@ -612,6 +797,117 @@ func TestLayoutMatchesTheTree(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// goPackage is what go list tells of one package of the module.
+type goPackage struct {
+	ImportPath   string
+	GoFiles      []string
+	Imports      []string
+	TestImports  []string
+	XTestImports []string
+}
+
+// modulePackages lists the module's packages with every build tag its
+// tests use, so that no file's imports are left out.
+func modulePackages(t *testing.T) (module string, pkgs map[string]goPackage) {
+	t.Helper()
+	run := func(args ...string) []byte {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = root
+		cmd.Stderr = new(strings.Builder)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, cmd.Stderr)
+		}
+		return out
+	}
+	module = strings.TrimSpace(string(run("list", "-m")))
+	pkgs = map[string]goPackage{}
+	dec := json.NewDecoder(bytes.NewReader(run("list", "-tags", "integration,e2e,cluster", "-json=ImportPath,GoFiles,Imports,TestImports,XTestImports", "./...")))
+	for dec.More() {
+		var p goPackage
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		pkgs[p.ImportPath] = p
+	}
+	if len(pkgs) < 20 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	return module, pkgs
+}
+
+// TestTestSupportLivesUnderInternalTesting: a package under internal/ that
+// no part of the shipped code imports (only tests, test/ or hack/, or other
+// such packages) is test support, and lives under internal/testing/; and
+// nothing shipped imports a package of internal/testing/. What is shipped
+// is every package outside internal/, test/ and hack/ (the binaries, pkg/,
+// api/, examples/), and what those import in their non-test files, through
+// any number of packages.
+func TestTestSupportLivesUnderInternalTesting(t *testing.T) {
+	module, pkgs := modulePackages(t)
+	rel := func(path string) string {
+		if path == module {
+			return "."
+		}
+		return strings.TrimPrefix(path, module+"/")
+	}
+	under := func(path, dir string) bool {
+		r := rel(path)
+		return r == dir || strings.HasPrefix(r, dir+"/")
+	}
+	// shipped maps each shipped package to the one that first imported it.
+	shipped := map[string]string{}
+	var queue []string
+	for path := range pkgs {
+		if !slices.Contains(strings.Split(rel(path), "/"), "internal") && !under(path, "test") && !under(path, "hack") {
+			shipped[path] = ""
+			queue = append(queue, path)
+		}
+	}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, imp := range pkgs[p].Imports {
+			if _, ok := pkgs[imp]; !ok {
+				continue
+			}
+			if _, seen := shipped[imp]; !seen {
+				shipped[imp] = p
+				queue = append(queue, imp)
+			}
+		}
+	}
+	importers := map[string][]string{}
+	for path, p := range pkgs {
+		for _, imp := range slices.Concat(p.Imports, p.TestImports, p.XTestImports) {
+			if imp != path && !slices.Contains(importers[imp], rel(path)) {
+				importers[imp] = append(importers[imp], rel(path))
+			}
+		}
+	}
+	n := 0
+	for _, path := range slices.Sorted(maps.Keys(pkgs)) {
+		switch _, ok := shipped[path]; {
+		case under(path, "internal/testing"):
+			n++
+			if ok {
+				chain := []string{rel(path)}
+				for by := shipped[path]; by != ""; by = shipped[by] {
+					chain = append(chain, rel(by))
+				}
+				t.Errorf("%s is test support, yet shipped code imports it: %s", rel(path), strings.Join(chain, " <- "))
+			}
+		case under(path, "internal") && !ok && len(pkgs[path].GoFiles) > 0: // not a suite of tests alone
+			by := importers[path]
+			slices.Sort(by)
+			t.Errorf("%s is imported only by tests, test/, hack/ and test support (by %s): move it under internal/testing/", rel(path), strings.Join(by, ", "))
+		}
+	}
+	if n < 5 {
+		t.Fatalf("go list found only %d packages under internal/testing/", n)
 	}
 }
 

@@ -89,7 +89,7 @@ type VaultSharedRings struct {
 
 	// path under the mount that holds the rings' entries, e.g.
 	// ringmaster/prod. The operator's Vault policy needs nothing beyond it
-	// (see the README).
+	// (docs/spec/v1alpha1/clusterkeysources.md, "One ring across clusters").
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_.-]+(/[a-zA-Z0-9_.-]+)*$`

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/testing/atomicdir"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 )
 
 // The HAProxy ingress shape (docs/gateways.md#haproxy-ingress-controllers):

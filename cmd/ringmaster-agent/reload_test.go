@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 )
 
 // TestNginxReloadsPerRotation drives a real nginx through rotations as the

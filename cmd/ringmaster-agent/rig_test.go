@@ -19,9 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/testing/atomicdir"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 )
 
 // rig is one real nginx or HAProxy from Debian's packages, fed by the

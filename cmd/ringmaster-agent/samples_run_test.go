@@ -21,9 +21,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/testing/atomicdir"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 )
 
 // TestSampleDeployments runs the example Deployments of config/samples as

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 )
 
 // TestNginx drives a real nginx through the sidecar: its first ring, a

@@ -85,7 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	require := fs.String("require", "keys,cert", "material required in -dir, comma-separated: keys, cert, ech (echkeys.json is served whenever present; ech makes it required)")
 	ring := fs.String("ring", "", "the ring served, <namespace>/<name> (or <name> for a ClusterTicketKeyRing); empty: the first ring read")
 	resync := fs.Duration("resync", 0, "period of the fallback re-read of -dir (0: the agent's default)")
-	classical := fs.Bool("classical-resumption", false, "resume TLS 1.3 sessions with X25519 alone for the key exchange (agent.Options.ClassicalResumption): less server CPU per resumption, but no post-quantum forward secrecy should a ticket key leak; see the README. Refused in FIPS 140-3 mode (GODEBUG=fips140=on), which does not allow X25519 alone")
+	classical := fs.Bool("classical-resumption", false, "resume TLS 1.3 sessions with X25519 alone for the key exchange (agent.Options.ClassicalResumption): less server CPU per resumption, but no post-quantum forward secrecy should a ticket key leak; see docs/agent.md. Refused in FIPS 140-3 mode (GODEBUG=fips140=on), which does not allow X25519 alone")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

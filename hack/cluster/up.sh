@@ -284,8 +284,9 @@ kc() { in_netns "$BINS/kubectl" --kubeconfig "$ADMIN" "$@"; }
 # etcd's files (member/snap/db, the WAL) nor in a copy of them. secretbox
 # (XSalsa20-Poly1305) under a key generated at every start, kept only in
 # $STATE (mode 0600, removed by down.sh), never committed; no identity
-# provider follows, so a plaintext Secret could not even be read. The README
-# ("Keys at rest") says why not KMS v2 here, and how to check it.
+# provider follows, so a plaintext Secret could not even be read.
+# docs/security.md ("Keys at rest") says why not KMS v2 here, and how to
+# check it.
 ENCRYPTION="$STATE/encryption.yaml"
 ((REUSE == 1)) || (
 	umask 077

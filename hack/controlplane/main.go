@@ -7,7 +7,7 @@
 // generated at start and removed at stop), as in the cluster suite's
 // cluster; -plaintext leaves them as kube-apiserver's default does.
 // -audit-policy and -audit-log write kube-apiserver's audit log
-// (internal/apiaudit), which make bench-scale counts the operator's
+// (internal/testing/apiaudit), which make bench-scale counts the operator's
 // requests from.
 package main
 
@@ -21,14 +21,14 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/ringmaster-io/ringmaster/internal/apiaudit"
-	"github.com/ringmaster-io/ringmaster/internal/atrest"
+	"github.com/ringmaster-io/ringmaster/internal/testing/apiaudit"
+	"github.com/ringmaster-io/ringmaster/internal/testing/atrest"
 )
 
 func main() {
 	kubeconfig := flag.String("write-kubeconfig", "kubeconfig", "Where to write the admin kubeconfig.")
 	plaintext := flag.Bool("plaintext", false, "Leave Secrets unencrypted at rest.")
-	auditPolicy := flag.String("audit-policy", "", "kube-apiserver's audit policy file (internal/apiaudit.WritePolicy); with -audit-log.")
+	auditPolicy := flag.String("audit-policy", "", "kube-apiserver's audit policy file (internal/testing/apiaudit.WritePolicy); with -audit-log.")
 	auditLog := flag.String("audit-log", "", "Where kube-apiserver writes its audit log, JSON, never rotated; with -audit-policy.")
 	flag.Parse()
 	if (*auditPolicy == "") != (*auditLog == "") {

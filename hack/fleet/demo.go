@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 
@@ -165,7 +165,7 @@ func (d *demo) startFleet(ctx context.Context) error {
 	}
 	delays := fleet.Spread(d.replicas, d.maxDelay)
 	d.step(fmt.Sprintf("Starting %d replicas of examples/server, each embedding pkg/agent", d.replicas))
-	fmt.Printf("  No kubelet runs here. A stand-in (internal/fleet.Syncer) watches Secret %s/%s through the\n", demoNS, ring.ProjectionSecretName())
+	fmt.Printf("  No kubelet runs here. A stand-in (internal/testing/fleet.Syncer) watches Secret %s/%s through the\n", demoNS, ring.ProjectionSecretName())
 	fmt.Printf("  API server and writes it into each replica's volume the kubelet's way, replica i after its own delay.\n")
 	d.fleet, err = d.env.StartFleet(ctx, fleet.Config{Name: "demo", Delays: delays, Namespace: demoNS, Secret: ring.ProjectionSecretName()})
 	if err != nil {

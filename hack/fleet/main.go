@@ -1,4 +1,4 @@
-// Command fleet runs the end-to-end harness of internal/fleet by hand:
+// Command fleet runs the end-to-end harness of internal/testing/fleet by hand:
 //
 //	fleet demo   the story make demo tells: a control plane, the operator, a
 //	             TicketKeyRing, four replicas of examples/server behind a
@@ -32,7 +32,7 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 )
 
 func main() {

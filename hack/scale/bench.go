@@ -19,10 +19,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/internal/apiaudit"
 	"github.com/ringmaster-io/ringmaster/internal/controller"
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
+	"github.com/ringmaster-io/ringmaster/internal/testing/apiaudit"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 )
 
 // probeNamespace holds the probe rings, apart from the bulk's, so that the

@@ -16,7 +16,7 @@
 //     every ring's status echoes each, probing new rings meanwhile too;
 //   - counts the operator's API requests per ring in each phase, by verb
 //     and resource, from kube-apiserver's audit log of its service account
-//     (internal/apiaudit), leaving out its Lease renewals and watches;
+//     (internal/testing/apiaudit), leaving out its Lease renewals and watches;
 //   - reads the operator's RSS (/proc) and Go heap in use (its metrics) at
 //     their peak in each phase, and, once it has been idle for -settle
 //     after the bulk, the settled figures and a heap profile (pprof, after

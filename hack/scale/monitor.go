@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ringmaster-io/ringmaster/internal/apiaudit"
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/testing/apiaudit"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 )
 
 // monitor watches the operator while the bench runs: its resident set and

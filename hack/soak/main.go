@@ -36,8 +36,8 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/agentstatus"
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
-	"github.com/ringmaster-io/ringmaster/internal/invariants"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/testing/invariants"
 )
 
 type config struct {

@@ -26,9 +26,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
-	"github.com/ringmaster-io/ringmaster/internal/invariants"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/testing/invariants"
 )
 
 // The fault specs' fleet: its own namespace and ring, rotating by the

@@ -34,7 +34,7 @@ import (
 
 // The fault specs: each breaks one piece of the cluster while the fault
 // fleet (faults_helpers_test.go) rotates every minute under load, and
-// checks the same invariants (internal/invariants) throughout: epochs only
+// checks the same invariants (internal/testing/invariants) throughout: epochs only
 // grow, one content each; every key staged for activationDelay and held by
 // every pod before it encrypts; no key served past its expiresAt; no
 // connection failed and every reconnect resumed, except across the

@@ -15,8 +15,8 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 )
 
 // orphansDestroyed deletes two rings with kubectl delete --cascade=orphan,

@@ -38,7 +38,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 	"github.com/ringmaster-io/ringmaster/test/cluster/netns"
 )
 

@@ -4,7 +4,7 @@
 // a real control plane rotate a TicketKeyRing; a stand-in kubelet delivers it
 // to a fleet of examples/server replicas, each after its own delay; clients
 // reconnect through a round-robin load balancer and resume their TLS
-// sessions on whichever replica they land. The harness is internal/fleet.
+// sessions on whichever replica they land. The harness is internal/testing/fleet.
 //
 // Run it with make test or make test-e2e: both build the control plane and
 // set KUBEBUILDER_ASSETS.
@@ -20,7 +20,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 )
 
 var env *fleet.Env

@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 	"github.com/ringmaster-io/ringmaster/internal/testing/vaulttest"
 )

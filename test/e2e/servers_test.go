@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 

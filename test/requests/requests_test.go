@@ -4,7 +4,7 @@
 // test/atrest counts the writes that carry keys: it runs the operator as
 // shipped (its own service account, config/rbac's roles, leader election)
 // on the loopback control plane, whose kube-apiserver records every request
-// of that service account in an audit log (internal/apiaudit), and counts
+// of that service account in an audit log (internal/testing/apiaudit), and counts
 // the requests a new ring costs and those a rotation costs, by verb and
 // resource. A change that adds requests fails here; one that removes some
 // lowers the limits below.
@@ -24,10 +24,10 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
-	"github.com/ringmaster-io/ringmaster/internal/apiaudit"
 	"github.com/ringmaster-io/ringmaster/internal/controller"
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
+	"github.com/ringmaster-io/ringmaster/internal/testing/apiaudit"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 )
 

@@ -31,9 +31,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/ringmaster-io/ringmaster/internal/apiaudit"
-	"github.com/ringmaster-io/ringmaster/internal/atrest"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
+	"github.com/ringmaster-io/ringmaster/internal/testing/apiaudit"
+	"github.com/ringmaster-io/ringmaster/internal/testing/atrest"
 )
 
 // The operator's namespace and service account in every suite: those the
@@ -68,7 +68,7 @@ type Options struct {
 	Plaintext bool
 	// Audit has kube-apiserver record every request of the operator's
 	// service account (Namespace/ServiceAccount), at Metadata level, in
-	// Env.AuditLog (internal/apiaudit): what test/requests counts.
+	// Env.AuditLog (internal/testing/apiaudit): what test/requests counts.
 	Audit bool
 }
 

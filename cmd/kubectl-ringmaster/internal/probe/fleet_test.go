@@ -16,11 +16,11 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/plugin"
 	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/probe"
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 )
 
 // TestProbeFleet runs kubectl ringmaster probe against two fleets of four
-// examples/server replicas behind a round-robin balancer (internal/fleet):
+// examples/server replicas behind a round-robin balancer (internal/testing/fleet):
 // one sharing a TicketKeyRing the operator rotates, one whose replicas keep
 // crypto/tls's own keys. The first must be found to share its keys, the
 // second to hold four sets.

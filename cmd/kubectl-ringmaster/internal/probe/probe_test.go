@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/probe"
-	"github.com/ringmaster-io/ringmaster/internal/fleet"
+	"github.com/ringmaster-io/ringmaster/internal/testing/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 )
 

@@ -3,9 +3,12 @@
 // examples/server replicas fed by a stand-in for the kubelet, behind a
 // round-robin load balancer, under a load of reconnecting TLS clients.
 //
-// The ginkgo suite in test/e2e asserts with it; hack/fleet runs make demo
-// and make bench-fleet with it. Every process it starts is ended by its own
-// pid (see Supervisor), and everything it listens on is on loopback.
+// It is test and benchmark support, imported by no part of the operator:
+// the suites of test/ (e2e, multicluster, requests, cluster) and the
+// sidecar's and the plugin's tests assert with it, and the commands of
+// hack/ run make demo, make bench-fleet, make soak, make bench-attack and
+// make bench-scale with it. Every process it starts is ended by its own pid
+// (see Supervisor), and everything it listens on is on loopback.
 package fleet
 
 import (
@@ -19,7 +22,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ringmaster-io/ringmaster/internal/apiaudit"
+	"github.com/ringmaster-io/ringmaster/internal/testing/apiaudit"
 )
 
 // Options configure an Env.
@@ -43,7 +46,7 @@ type Options struct {
 	// rather than as admin.
 	AsServiceAccount bool
 	// Audit has kube-apiserver record every request of the operator's
-	// service account in an audit log, Env.AuditLog (internal/apiaudit).
+	// service account in an audit log, Env.AuditLog (internal/testing/apiaudit).
 	// It needs AsServiceAccount: the harness acts as admin, and is not
 	// recorded.
 	Audit bool

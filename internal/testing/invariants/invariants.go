@@ -8,8 +8,10 @@
 //
 // A Checker is fed observations, in any number of goroutines, and returns
 // violations as sentences that name pods, rings, epochs and key ids, never
-// key bytes (it never sees any). It imports no client: the cluster suite,
-// the soak and the fleet harness feed it what they already watch and poll.
+// key bytes (it never sees any). It imports no client: the cluster suite
+// (test/cluster) and the soak (hack/soak, on the fleet harness) feed it
+// what they already watch and poll. It is test support, imported by no
+// part of the operator.
 //
 // Observers poll: a pod's status is read every so often, a projection is
 // seen when a watch delivers it. Config.Slack is that poll interval, the
