@@ -235,24 +235,7 @@ func eventReasons(t *testing.T) []string {
 				return true
 			}
 			calls++
-			switch r := call.Args[typ+1].(type) {
-			case *ast.BasicLit:
-				if v, ok := stringLit(r); ok {
-					seen[v] = true
-				}
-			case *ast.SelectorExpr:
-				if x, ok := r.X.(*ast.Ident); ok && x.Name == "v1alpha1" {
-					v, ok := api[r.Sel.Name]
-					if !ok {
-						t.Errorf("event reason v1alpha1.%s is no string constant of api/v1alpha1", r.Sel.Name)
-					}
-					seen[v] = true
-				}
-			case *ast.Ident:
-				if v, ok := local[r.Name]; ok {
-					seen[v] = true
-				}
-			}
+			reason(call.Args[typ+1])
 			return true
 		})
 	}

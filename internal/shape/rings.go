@@ -55,11 +55,8 @@ func TicketKeyRing(obj any) (any, error) {
 	if !ok {
 		return obj, tombstone(obj, "*v1alpha1.TicketKeyRing")
 	}
-	c := carried(r)
-	out := &v1alpha1.TicketKeyRing{TypeMeta: r.TypeMeta, ObjectMeta: ringMeta(&r.ObjectMeta, &c), Spec: r.Spec, Status: r.Status}
-	out.Spec.Confirmation = confirmation(r.Spec.Confirmation, &c)
-	internStatus(&out.Status)
-	c.mark(&out.ObjectMeta)
+	out := &v1alpha1.TicketKeyRing{TypeMeta: r.TypeMeta, Spec: r.Spec, Status: r.Status}
+	out.ObjectMeta = ticketRing(&r.ObjectMeta, &out.Spec, &out.Status, nil)
 	return out, nil
 }
 
@@ -69,13 +66,27 @@ func ClusterTicketKeyRing(obj any) (any, error) {
 	if !ok {
 		return obj, tombstone(obj, "*v1alpha1.ClusterTicketKeyRing")
 	}
-	c := carried(r)
-	out := &v1alpha1.ClusterTicketKeyRing{TypeMeta: r.TypeMeta, ObjectMeta: ringMeta(&r.ObjectMeta, &c), Spec: r.Spec, Status: r.Status}
-	out.Spec.Confirmation = confirmation(r.Spec.Confirmation, &c)
-	out.Spec.NamespaceSelector = selectorValue(r.Spec.NamespaceSelector, CutRingNamespaceSelector, &c)
-	internStatus(&out.Status)
-	c.mark(&out.ObjectMeta)
+	out := &v1alpha1.ClusterTicketKeyRing{TypeMeta: r.TypeMeta, Spec: r.Spec, Status: r.Status}
+	out.ObjectMeta = ticketRing(&r.ObjectMeta, &out.Spec.TicketKeyRingSpec, &out.Status, func(c *cuts) {
+		out.Spec.NamespaceSelector = selectorValue(r.Spec.NamespaceSelector, CutRingNamespaceSelector, c)
+	})
 	return out, nil
+}
+
+// ticketRing keeps, of a ticket ring of either kind, its metadata
+// (ringMeta) and its spec's confirmation selectors, and interns its
+// status; more cuts what else its kind's spec holds. What was cut is
+// marked on the metadata returned.
+func ticketRing(m *metav1.ObjectMeta, spec *v1alpha1.TicketKeyRingSpec, status *v1alpha1.TicketKeyRingStatus, more func(*cuts)) metav1.ObjectMeta {
+	c := carried(m)
+	out := ringMeta(m, &c)
+	spec.Confirmation = confirmation(spec.Confirmation, &c)
+	if more != nil {
+		more(&c)
+	}
+	internStatus(status)
+	c.mark(&out)
+	return out
 }
 
 // ECHKeyRing is the shape of ECHKeyRings.
