@@ -17,6 +17,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/operator"
 	"github.com/ringmaster-io/ringmaster/internal/shape"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 )
 
 // The prober's pod cache (and the coming nudge's), against the real API
@@ -65,7 +66,7 @@ var _ = Describe("The pod cache", func() {
 
 		scheme, err := operator.Scheme()
 		Expect(err).NotTo(HaveOccurred())
-		pods, err := confirm.NewPods(operatorCfg, scheme, nil, confirm.PodsOptions{})
+		pods, err := confirm.NewPods(operatorCfg, scheme, nil, confirm.PodsOptions{Shapes: shape.Operator(scheme, testenv.Namespace)})
 		Expect(err).NotTo(HaveOccurred())
 		early, cancelEarly := context.WithTimeout(ctx, 200*time.Millisecond)
 		defer cancelEarly()
