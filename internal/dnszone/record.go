@@ -78,7 +78,7 @@ func RecordOf(l *coordinationv1.Lease, name string) (Record, error) {
 	r := Record{Name: a[v1alpha1.DNSNameAnnotation], Zone: a[v1alpha1.DNSZoneAnnotation],
 		State: v1alpha1.DNSNameState(a[v1alpha1.DNSStateAnnotation])}
 	if r.Name != name {
-		return Record{}, fmt.Errorf("Lease %s/%s records %q, not %s: %w", l.Namespace, l.Name, r.Name, name, ErrOtherName)
+		return Record{}, fmt.Errorf("lease %s/%s records %q, not %s: %w", l.Namespace, l.Name, r.Name, name, ErrOtherName)
 	}
 	holder := ""
 	if l.Spec.HolderIdentity != nil {
@@ -88,11 +88,11 @@ func RecordOf(l *coordinationv1.Lease, name string) (Record, error) {
 	r.Ring = v1alpha1.ECHKeyRingReference{Namespace: ns, Name: ring, UID: l.Labels[v1alpha1.DNSOwnerUIDLabel]}
 	switch {
 	case !ok || ns == "" || ring == "" || r.Ring.UID == "":
-		return Record{}, fmt.Errorf("Lease %s/%s names no owner ring (spec.holderIdentity <namespace>/<name> and label %s)", l.Namespace, l.Name, v1alpha1.DNSOwnerUIDLabel)
+		return Record{}, fmt.Errorf("lease %s/%s names no owner ring (spec.holderIdentity <namespace>/<name> and label %s)", l.Namespace, l.Name, v1alpha1.DNSOwnerUIDLabel)
 	case r.Zone == "":
-		return Record{}, fmt.Errorf("Lease %s/%s names no ClusterDNSZone (annotation %s)", l.Namespace, l.Name, v1alpha1.DNSZoneAnnotation)
+		return Record{}, fmt.Errorf("lease %s/%s names no ClusterDNSZone (annotation %s)", l.Namespace, l.Name, v1alpha1.DNSZoneAnnotation)
 	case r.State != v1alpha1.DNSNameOwned && r.State != v1alpha1.DNSNameReleasing:
-		return Record{}, fmt.Errorf("Lease %s/%s has state %q, want %s or %s", l.Namespace, l.Name, r.State, v1alpha1.DNSNameOwned, v1alpha1.DNSNameReleasing)
+		return Record{}, fmt.Errorf("lease %s/%s has state %q, want %s or %s", l.Namespace, l.Name, r.State, v1alpha1.DNSNameOwned, v1alpha1.DNSNameReleasing)
 	}
 	if l.Spec.AcquireTime != nil {
 		r.Since = l.Spec.AcquireTime.Time
@@ -100,7 +100,7 @@ func RecordOf(l *coordinationv1.Lease, name string) (Record, error) {
 	if v, ok := a[v1alpha1.DNSReleaseAtAnnotation]; ok {
 		t, err := time.Parse(time.RFC3339, v)
 		if err != nil {
-			return Record{}, fmt.Errorf("Lease %s/%s: annotation %s: %w", l.Namespace, l.Name, v1alpha1.DNSReleaseAtAnnotation, err)
+			return Record{}, fmt.Errorf("lease %s/%s: annotation %s: %w", l.Namespace, l.Name, v1alpha1.DNSReleaseAtAnnotation, err)
 		}
 		r.ReleaseAt = t
 	}

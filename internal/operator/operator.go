@@ -251,7 +251,7 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 	}
 	o.DNS = dns
 	if len(o.WatchNamespaces) > 0 {
-		o.Options.WatchedNamespaces = append(slices.Clone(o.WatchNamespaces), o.Namespace)
+		o.WatchedNamespaces = append(slices.Clone(o.WatchNamespaces), o.Namespace)
 	}
 	// After every new epoch, the pods mounting the projection are patched
 	// (one annotation) off the reconcile path, so that their kubelets

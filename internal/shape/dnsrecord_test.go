@@ -22,7 +22,7 @@ func TestDNSRecordShape(t *testing.T) {
 	l := dnszone.NewLease("ringmaster-system", rec)
 	l.UID, l.ResourceVersion, l.Generation = "l1", "7", 3
 	l.OwnerReferences = []metav1.OwnerReference{{Name: "someone"}}
-	l.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", FieldsV1: &metav1.FieldsV1{Raw: []byte(big)}}}
+	l.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl", FieldsV1: metav1.NewFieldsV1(big)}}
 	l.Labels["example.com/team"] = "shop"
 	l.Annotations["example.com/padding"] = big
 	l.Annotations["ringmaster.io/padding"] = big
