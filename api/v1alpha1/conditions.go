@@ -81,7 +81,9 @@ const (
 	// nothing is overdue.
 	ReasonOnSchedule = "OnSchedule"
 	// ReasonAwaitingPods: ConfirmationOverdue is True; the message names the
-	// pods that do not hold the staged key.
+	// pods that do not hold the staged key. Also a FleetRequest's
+	// status.waiting reason: a ring that served the request and whose pods
+	// do not all hold its newest key yet.
 	ReasonAwaitingPods = "AwaitingPods"
 	// ReasonActivatedUnconfirmed: ConfirmationOverdue is False, and the
 	// Warning event of the same reason says so: a held staged key
@@ -253,4 +255,26 @@ const (
 	// record's TTL plus its retirementMargin before the name passes on and
 	// a deleted ring goes.
 	ReasonDNSNameReleasing = "DNSNameReleasing"
+)
+
+// The condition of a FleetRequest, and its reasons.
+const (
+	// ConditionComplete (FleetRequests) is True once every ring the
+	// request selects has served an epoch carrying it out, and every pod
+	// of those rings that confirm (spec.confirmation) holds it.
+	ConditionComplete = "Complete"
+	// ReasonInProgress: some selected rings have not served the request,
+	// or their pods do not all hold it yet (status.waiting says which).
+	ReasonInProgress = "InProgress"
+	// ReasonCompleted: every selected ring served the request and every
+	// pod that confirms holds it; also the Normal event the request gets
+	// then, its one event.
+	ReasonCompleted = "Completed"
+	// ReasonPending: a ring selected that has not carried out the request
+	// yet, and reports no problem (a status.waiting reason).
+	ReasonPending = "Pending"
+	// ReasonRingLabelsNotKept: a ring whose labels the operator could not
+	// keep (over 4 KiB), which a spec.ringSelector therefore cannot judge
+	// (a status.waiting reason).
+	ReasonRingLabelsNotKept = "RingLabelsNotKept"
 )

@@ -310,6 +310,33 @@ type TicketKeyRingStatus struct {
 	// Vault, when its key source shares rings across clusters.
 	// +optional
 	Shared *SharedRingStatus `json:"shared,omitempty"`
+
+	// fleetRequest is the last FleetRequest the ring carried out: the ring
+	// carries out each FleetRequest that selects it once, oldest first,
+	// and none older than this one.
+	// +optional
+	FleetRequest *FleetRequestRecord `json:"fleetRequest,omitempty"`
+}
+
+// FleetRequestRecord is a FleetRequest a ring carried out.
+type FleetRequestRecord struct {
+	// name of the FleetRequest.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// uid of the FleetRequest, which the snapshot of the epoch that
+	// carried it out records too (ringmaster.io/fleet-request).
+	// +kubebuilder:validation:MaxLength=64
+	UID string `json:"uid"`
+	// createdAt is the FleetRequest's creation time: requests are carried
+	// out in the order of their creation (then of their names).
+	CreatedAt metav1.Time `json:"createdAt"`
+	// action the request asked for.
+	Action FleetAction `json:"action"`
+	// epoch that carried it out.
+	Epoch int64 `json:"epoch"`
+	// servedAt is when that epoch was published.
+	// +optional
+	ServedAt *metav1.Time `json:"servedAt,omitempty"`
 }
 
 // SharedRingStatus is a ring's view of its entry in Vault's KV v2 engine.

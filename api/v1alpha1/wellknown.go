@@ -50,6 +50,12 @@ const (
 	// status.lastRevokeRequestedAt and recorded in status.revocations.
 	RevokeRequestedAtAnnotation = "ringmaster.io/revoke-requested-at"
 
+	// FleetRequestAnnotation on a snapshot Secret is the UID of the
+	// FleetRequest the epoch carried out, if any: the record by which a
+	// ring carries out each FleetRequest once, even when its status was
+	// not written (an operator restart, a leader change).
+	FleetRequestAnnotation = "ringmaster.io/fleet-request"
+
 	// DeliveredAnnotation is the one annotation the operator sets on a pod
 	// (and the only change it may make to one, under the admission guard of
 	// config/admission/pods.yaml): the projection Secret it last wrote a new

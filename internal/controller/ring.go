@@ -135,6 +135,7 @@ func (r *rings) read(ctx context.Context, rg ring) (ticketplan.Read, keySource, 
 		r.Prober.Forget(confirm.Key{Kind: rg.owner.Kind, NamespacedName: ringKey(rg)})
 		return rd, keySource{}, nil, snaps, nil
 	}
+	rd.Fleet = r.fleetFor(ctx, rg)
 	src := r.keySource(ctx, rg)
 	var newest *corev1.Secret
 	if len(snaps) > 0 {

@@ -245,7 +245,14 @@ func (w *ringSecrets) nudge(snap, projection *corev1.Secret) {
 		return
 	}
 	w.Nudger.Nudge(nudge.Delivery{Namespace: projection.Namespace, Secret: projection.Name,
-		Epoch: projection.Annotations[v1alpha1.EpochAnnotation], Urgent: snap.Annotations[v1alpha1.RevokeRequestedAtAnnotation] != ""})
+		Epoch: projection.Annotations[v1alpha1.EpochAnnotation], Urgent: urgent(snap)})
+}
+
+// urgent says a snapshot's epoch carries out a revoke, of the ring's own
+// or of a FleetRequest.
+func urgent(snap *corev1.Secret) bool {
+	_, fleetRevoke := distribute.FleetRequestOf(snap)
+	return snap.Annotations[v1alpha1.RevokeRequestedAtAnnotation] != "" || fleetRevoke
 }
 
 // existing reads the Secret named like want, or nil when there is none.

@@ -155,6 +155,10 @@ func Setup(ctx context.Context, mgr manager.Manager, o Options) error {
 		Complete(&ClusterKeySourceReconciler{Client: mgr.GetClient(), Recorder: recorder, Clock: o.Clock, Sources: sources}); err != nil {
 		return fmt.Errorf("set up the ClusterKeySource controller: %w", err)
 	}
+	fleets := &FleetRequestReconciler{Client: mgr.GetClient(), Recorder: recorder, Clock: o.Clock}
+	if err := fleets.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up the FleetRequest controller: %w", err)
+	}
 	dnsZones := &dnsname.ZoneReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Recorder: recorder, Clock: o.Clock, Namespace: o.Namespace}
 	if err := dnsZones.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up the ClusterDNSZone controller: %w", err)
@@ -180,6 +184,7 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 		Watches(&corev1.Secret{}, watch.AtPriority(watch.Scheduled, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindTicketKeyRing)))).
 		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.TicketKeyRingList{}))).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(shared.sourcedRingsIn), builder.WithPredicates(watch.LabelsChanged())).
+		Watches(&v1alpha1.FleetRequest{}, fleetWatch(mgr.GetClient(), v1alpha1.KindTicketKeyRing), builder.WithPredicates(created())).
 		WatchesRawSource(shared.Prober.Source(v1alpha1.KindTicketKeyRing)).
 		Complete(&TicketKeyRingReconciler{rings: shared}); err != nil {
 		return fmt.Errorf("set up the TicketKeyRing controller: %w", err)
@@ -191,11 +196,21 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 		Watches(&corev1.Secret{}, watch.AtPriority(watch.Scheduled, handler.EnqueueRequestsFromMapFunc(ringsOfSecret(v1alpha1.KindClusterTicketKeyRing)))).
 		Watches(&v1alpha1.ClusterKeySource{}, handler.EnqueueRequestsFromMapFunc(shared.ringsUsing(&v1alpha1.ClusterTicketKeyRingList{}))).
 		Watches(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(ctkr.allRings), builder.WithPredicates(watch.LabelsChanged())).
+		Watches(&v1alpha1.FleetRequest{}, fleetWatch(mgr.GetClient(), v1alpha1.KindClusterTicketKeyRing), builder.WithPredicates(created())).
 		WatchesRawSource(shared.Prober.Source(v1alpha1.KindClusterTicketKeyRing)).
 		Complete(ctkr); err != nil {
 		return fmt.Errorf("set up the ClusterTicketKeyRing controller: %w", err)
 	}
 	return nil
+}
+
+// created passes only objects created (and those the cache lists first):
+// a FleetRequest's spec never changes, and its status is its own.
+func created() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(event.UpdateEvent) bool { return false },
+		DeleteFunc: func(event.DeleteEvent) bool { return false },
+	}
 }
 
 // ringStatus is the status of a ring of either ticket kind.

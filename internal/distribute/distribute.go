@@ -14,6 +14,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -216,6 +217,10 @@ type Requests struct {
 	Rotate string
 	// Revoke is a revoke request (v1alpha1.RevokeRequestedAtAnnotation).
 	Revoke string
+	// Fleet is the FleetRequest the epoch carries out, as
+	// FleetRequestValue makes it (v1alpha1.FleetRequestAnnotation); "" for
+	// none.
+	Fleet string
 	// Shared is the version of the ring's shared entry in Vault that the
 	// epoch serves (v1alpha1.SharedVersionAnnotation); 0 for a ring that is
 	// not shared.
@@ -255,6 +260,9 @@ func Snapshot(o Owner, r keyring.Ring, req Requests) (*corev1.Secret, error) {
 	}
 	if req.Revoke != "" {
 		ann[v1alpha1.RevokeRequestedAtAnnotation] = req.Revoke
+	}
+	if req.Fleet != "" {
+		ann[v1alpha1.FleetRequestAnnotation] = req.Fleet
 	}
 	if req.Shared > 0 {
 		ann[v1alpha1.SharedVersionAnnotation] = strconv.FormatInt(req.Shared, 10)
@@ -434,6 +442,7 @@ const MaxEpoch = 1<<53 - 1
 func Record(s *corev1.Secret) keyring.Record {
 	rec := keyring.Record{Epoch: SnapshotEpoch(s), RotateRequest: s.Annotations[v1alpha1.RotateRequestedAtAnnotation],
 		RevokeRequest: s.Annotations[v1alpha1.RevokeRequestedAtAnnotation]}
+	rec.FleetRequest, _ = FleetRequestOf(s)
 	r, err := keyring.Decode(s.Data[keyring.FileName])
 	switch {
 	case rec.Epoch > MaxEpoch:
@@ -520,4 +529,21 @@ func epochOf(s *corev1.Secret) int64 {
 		return 0
 	}
 	return e
+}
+
+// FleetRequestValue is the value of v1alpha1.FleetRequestAnnotation on
+// the snapshot of an epoch that carried out the FleetRequest of uid:
+// "<action>/<uid>".
+func FleetRequestValue(action v1alpha1.FleetAction, uid string) string {
+	return string(action) + "/" + uid
+}
+
+// FleetRequestOf reads the FleetRequest a snapshot's epoch carried out:
+// its UID, and whether it was a revoke.
+func FleetRequestOf(s *corev1.Secret) (uid string, revoke bool) {
+	action, uid, ok := strings.Cut(s.Annotations[v1alpha1.FleetRequestAnnotation], "/")
+	if !ok {
+		return "", false
+	}
+	return uid, action == string(v1alpha1.FleetRevoke)
 }

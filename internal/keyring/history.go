@@ -19,6 +19,9 @@ type Record struct {
 	RotateRequest string
 	// RevokeRequest is the revoke the epoch carried out, if any.
 	RevokeRequest string
+	// FleetRequest is the UID of the FleetRequest the epoch carried out,
+	// if any.
+	FleetRequest string
 }
 
 // History is what a ring's snapshots tell: its current state, when each key
@@ -74,6 +77,20 @@ func (h History) Handled(request string) bool {
 // Revoked reports whether an epoch carried out the revoke request.
 func (h History) Revoked(request string) bool {
 	return request != "" && slices.ContainsFunc(h.records, func(r Record) bool { return r.RevokeRequest == request })
+}
+
+// Fleet reports the epoch on record that carried out the FleetRequest of
+// uid, and when it was issued.
+func (h History) Fleet(uid string) (int64, time.Time, bool) {
+	if uid == "" {
+		return 0, time.Time{}, false
+	}
+	for _, r := range h.records {
+		if r.FleetRequest == uid && r.Err == nil {
+			return r.Epoch, r.Ring.IssuedAt, true
+		}
+	}
+	return 0, time.Time{}, false
 }
 
 // CarryOut reports whether a rotate-now request is to be carried out now:

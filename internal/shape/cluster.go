@@ -82,3 +82,19 @@ func Namespace(obj any) (any, error) {
 	c.mark(&out.ObjectMeta)
 	return out, nil
 }
+
+// FleetRequest is the shape of FleetRequests: their identity, their spec
+// (its selectors bounded as every spec's are) and their status, which
+// only the operator writes, its list bounded by the API.
+func FleetRequest(obj any) (any, error) {
+	f, ok := obj.(*v1alpha1.FleetRequest)
+	if !ok {
+		return obj, tombstone(obj, "*v1alpha1.FleetRequest")
+	}
+	c := carried(f)
+	out := &v1alpha1.FleetRequest{TypeMeta: f.TypeMeta, ObjectMeta: identity(&f.ObjectMeta), Spec: f.Spec, Status: f.Status}
+	out.Spec.NamespaceSelector = selector(f.Spec.NamespaceSelector, CutFleetNamespaceSelector, &c)
+	out.Spec.RingSelector = selector(f.Spec.RingSelector, CutFleetRingSelector, &c)
+	c.mark(&out.ObjectMeta)
+	return out, nil
+}

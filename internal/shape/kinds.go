@@ -24,6 +24,7 @@ func Operator(scheme *runtime.Scheme, namespace string) *Registry {
 		ring(v1alpha1.KindClusterKeySource):                                  ClusterKeySource,
 		ring(v1alpha1.KindClusterDNSZone):                                    ClusterDNSZone,
 		ring(v1alpha1.KindCertificatePolicy):                                 CertificatePolicy,
+		ring(v1alpha1.KindFleetRequest):                                      FleetRequest,
 		{Kind: "Namespace"}:                                                  Namespace,
 		{Kind: "Pod"}:                                                        Pod,
 		{Kind: "Secret"}:                                                     Secrets(namespace),

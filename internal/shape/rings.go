@@ -28,10 +28,17 @@ import (
 //     the ring reports it);
 //   - its status, which only the operator writes.
 //
-// Its labels, its other annotations and managed fields, and its owner
-// references are not read, and not kept; a digest of its annotations is
+// Its labels are kept up to MaxRingLabelBytes, for a FleetRequest's
+// ringSelector (a ring with more keeps none, and is marked: such a
+// selector cannot judge it, and the request says so). Its other
+// annotations and managed fields, and its owner references, are not
+// read, and not kept; a digest of its annotations is
 // (AnnotationsDigest), so that annotating a ring still starts its
 // reconcile.
+
+// MaxRingLabelBytes bounds a ring's labels, keys and values together,
+// that its cache keeps.
+const MaxRingLabelBytes = 1 << 10
 
 // NotKept is what a cache keeps of a request annotation too long to be one.
 const NotKept = "not kept: over 64 characters"
@@ -47,6 +54,8 @@ const (
 	CutSharedNamespaceSelector = "spec.vault.sharedRings.namespaceSelector"
 	CutPolicyLabelSelector     = "spec.selector.labelSelector"
 	CutPolicyNamespaceSelector = "spec.selector.namespaceSelector"
+	CutFleetNamespaceSelector  = "spec.namespaceSelector"
+	CutFleetRingSelector       = "spec.ringSelector"
 )
 
 // TicketKeyRing is the shape of TicketKeyRings.
@@ -122,6 +131,11 @@ func confirmation(conf *v1alpha1.Confirmation, c *cuts) *v1alpha1.Confirmation {
 // ringMeta is what a ring's shape keeps of its metadata.
 func ringMeta(m *metav1.ObjectMeta, c *cuts) metav1.ObjectMeta {
 	out := identity(m)
+	// A FleetRequest's ringSelector reads them.
+	out.Labels = labelsUpTo(m.Labels, MaxRingLabelBytes, c)
+	for k, v := range out.Labels {
+		out.Labels[in(k)] = in(v)
+	}
 	out.Finalizers = finalizers(m.Finalizers, c, v1alpha1.ECHDNSFinalizer)
 	for _, a := range requestAnnotations {
 		v, ok := m.Annotations[a]

@@ -63,8 +63,9 @@ func TestRingRequests(t *testing.T) {
 	}
 	digest := got.Annotations[AnnotationsDigest]
 	want := map[string]string{v1alpha1.RotateRequestedAtAnnotation: "2026-03-01T12:03:00Z", v1alpha1.RevokeRequestedAtAnnotation: NotKept, AnnotationsDigest: digest}
-	if !equality.Semantic.DeepEqual(got.Annotations, want) || got.Labels != nil || len(digest) == 0 {
-		t.Errorf("annotations %v, labels %v; want %v and none", got.Annotations, got.Labels, want)
+	// Its labels are kept, for a FleetRequest's ringSelector.
+	if !equality.Semantic.DeepEqual(got.Annotations, want) || !equality.Semantic.DeepEqual(got.Labels, ring.Labels) || len(digest) == 0 {
+		t.Errorf("annotations %v, labels %v; want %v and %v", got.Annotations, got.Labels, want, ring.Labels)
 	}
 	if _, ok := ringplan.Request(got.Annotations[v1alpha1.RevokeRequestedAtAnnotation]); ok {
 		t.Error("a request too long to be one is kept as one")

@@ -45,6 +45,13 @@ func DeletionChanged() predicate.Predicate {
 // priority too (controller-runtime's handler.LowPriority).
 const Scheduled = handler.LowPriority
 
+// Bulk is the work queue priority of a ring's share of a FleetRequest: a
+// bulk that may hold every ring of the cluster, which yields to fresh
+// work (a ring created, edited or annotated, at the default priority 0)
+// so that no new ring and no tenant's own rotate-now waits behind it, and
+// goes before routine work (Scheduled).
+const Bulk = handler.LowPriority / 2
+
 // AtPriority has h enqueue what it enqueues at priority p, or lower.
 func AtPriority(p int, h handler.EventHandler) handler.EventHandler {
 	return handler.Funcs{

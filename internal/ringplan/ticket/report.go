@@ -74,7 +74,7 @@ func (r Result) Report(w Applied) ringplan.Report[v1alpha1.TicketKeyRingStatus] 
 			// Nothing new is published, but older snapshots holding keys
 			// the current ring already dropped still go.
 			rep.Counts.Failed++
-			p.Publish, p.RotateRequest, p.RevokeRequest, p.Revocation = w.Publish, "", "", nil
+			p.Publish, p.RotateRequest, p.RevokeRequest, p.Revocation, p.Fleet = w.Publish, "", "", nil, nil
 			p.Ring, p.Snapshot, p.Failed = in.Current, in.Last.Snapshot, w.Failed
 			rep = r.settle(rep, p)
 			rep.Requeue = ringplan.ConflictRetry
@@ -89,10 +89,13 @@ func (r Result) Report(w Applied) ringplan.Report[v1alpha1.TicketKeyRingStatus] 
 		if p.Revocation != nil {
 			p.Revocation.Epoch = pub.Epoch
 		}
+		if p.Fleet != nil && p.Fleet.Epoch == 0 {
+			p.Fleet.Epoch, p.Fleet.ServedAt = pub.Epoch, &metav1.Time{Time: in.Now.Truncate(time.Second)}
+		}
 	}
 	p.Ring, p.Snapshot, p.Failed = next, in.Ring.Owner.SnapshotName(next.Epoch), w.Failed
 	rep = r.settle(rep, p)
-	if rev := p.Revocation; rev != nil {
+	if rev := p.Revocation; rev != nil && !r.FleetRevocation {
 		rep.Events = append(rep.Events, revoked(*rev, in.Ring.Owner.SnapshotName(rev.Epoch), rep.Status))
 	}
 	if active, ok := next.Active(in.Now); ok {

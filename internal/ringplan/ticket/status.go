@@ -55,6 +55,9 @@ type Pass struct {
 	// epoch on record); Revocation records it when carried out now.
 	RevokeRequest string
 	Revocation    *v1alpha1.Revocation
+	// Fleet is the FleetRequest carried out (now or before, by an epoch on
+	// record), with the epoch that did.
+	Fleet *v1alpha1.FleetRequestRecord
 
 	// Confirmation is what the ring's pods report of its staged key, under
 	// spec.confirmation (nil without it); Overdue, when set, says since
@@ -122,6 +125,9 @@ func Build(prev v1alpha1.TicketKeyRingStatus, o Pass) (out v1alpha1.TicketKeyRin
 	}
 	if o.RevokeRequest != "" {
 		s.LastRevokeRequestedAt = o.RevokeRequest
+	}
+	if o.Fleet != nil {
+		s.FleetRequest = o.Fleet.DeepCopy()
 	}
 	if o.Revocation != nil {
 		s.Revocations = append([]v1alpha1.Revocation{*o.Revocation}, s.Revocations...)[:min(len(s.Revocations)+1, MaxRevocations)]

@@ -40,6 +40,9 @@ type Read struct {
 	// Rotate and Revoke are the ring's rotate-now and revoke requests (its
 	// annotations); RevokedBy is the field manager that set the revoke.
 	Rotate, Revoke, RevokedBy string
+	// Fleet is the FleetRequest the ring carries out next (fleet.Next),
+	// as the ring records it; nil for none.
+	Fleet *v1alpha1.FleetRequestRecord
 	// Confirmed says every selected, ready pod holds the staged key.
 	Confirmed bool
 	// Shared is the ring's shared entry; nil for a ring that is not shared.
@@ -112,8 +115,9 @@ type Decision struct {
 	// FailClosed says the ring mints nothing this time: Source says why.
 	FailClosed bool
 	Source     *ringplan.Problem
-	// RotateNow and Revoke say which request the plan carries out.
-	RotateNow, Revoke bool
+	// RotateNow and Revoke say which request of the ring's annotations the
+	// plan carries out; Fleet that it carries out in.Fleet.
+	RotateNow, Revoke, Fleet bool
 	// Unconfirmed describes a held staged key the plan activates
 	// unconfirmed.
 	Unconfirmed *Unconfirmed
@@ -143,9 +147,14 @@ func Decide(in Read) Decision {
 	if in.Shared != nil && in.Shared.Blocked != nil {
 		return Decision{Plan: keyring.Plan{}.WithoutMint(in.Now, in.Current), FailClosed: true, Source: in.Shared.Blocked, Current: in.Current}
 	}
+	rotate := in.History.CarryOut(in.Rotate, in.Last.LastRotateRequestedAt) && !in.Shared.handled(in.Rotate)
+	revoke := in.History.CarryOutRevoke(in.Revoke, in.Last.LastRevokeRequestedAt) && !in.Shared.revoked(in.Revoke)
+	fleet := in.fleetDue()
 	inputs := keyring.Inputs{
-		RotateNow:   in.History.CarryOut(in.Rotate, in.Last.LastRotateRequestedAt) && !in.Shared.handled(in.Rotate),
-		Revoke:      in.History.CarryOutRevoke(in.Revoke, in.Last.LastRevokeRequestedAt) && !in.Shared.revoked(in.Revoke),
+		// A FleetRequest is one more source of the same requests, with
+		// exactly their meaning.
+		RotateNow:   rotate || (fleet && in.Fleet.Action == v1alpha1.FleetRotate),
+		Revoke:      revoke || (fleet && in.Fleet.Action == v1alpha1.FleetRevoke),
 		StagedSince: in.History.StagedSince,
 		Confirmed:   in.Confirmed,
 	}
@@ -154,8 +163,34 @@ func Decide(in Read) Decision {
 		base = in.Shared.Base
 	}
 	plan := keyring.Next(in.Now, in.Policy, base, inputs)
-	return Decision{Plan: plan, RotateNow: inputs.RotateNow, Revoke: inputs.Revoke,
+	return Decision{Plan: plan, RotateNow: rotate, Revoke: revoke, Fleet: fleet,
 		Unconfirmed: unconfirmed(in, plan), Current: in.Current}
+}
+
+// fleetDue says the ring's FleetRequest is to be carried out now: no
+// epoch on record carried it out (the status may lag the record: an
+// operator restarted between the snapshot and the status).
+func (in Read) fleetDue() bool {
+	if in.Fleet == nil {
+		return false
+	}
+	_, _, done := in.History.Fleet(in.Fleet.UID)
+	return !done
+}
+
+// fleetOnRecord is the ring's FleetRequest as an epoch on record carried
+// it out, for a status that lags the record; nil when none did.
+func (in Read) fleetOnRecord() *v1alpha1.FleetRequestRecord {
+	if in.Fleet == nil {
+		return nil
+	}
+	epoch, at, ok := in.History.Fleet(in.Fleet.UID)
+	if !ok {
+		return nil
+	}
+	rec := *in.Fleet
+	rec.Epoch, rec.ServedAt = epoch, &metav1.Time{Time: at}
+	return &rec
 }
 
 // unconfirmed describes the held staged key the plan found activated by
@@ -197,6 +232,12 @@ type Result struct {
 	// Revocation records a revoke carried out now.
 	RotateRequest, RevokeRequest string
 	Revocation                   *v1alpha1.Revocation
+	// Fleet is the FleetRequest to record in status, carried out now (its
+	// epoch then set by Report) or by an epoch on record; FleetRevocation
+	// says Revocation is that request's, which gets no event of the
+	// ring's own (the FleetRequest has its one event).
+	Fleet           *v1alpha1.FleetRequestRecord
+	FleetRevocation bool
 	Unconfirmed                  *Unconfirmed
 	// MintFailed says a mint failed, and RotationFailed that a rotation
 	// failed for any reason (a mint, a shared entry's write).
@@ -256,6 +297,20 @@ func Finish(in Read, d Decision, m Minted) Result {
 	case d.RotateNow:
 		r.Requests.Rotate = in.Rotate
 	}
+	switch {
+	case m.Err != nil:
+	case d.Fleet:
+		r.Requests.Fleet = distribute.FleetRequestValue(in.Fleet.Action, in.Fleet.UID)
+		rec := *in.Fleet
+		r.Fleet = &rec
+		if in.Fleet.Action == v1alpha1.FleetRevoke && r.Revocation == nil {
+			r.Revocation = &v1alpha1.Revocation{RequestedAt: in.Fleet.CreatedAt.UTC().Format(time.RFC3339), Keys: d.Plan.Revoked,
+				RequestedBy: "FleetRequest " + in.Fleet.Name}
+			r.FleetRevocation = true
+		}
+	default:
+		r.Fleet = in.fleetOnRecord()
+	}
 	if r.Requests.Rotate == "" && in.Shared.handled(in.Rotate) {
 		r.Requests.Rotate = in.Rotate
 	}
@@ -289,7 +344,7 @@ func (r Result) sync(in Read) Result {
 		r.Requests.Shared = sh.Entry.Version
 	}
 	change := sharedring.Change{Minted: r.Plan.Mint, Dropped: len(r.Plan.Expired),
-		Request: (r.Requests.Rotate != "" && !sh.Entry.Handled(r.Requests.Rotate)) || (r.Requests.Revoke != "" && !sh.Entry.Revoked(r.Requests.Revoke))}
+		Request: (r.Requests.Rotate != "" && !sh.Entry.Handled(r.Requests.Rotate)) || (r.Requests.Revoke != "" && !sh.Entry.Revoked(r.Requests.Revoke)) || r.Requests.Fleet != ""}
 	write, serve := sharedring.Decide(r.Next, change, sh.Entry)
 	if !write {
 		r.Next, r.Sync = serve, &Sync{}
@@ -328,6 +383,7 @@ func Wrote(in Read, r Result, w Written) Result {
 	}
 	r.Publish = false
 	r.RotateRequest, r.RevokeRequest, r.Revocation = "", "", nil
+	r.Fleet, r.FleetRevocation, r.Requests.Fleet = nil, false, ""
 	if w.LostRace {
 		r.LostRace = true
 		return r
@@ -354,6 +410,7 @@ func (r Result) Serving(in Read) keyring.Ring {
 func (r Result) report(out Pass) Pass {
 	out.Source, out.Unconfirmed, out.Revocation = r.Source, r.Unconfirmed, r.Revocation
 	out.RotateRequest, out.RevokeRequest = r.RotateRequest, r.RevokeRequest
+	out.Fleet = r.Fleet
 	return out
 }
 
@@ -443,7 +500,7 @@ func Replan(in Read, d Decision, m Minted, later time.Time) (Read, Decision, Min
 	again := in
 	again.Now = later
 	d2 := Decide(again)
-	if d2.FailClosed || d2.Plan.Mint != d.Plan.Mint || d2.RotateNow != d.RotateNow || d2.Revoke != d.Revoke {
+	if d2.FailClosed || d2.Plan.Mint != d.Plan.Mint || d2.RotateNow != d.RotateNow || d2.Revoke != d.Revoke || d2.Fleet != d.Fleet {
 		return in, d, m
 	}
 	secrets := make([]keyring.Secret, d.Plan.Mint)

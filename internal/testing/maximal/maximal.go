@@ -107,7 +107,7 @@ func Selector(seed string) *metav1.LabelSelector {
 func Objects(ns, home, name, seed string, finalizers bool, secret string, certPEM, keyPEM []byte) []client.Object {
 	out := []client.Object{DNSRecord(home, name, seed),
 		TicketKeyRing(ns, name, seed), ClusterTicketKeyRing(name, seed), ECHKeyRing(ns, name, seed),
-		ClusterKeySource(name, seed), ClusterDNSZone(name, seed), CertificatePolicy(name, seed),
+		ClusterKeySource(name, seed), ClusterDNSZone(name, seed), CertificatePolicy(name, seed), FleetRequest(name, seed),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, Pod(ns, name, seed, secret),
 		RingSecret(ns, name, seed), TLSSecret(ns, name+"-tls", seed, certPEM, keyPEM), Certificate(ns, name, seed),
 	}
@@ -187,6 +187,14 @@ func CertificatePolicy(name, seed string) *v1alpha1.CertificatePolicy {
 		Action:   v1alpha1.ActionAudit,
 		Selector: v1alpha1.CertificateSelector{NamespaceSelector: Selector(seed + "-ns"), LabelSelector: Selector(seed + "-labels")},
 		Rules:    v1alpha1.CertificateRules{MaxValidity: &metav1.Duration{Duration: 2160 * time.Hour}},
+	}}
+}
+
+// FleetRequest is a valid FleetRequest whose selectors are maximal.
+func FleetRequest(name, seed string) *v1alpha1.FleetRequest {
+	return &v1alpha1.FleetRequest{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.FleetRequestSpec{
+		Action: v1alpha1.FleetRevoke, NamespaceSelector: Selector(seed + "-ns"), RingSelector: Selector(seed + "-rings"),
+		Kinds: []v1alpha1.RingKind{v1alpha1.KindTicketKeyRing, v1alpha1.KindClusterTicketKeyRing}, KeySource: value(seed, 7, 253),
 	}}
 }
 
