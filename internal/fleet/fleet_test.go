@@ -21,7 +21,9 @@ func TestSelects(t *testing.T) {
 	web := fleet.Ring{Kind: v1alpha1.KindTicketKeyRing, Namespace: "shop", Name: "web", Created: t0.Add(-time.Hour),
 		Labels: map[string]string{"tier": "edge"}, NamespaceLabels: map[string]string{"team": "a"}, KeySource: "vault-prod"}
 	cluster := fleet.Ring{Kind: v1alpha1.KindClusterTicketKeyRing, Name: "shared", Created: t0.Add(-time.Hour)}
-	sel := func(k, v string) *metav1.LabelSelector { return &metav1.LabelSelector{MatchLabels: map[string]string{k: v}} }
+	sel := func(k, v string) *metav1.LabelSelector {
+		return &metav1.LabelSelector{MatchLabels: map[string]string{k: v}}
+	}
 	for _, tc := range []struct {
 		name     string
 		spec     v1alpha1.FleetRequestSpec

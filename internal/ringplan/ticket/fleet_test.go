@@ -30,7 +30,7 @@ func TestFleetRequest(t *testing.T) {
 		{name: "a request an epoch on record carried out is not carried out again", action: v1alpha1.FleetRotate, onRecord: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := read(t, t0.Add(10 * time.Minute))
+			in := read(t, t0.Add(10*time.Minute))
 			in.Fleet = rec(tc.action)
 			if tc.onRecord {
 				cur, _ := steady(t)

@@ -238,7 +238,7 @@ type Result struct {
 	// ring's own (the FleetRequest has its one event).
 	Fleet           *v1alpha1.FleetRequestRecord
 	FleetRevocation bool
-	Unconfirmed                  *Unconfirmed
+	Unconfirmed     *Unconfirmed
 	// MintFailed says a mint failed, and RotationFailed that a rotation
 	// failed for any reason (a mint, a shared entry's write).
 	MintFailed, RotationFailed bool
