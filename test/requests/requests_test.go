@@ -18,9 +18,11 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
@@ -75,6 +77,17 @@ const (
 
 	goalWritesPerNewRing    = 3.0
 	goalRequestsPerRotation = 5.0
+
+	// A ring rotated by a FleetRequest (issue 49): its snapshot's create,
+	// its projection's update and its status patch; no event (the request
+	// has one), no annotation patch (the request is one object). A
+	// snapshot holding a key the rotation dropped is deleted too, as on
+	// any rotation: that delete is forward secrecy's, at the key's
+	// expiry, and is counted apart.
+	maxWritesPerFleetRing = 3.0
+	// The request's own writes, whatever the number of rings: its status
+	// patches (at most one per fleet poll) and its one event.
+	maxWritesPerFleetRequest = 6
 )
 
 const (
@@ -169,6 +182,57 @@ func TestRequestsPerRingAndRotation(t *testing.T) {
 	check(t, "reads per rotation", per(counted.Reads(), n), maxReadsPerRotation, counted, n)
 	check(t, "refused requests per rotation", per(counted.Failed(), n), maxRefusedPerRotation, counted, n)
 	check(t, "requests per rotation", per(counted.Total(), n), maxRequestsPerRotation, counted, n)
+
+	fleetRequest(ctx, t, env, clock, log, keys)
+}
+
+// fleetRequest rotates every ring with one FleetRequest and counts what
+// each ring cost, and what the request itself did.
+func fleetRequest(ctx context.Context, t *testing.T, env *testenv.Suite, clock *clocktesting.FakeClock, log *auditLog, keys []types.NamespacedName) {
+	clock.Step(time.Minute) // past the staged keys' activationDelay
+	epochs := map[types.NamespacedName]int64{}
+	for _, k := range keys {
+		epochs[k] = ring(ctx, t, env, k).Status.Epoch
+	}
+	log.idle(ctx)
+	fr := &v1alpha1.FleetRequest{ObjectMeta: metav1.ObjectMeta{Name: "requests"}, Spec: v1alpha1.FleetRequestSpec{Action: v1alpha1.FleetRotate,
+		NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: keys[0].Namespace}}}}
+	if err := env.Client.Create(ctx, fr); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		waitRing(ctx, t, env, k, "rotated by the fleet request", func(r *v1alpha1.TicketKeyRing) bool {
+			return r.Status.Epoch == epochs[k]+1 && r.Status.FleetRequest != nil && fleet.Ready(r)
+		})
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !meta.IsStatusConditionTrue(fr.Status.Conditions, v1alpha1.ConditionComplete) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the fleet request never completed: %+v", fr.Status)
+		}
+		time.Sleep(50 * time.Millisecond)
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(fr), fr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := log.idle(ctx)
+	n := float64(len(keys))
+	own := c[apiaudit.Key{Verb: "patch", Resource: "fleetrequests/status"}]
+	events := c[apiaudit.Key{Verb: "create", Resource: "events"}]
+	expired := c[apiaudit.Key{Verb: "delete", Resource: "secrets"}]
+	perRing := c.Writes() - own - events - expired
+	t.Logf("FIGURE per ring of a fleet request: %.2f writes (at most %.0f) beside %.2f deletes of expired snapshots; the request's own: %d status patches, %d events; by request: %s",
+		per(perRing, n), maxWritesPerFleetRing, per(expired, n), own, events, c.Per(n))
+	if fr.Status.Served != int32(len(keys)) {
+		t.Errorf("the request says %d rings served, want %d", fr.Status.Served, len(keys))
+	}
+	if events != 1 {
+		t.Errorf("%d events, want the request's one: by request %s", events, c.Per(0))
+	}
+	if own+events > maxWritesPerFleetRequest {
+		t.Errorf("the request itself made %d writes, more than %d", own+events, maxWritesPerFleetRequest)
+	}
+	check(t, "writes per ring of a fleet request", per(perRing, n), maxWritesPerFleetRing, c, n)
 }
 
 func per(count int, n float64) float64 { return float64(count) / n }
