@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -254,7 +255,10 @@ func (b *bench) request(ctx context.Context, name, what string) (*phase, error) 
 	if name == "revoke" {
 		annotation, rotate, revoke = v1alpha1.RevokeRequestedAtAnnotation, "", value
 	}
-	keys := b.track.ask(rotate, revoke)
+	if name == "fleet" {
+		return b.fleetRequest(ctx, p, what)
+	}
+	keys := b.track.ask(rotate, revoke, "")
 	p.rings = len(keys)
 	for _, k := range keys {
 		if !isProbe(k.Namespace) {
@@ -278,6 +282,37 @@ func (b *bench) request(ctx context.Context, name, what string) (*phase, error) 
 	}, func() (bool, string) {
 		done := b.track.echoed().n
 		return done == len(keys), fmt.Sprintf("%d of %d rings echo the %s", done, len(keys), what)
+	}, func() time.Time { return b.track.echoed().last })
+}
+
+// fleetRequest is a rotate-now of every ring at once through one
+// FleetRequest selecting them all: one create, rather than an annotation
+// per ring; it ends when every ring's status records the request and the
+// operator is idle.
+func (b *bench) fleetRequest(ctx context.Context, p *phase, what string) (*phase, error) {
+	name := fmt.Sprintf("scale-%d", time.Now().Unix())
+	keys := b.track.ask("", "", name)
+	p.rings = len(keys)
+	for _, k := range keys {
+		if !isProbe(k.Namespace) {
+			p.bulk++
+		}
+	}
+	fmt.Fprintf(os.Stderr, "Requesting a %s of all %d rings (FleetRequest %s)\n", what, len(keys), name)
+	return p, b.runPhase(ctx, p, func(ctx context.Context) error {
+		fr := &v1alpha1.FleetRequest{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1alpha1.FleetRequestSpec{Action: v1alpha1.FleetRotate}}
+		if err := b.client.Create(ctx, fr); err != nil {
+			return fmt.Errorf("create FleetRequest %s: %w", name, err)
+		}
+		if b.stand != nil {
+			for _, k := range keys {
+				b.stand.work <- standInWork{key: k, rotate: "fleet", fleet: fr}
+			}
+		}
+		return nil
+	}, func() (bool, string) {
+		done := b.track.echoed().n
+		return done == len(keys), fmt.Sprintf("%d of %d rings record the FleetRequest", done, len(keys))
 	}, func() time.Time { return b.track.echoed().last })
 }
 

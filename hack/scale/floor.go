@@ -24,6 +24,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/controller/apply"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
+	fleetplan "github.com/ringmaster-io/ringmaster/internal/fleet"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
 )
@@ -59,6 +60,9 @@ type standInWork struct {
 	ring   *v1alpha1.TicketKeyRing
 	key    types.NamespacedName
 	rotate string
+	// fleet is the FleetRequest that asks the rotate-now, if any: its
+	// epoch gets no Rotated event, and its status records the request.
+	fleet *v1alpha1.FleetRequest
 }
 
 // standInRing is what the stand-in keeps of a ring between its requests:
@@ -111,7 +115,7 @@ func (s *standIn) failed() error {
 func (s *standIn) do(ctx context.Context, w standInWork) error {
 	now := time.Now().Truncate(time.Second)
 	if w.ring != nil {
-		return s.publish(ctx, &standInRing{obj: w.ring}, now, "")
+		return s.publish(ctx, &standInRing{obj: w.ring}, now, "", nil)
 	}
 	s.mu.Lock()
 	r := s.rings[w.key]
@@ -119,12 +123,12 @@ func (s *standIn) do(ctx context.Context, w standInWork) error {
 	if r == nil {
 		return fmt.Errorf("stand-in: a rotate-now of %s, which it did not publish", w.key)
 	}
-	return s.publish(ctx, r, now, w.rotate)
+	return s.publish(ctx, r, now, w.rotate, w.fleet)
 }
 
 // publish makes the next epoch of r, as the operator would: its first, or
 // a rotate-now's.
-func (s *standIn) publish(ctx context.Context, r *standInRing, now time.Time, rotate string) error {
+func (s *standIn) publish(ctx context.Context, r *standInRing, now time.Time, rotate string, fr *v1alpha1.FleetRequest) error {
 	spec := r.obj.Spec
 	policy := keyring.Policy{RotationInterval: spec.RotationInterval.Duration, RetainedKeys: int(spec.RetainedKeys), ActivationDelay: spec.ActivationDelay.Duration}
 	plan := keyring.Next(now, policy, r.current, keyring.Inputs{RotateNow: rotate != ""})
@@ -138,11 +142,15 @@ func (s *standIn) publish(ctx context.Context, r *standInRing, now time.Time, ro
 	}
 	owner := distribute.OwnerOf(r.obj)
 	next.Name, next.Epoch, next.IssuedAt = owner.RingName(), r.current.Epoch+1, now
-	snap, err := distribute.Snapshot(owner, next, distribute.Requests{Rotate: rotate})
+	req := distribute.Requests{Rotate: rotate}
+	if fr != nil {
+		req = distribute.Requests{Fleet: distribute.FleetRequestValue(fr.Spec.Action, string(fr.UID))}
+	}
+	snap, err := distribute.Snapshot(owner, next, req)
 	if err != nil {
 		return err
 	}
-	if rotate != "" {
+	if rotate != "" && fr == nil {
 		if err := s.event(ctx, r.obj, snap, next.Epoch); err != nil {
 			return err
 		}
@@ -162,7 +170,13 @@ func (s *standIn) publish(ctx context.Context, r *standInRing, now time.Time, ro
 	}); err != nil {
 		return fmt.Errorf("stand-in: write projection %s/%s: %w", want.Namespace, want.Name, err)
 	}
-	if err := s.count(func() error { return s.applyStatus(ctx, r.obj, status(next, snap.Name, now, rotate)) }); err != nil {
+	st := status(next, snap.Name, now, rotate)
+	if fr != nil {
+		rec := fleetplan.Record(fr)
+		rec.Epoch, rec.ServedAt = next.Epoch, &metav1.Time{Time: now}
+		st.LastRotateRequestedAt, st.FleetRequest = "", &rec
+	}
+	if err := s.count(func() error { return s.applyStatus(ctx, r.obj, st) }); err != nil {
 		return fmt.Errorf("stand-in: apply the status of %s/%s: %w", r.obj.Namespace, r.obj.Name, err)
 	}
 	s.mu.Lock()
@@ -274,8 +288,14 @@ func runFloor(ctx context.Context, b *bench) error {
 	if err != nil {
 		return err
 	}
-	if b.cfg.rotate {
-		p, err := b.request(ctx, "rotate", "rotate-now")
+	for _, ph := range []struct {
+		on         bool
+		name, note string
+	}{{b.cfg.rotate, "rotate", "rotate-now"}, {b.cfg.fleet, "fleet", "rotate-now through one FleetRequest"}} {
+		if !ph.on {
+			continue
+		}
+		p, err := b.request(ctx, ph.name, ph.note)
 		phases = append(phases, p)
 		if err != nil {
 			return err

@@ -11,7 +11,8 @@
 //     its own, and reports the p50, p99 and max of their create-to-Ready
 //     latency: what a new ring waits behind a bulk;
 //   - requests a rotate-now of every ring at once (the
-//     ringmaster.io/rotate-requested-at annotation), then a revoke
+//     ringmaster.io/rotate-requested-at annotation), then one through a
+//     single FleetRequest (-phases fleet), then a revoke
 //     (ringmaster.io/revoke-requested-at), and measures the time until
 //     every ring's status echoes each, probing new rings meanwhile too;
 //   - counts the operator's API requests per ring in each phase, by verb
@@ -55,6 +56,8 @@ import (
 type config struct {
 	rings, namespaces int
 	rotate, revoke    bool
+	// fleet is the phase that rotates every ring with one FleetRequest.
+	fleet bool
 	probeEvery        time.Duration
 	probeNamespaces   int
 	creators          int
@@ -80,7 +83,7 @@ func main() {
 	var phases string
 	flag.IntVar(&cfg.rings, "rings", 1000, "TicketKeyRings created at once, spread over -namespaces namespaces")
 	flag.IntVar(&cfg.namespaces, "namespaces", 10, "namespaces the rings are spread over")
-	flag.StringVar(&phases, "phases", "create,rotate,revoke", "phases to run, in this order: create (always), rotate (a rotate-now of every ring at once), revoke (a revoke of every ring at once)")
+	flag.StringVar(&phases, "phases", "create,rotate,revoke", "phases to run, in this order: create (always), rotate (a rotate-now of every ring at once, one annotation per ring), fleet (a rotate-now of every ring through one FleetRequest), revoke (a revoke of every ring at once)")
 	flag.DurationVar(&cfg.probeEvery, "probe-every", time.Second, "create a probe ring this often while a phase's bulk is handled, and report their create-to-Ready latency; 0: none")
 	flag.IntVar(&cfg.probeNamespaces, "probe-namespaces", 1, "spread the probe rings over this many namespaces, in turn: with 1, a namespace creating a ring every -probe-every, which the fair queue serves at its share (one namespace's) of the operator; with more, tenants that each create a ring now and then")
 	flag.IntVar(&cfg.creators, "creators", 8, "concurrent requests that create or annotate the rings")
@@ -107,8 +110,10 @@ func main() {
 			cfg.rotate = true
 		case "revoke":
 			cfg.revoke = true
+		case "fleet":
+			cfg.fleet = true
 		default:
-			fmt.Fprintf(os.Stderr, "scale: unknown phase %q in -phases: want create, rotate, revoke\n", p)
+			fmt.Fprintf(os.Stderr, "scale: unknown phase %q in -phases: want create, rotate, fleet, revoke\n", p)
 			os.Exit(2)
 		}
 	}
@@ -167,7 +172,7 @@ func run(ctx context.Context, cfg config) (err error) {
 	for _, ph := range []struct {
 		on         bool
 		name, note string
-	}{{cfg.rotate, "rotate", "rotate-now"}, {cfg.revoke, "revoke", "revoke"}} {
+	}{{cfg.rotate, "rotate", "rotate-now"}, {cfg.fleet, "fleet", "rotate-now through one FleetRequest"}, {cfg.revoke, "revoke", "revoke"}} {
 		if !ph.on {
 			continue
 		}

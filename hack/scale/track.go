@@ -27,6 +27,9 @@ type tracker struct {
 	// rotate and revoke are the annotation values the current phase asked
 	// for; each ring's time is taken when its status first echoes them.
 	rotate, revoke string
+	// fleet names the FleetRequest the current phase created: a ring's
+	// time is taken when its status first records it.
+	fleet string
 	// changed is closed, and replaced, whenever a ring reaches a state.
 	changed chan struct{}
 	// ready counts the rings Ready by the phase that created them, the
@@ -147,7 +150,8 @@ func (t *tracker) seen(obj any) {
 		}
 	}
 	if rt.asked && rt.done.IsZero() &&
-		((t.rotate != "" && r.Status.LastRotateRequestedAt == t.rotate) || (t.revoke != "" && r.Status.LastRevokeRequestedAt == t.revoke)) {
+		((t.rotate != "" && r.Status.LastRotateRequestedAt == t.rotate) || (t.revoke != "" && r.Status.LastRevokeRequestedAt == t.revoke) ||
+			(t.fleet != "" && r.Status.FleetRequest != nil && r.Status.FleetRequest.Name == t.fleet)) {
 		rt.done, progress = now, true
 		t.done.add(now)
 	}
@@ -159,10 +163,10 @@ func (t *tracker) seen(obj any) {
 
 // ask starts a phase of requests: rotate or revoke set to the value the
 // phase annotates every ring with; every ring known is asked.
-func (t *tracker) ask(rotate, revoke string) []types.NamespacedName {
+func (t *tracker) ask(rotate, revoke, fleet string) []types.NamespacedName {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.rotate, t.revoke, t.done = rotate, revoke, tally{}
+	t.rotate, t.revoke, t.fleet, t.done = rotate, revoke, fleet, tally{}
 	keys := make([]types.NamespacedName, 0, len(t.rings))
 	for k, rt := range t.rings {
 		rt.asked, rt.done = true, time.Time{}
