@@ -14,10 +14,13 @@ import (
 	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/audit"
 )
 
-type revokeOptions struct{ request }
+type revokeOptions struct {
+	request
+	fleet fleetFlags
+}
 
 func newRevokeCommand(k *kube, streams genericiooptions.IOStreams) *cobra.Command {
-	o := &revokeOptions{newRequest(k, streams)}
+	o := &revokeOptions{request: newRequest(k, streams)}
 	cmd := &cobra.Command{
 		Use:   "revoke RING",
 		Short: "Emergency revoke: destroy every key of a ring at once, and encrypt with a fresh key from now",
@@ -39,16 +42,38 @@ epoch, and clients fall back to full handshakes.
 Revoke waits until the revoke is recorded and published, or times out
 saying why. A revoke the operator could not carry out (its key source
 failing, say) leaves the old keys serving: revoke says so. It takes the right
-to patch the ring (ringmaster-ring-editor for a TicketKeyRing).`,
+to patch the ring (ringmaster-ring-editor for a TicketKeyRing).
+
+With --selector, --namespace-selector, --key-source, --all-namespaces or
+--kind, and no RING, revoke asks every ring they select at once through one
+FleetRequest (docs/spec/v1alpha1/fleetrequests.md), and follows it with a
+progress bar until every ring served it and its last pod confirmed: after
+a key source was compromised, every ring it minted. That takes
+cluster-admin or the ringmaster-fleet-operator ClusterRole.`,
 		Example: `  # Revoke every key of a ring of namespace shop, and wait
   kubectl ringmaster revoke web -n shop
 
   # Revoke a ClusterTicketKeyRing's keys
-  kubectl ringmaster revoke ctkr/edge`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0]) },
+  kubectl ringmaster revoke ctkr/edge
+
+  # A Vault token leaked: revoke every ring its key source minted, cluster-wide
+  kubectl ringmaster revoke --key-source vault-prod --all-namespaces`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.fleet.fleet(cmd) {
+				if len(args) > 0 {
+					return fmt.Errorf("give a RING, or select rings with flags: not both")
+				}
+				return o.runFleet(cmd.Context(), &o.fleet, v1alpha1.FleetRevoke)
+			}
+			if len(args) != 1 {
+				return fmt.Errorf("name a RING, or select rings with --selector, --namespace-selector, --key-source, --all-namespaces or --kind")
+			}
+			return o.run(cmd.Context(), args[0])
+		},
 	}
 	o.addFlags(cmd, "revoke", 2*time.Minute)
+	o.fleet.add(cmd)
 	return cmd
 }
 
@@ -66,7 +91,7 @@ var revocation = requestKind{
 
 func (o *revokeOptions) run(ctx context.Context, arg string) error {
 	ref, _, value, err := o.send(ctx, arg, revocation)
-	if err != nil || !o.wait {
+	if err != nil || !o.wait || o.fleet.noWait {
 		return err
 	}
 	fmt.Fprintln(o.streams.Out, "Waiting for the operator to carry it out")

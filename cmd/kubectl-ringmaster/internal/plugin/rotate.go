@@ -14,10 +14,13 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 )
 
-type rotateOptions struct{ request }
+type rotateOptions struct {
+	request
+	fleet fleetFlags
+}
 
 func newRotateCommand(k *kube, streams genericiooptions.IOStreams) *cobra.Command {
-	o := &rotateOptions{newRequest(k, streams)}
+	o := &rotateOptions{request: newRequest(k, streams)}
 	cmd := &cobra.Command{
 		Use:   "rotate RING",
 		Short: "Rotate a ring now, and wait until the staged key encrypts and a new key is staged",
@@ -34,7 +37,13 @@ until the operator has taken the request, a newer key than the one active
 before encrypts, and a new key is staged; or it times out, saying why: the
 Ready condition, or the pods that have not confirmed the staged key. It
 takes the right to patch the ring (ringmaster-ring-editor for a
-TicketKeyRing).`,
+TicketKeyRing).
+
+With --selector, --namespace-selector, --key-source, --all-namespaces or
+--kind, and no RING, rotate asks every ring they select at once through one
+FleetRequest (docs/spec/v1alpha1/fleetrequests.md), and follows it with a
+progress bar until every ring served it and its last pod confirmed. That
+takes cluster-admin or the ringmaster-fleet-operator ClusterRole.`,
 		Example: `  # Rotate a ring of the current namespace, and wait
   kubectl ringmaster rotate web
 
@@ -42,11 +51,26 @@ TicketKeyRing).`,
   kubectl ringmaster rotate ctkr/edge --timeout 10m
 
   # Only make the request
-  kubectl ringmaster rotate web -n shop --wait=false`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0]) },
+  kubectl ringmaster rotate web -n shop --wait=false
+
+  # Rotate every ring of every namespace labelled env=prod, and follow
+  kubectl ringmaster rotate --namespace-selector env=prod`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.fleet.fleet(cmd) {
+				if len(args) > 0 {
+					return fmt.Errorf("give a RING, or select rings with flags: not both")
+				}
+				return o.runFleet(cmd.Context(), &o.fleet, v1alpha1.FleetRotate)
+			}
+			if len(args) != 1 {
+				return fmt.Errorf("name a RING, or select rings with --selector, --namespace-selector, --key-source, --all-namespaces or --kind")
+			}
+			return o.run(cmd.Context(), args[0])
+		},
 	}
 	o.addFlags(cmd, "rotation", 5*time.Minute)
+	o.fleet.add(cmd)
 	return cmd
 }
 
@@ -64,7 +88,7 @@ var rotation = requestKind{
 
 func (o *rotateOptions) run(ctx context.Context, arg string) error {
 	ref, before, value, err := o.send(ctx, arg, rotation)
-	if err != nil || !o.wait {
+	if err != nil || !o.wait || o.fleet.noWait {
 		return err
 	}
 	fmt.Fprintln(o.streams.Out, "Waiting for the operator to take the request")

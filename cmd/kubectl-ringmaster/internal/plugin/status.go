@@ -106,7 +106,11 @@ key, as the operator asks them: how many hold it, and which do not, on which
 node and why. It lists the ring's emergency revokes.
 
 Secrets are listed by metadata alone: their data, the keys, is never read.
-Listing them takes the right to list Secrets; without it status says so.`,
+Listing them takes the right to list Secrets; without it status says so.
+
+Without an argument, status lists the FleetRequests (a cluster
+administrator's rotate-now or revoke of many rings at once), newest first,
+with how far each got; flr/NAME shows one, with the rings it waits on.`,
 		Example: `  # A ring in the current namespace
   kubectl ringmaster status web
 
@@ -117,9 +121,21 @@ Listing them takes the right to list Secrets; without it status says so.`,
   kubectl ringmaster status ctkr/edge
 
   # An ECHKeyRing: its configs, when each reached DNS and when its retirement ends
-  kubectl ringmaster status ekr/web -n shop`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0]) },
+  kubectl ringmaster status ekr/web -n shop
+
+  # Every FleetRequest, newest first; then one, with the rings it waits on
+  kubectl ringmaster status
+  kubectl ringmaster status flr/revoke-x7k2p`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return o.runFleet(cmd.Context(), "")
+			}
+			if name, ok := fleetArg(args[0]); ok {
+				return o.runFleet(cmd.Context(), name)
+			}
+			return o.run(cmd.Context(), args[0])
+		},
 	}
 	cmd.Flags().IntVar(&o.events, "events", 10, "How many of the ring's most recent events to show.")
 	addOutputFlag(cmd, &o.out, false)
@@ -503,4 +519,50 @@ func escape(s string, keepNewlines bool) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// fleetArg reads a FleetRequest argument: flr/NAME, fleetrequest/NAME.
+func fleetArg(arg string) (string, bool) {
+	typ, name, ok := strings.Cut(arg, "/")
+	if !ok {
+		return "", false
+	}
+	switch strings.TrimSuffix(strings.ToLower(typ), ".ringmaster.io") {
+	case "flr", "fleetrequest", "fleetrequests":
+		return name, name != ""
+	}
+	return "", false
+}
+
+// runFleet shows one FleetRequest, or lists them all when name is "".
+func (o *statusOptions) runFleet(ctx context.Context, name string) error {
+	if err := o.out.validate(); err != nil {
+		return err
+	}
+	if err := o.kube.connect(); err != nil {
+		return err
+	}
+	if name != "" {
+		fr := &v1alpha1.FleetRequest{}
+		if err := o.kube.client.Get(ctx, client.ObjectKey{Name: name}, fr); err != nil {
+			return fmt.Errorf("read FleetRequest %s: %w", name, err)
+		}
+		if o.out.structured() {
+			return printReport(o.streams.Out, o.out.format, "FleetRequest", fr)
+		}
+		printFleetRequest(o.streams.Out, *fr)
+		return nil
+	}
+	list := &v1alpha1.FleetRequestList{}
+	if err := o.kube.client.List(ctx, list); err != nil {
+		return fmt.Errorf("list FleetRequests: %w", err)
+	}
+	if o.out.structured() {
+		return printReport(o.streams.Out, o.out.format, "FleetRequestList", list.Items)
+	}
+	if len(list.Items) == 0 {
+		fmt.Fprintln(o.streams.Out, "No FleetRequest: name a ring to see it (kubectl ringmaster status RING)")
+		return nil
+	}
+	return printFleetRequests(o.streams.Out, list.Items, o.now())
 }
