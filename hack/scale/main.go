@@ -57,23 +57,23 @@ type config struct {
 	rings, namespaces int
 	rotate, revoke    bool
 	// fleet is the phase that rotates every ring with one FleetRequest.
-	fleet bool
-	probeEvery        time.Duration
-	probeNamespaces   int
-	creators          int
-	clientQPS         float64
-	rotation          time.Duration
-	activation        time.Duration
-	retained          int
-	goMemLimit        string
-	memoryLimit       int64
-	ringWorkers       int
-	settle, quiet     time.Duration
-	timeout           time.Duration
-	scrapeEvery       time.Duration
-	profile           string
-	memProfileRate    int
-	keep              bool
+	fleet           bool
+	probeEvery      time.Duration
+	probeNamespaces int
+	creators        int
+	clientQPS       float64
+	rotation        time.Duration
+	activation      time.Duration
+	retained        int
+	goMemLimit      string
+	memoryLimit     int64
+	ringWorkers     int
+	settle, quiet   time.Duration
+	timeout         time.Duration
+	scrapeEvery     time.Duration
+	profile         string
+	memProfileRate  int
+	keep            bool
 	// floor replaces the operator with a stand-in (standIn).
 	floor bool
 }

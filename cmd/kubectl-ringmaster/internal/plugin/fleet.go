@@ -200,7 +200,6 @@ func ringName(w v1alpha1.FleetWaiting) string {
 	return string(w.Kind) + " " + w.Namespace + "/" + w.Name
 }
 
-
 // printFleetRequests lists FleetRequests, newest first: what each asked,
 // and how far it got.
 func printFleetRequests(w io.Writer, list []v1alpha1.FleetRequest, now time.Time) error {
