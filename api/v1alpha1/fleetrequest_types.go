@@ -76,16 +76,19 @@ type FleetRequestSpec struct {
 // FleetWaiting is a ring a FleetRequest still waits on, and why.
 type FleetWaiting struct {
 	// kind of the ring.
+	// +required
 	Kind RingKind `json:"kind"`
 	// namespace of the ring; empty for a cluster-scoped ring.
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
 	// name of the ring.
+	// +required
 	Name string `json:"name"`
 	// reason the ring has not served the request's epoch yet: Pending
 	// (queued), the reason its Ready condition is False for (a key source
 	// that fails, a publication refused), or AwaitingPods (served, its pods
 	// not all holding it yet).
+	// +required
 	Reason string `json:"reason"`
 }
 

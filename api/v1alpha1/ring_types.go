@@ -322,17 +322,22 @@ type TicketKeyRingStatus struct {
 type FleetRequestRecord struct {
 	// name of the FleetRequest.
 	// +kubebuilder:validation:MaxLength=253
+	// +required
 	Name string `json:"name"`
 	// uid of the FleetRequest, which the snapshot of the epoch that
 	// carried it out records too (ringmaster.io/fleet-request).
 	// +kubebuilder:validation:MaxLength=64
+	// +required
 	UID string `json:"uid"`
 	// createdAt is the FleetRequest's creation time: requests are carried
 	// out in the order of their creation (then of their names).
+	// +required
 	CreatedAt metav1.Time `json:"createdAt"`
 	// action the request asked for.
+	// +required
 	Action FleetAction `json:"action"`
 	// epoch that carried it out.
+	// +required
 	Epoch int64 `json:"epoch"`
 	// servedAt is when that epoch was published.
 	// +optional
