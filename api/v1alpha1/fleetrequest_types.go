@@ -115,10 +115,11 @@ type FleetRequestStatus struct {
 	Served int32 `json:"served"`
 
 	// podsTotal counts the pods of the served rings that confirm
-	// (spec.confirmation), and podsConfirmed those of them that hold the
-	// ring's newest key.
+	// (spec.confirmation).
 	// +optional
 	PodsTotal int32 `json:"podsTotal"`
+	// podsConfirmed counts those of them that hold their ring's newest
+	// key.
 	// +optional
 	PodsConfirmed int32 `json:"podsConfirmed"`
 
@@ -136,10 +137,11 @@ type FleetRequestStatus struct {
 	// +optional
 	LastPodConfirmedAt *metav1.Time `json:"lastPodConfirmedAt,omitempty"`
 
-	// waitingCount counts the selected rings not done yet; waiting lists
-	// the first of them (at most 20), by kind, namespace and name.
+	// waitingCount counts the selected rings not done yet.
 	// +optional
 	WaitingCount int32 `json:"waitingCount"`
+	// waiting lists the first of the rings not done yet (at most 20), by
+	// kind, namespace and name, each with why it waits.
 	// +kubebuilder:validation:MaxItems=20
 	// +listType=atomic
 	// +optional
