@@ -274,7 +274,7 @@ const (
 	// yet, and reports no problem (a status.waiting reason).
 	ReasonPending = "Pending"
 	// ReasonRingLabelsNotKept: a ring whose labels the operator could not
-	// keep (over 4 KiB), which a spec.ringSelector therefore cannot judge
-	// (a status.waiting reason).
+	// keep (over 1 KiB), which a FleetRequest's spec.ringSelector
+	// therefore cannot judge (counted in its status.notJudged).
 	ReasonRingLabelsNotKept = "RingLabelsNotKept"
 )

@@ -137,6 +137,15 @@ type FleetRequestStatus struct {
 	// +optional
 	LastPodConfirmedAt *metav1.Time `json:"lastPodConfirmedAt,omitempty"`
 
+	// notJudged counts the rings the request could not judge: their labels,
+	// or their namespace's, are over what the operator keeps (a ring's 1
+	// KiB, a namespace's 4 KiB), so that a selector that reads them cannot
+	// tell whether it selects them. They are not rotated, and do not hold
+	// the request up: the condition's message names the count; rotate or
+	// revoke them by their annotations.
+	// +optional
+	NotJudged int32 `json:"notJudged,omitempty"`
+
 	// waitingCount counts the selected rings not done yet.
 	// +optional
 	WaitingCount int32 `json:"waitingCount"`

@@ -52,9 +52,11 @@ var _ = Describe("FleetRequest", func() {
 		Expect(k8s.Get(ctx, client.ObjectKeyFromObject(fr), got)).To(Succeed())
 		return got
 	}
-	complete := func(fr *v1alpha1.FleetRequest) func() bool {
-		return func() bool { return fleet.Complete(getRequest(fr).Status) }
+	// status is the request's status, which a failed wait prints.
+	status := func(fr *v1alpha1.FleetRequest) func() v1alpha1.FleetRequestStatus {
+		return func() v1alpha1.FleetRequestStatus { return getRequest(fr).Status }
 	}
+	complete := Satisfy(fleet.Complete)
 	// carriedOut are the snapshots of a ring's that record the request.
 	carriedOut := func(home, ringLabel, ring string, fr *v1alpha1.FleetRequest) []string {
 		GinkgoHelper()
@@ -101,7 +103,7 @@ var _ = Describe("FleetRequest", func() {
 		fakeClock.Step(5 * time.Minute) // past the rings' activationDelay
 
 		fr := request(id, v1alpha1.FleetRequestSpec{Action: v1alpha1.FleetRotate, RingSelector: selector(id)})
-		Eventually(complete(fr), timeout, poll).Should(BeTrue())
+		Eventually(status(fr), timeout, poll).Should(complete)
 		st := getRequest(fr).Status
 		Expect(st.Selected).To(BeEquivalentTo(3))
 		Expect(st.Served).To(BeEquivalentTo(3))
@@ -144,7 +146,7 @@ var _ = Describe("FleetRequest", func() {
 
 		fr := request(id, v1alpha1.FleetRequestSpec{Action: v1alpha1.FleetRevoke, KeySource: cks.Name,
 			NamespaceSelector: selector(id), Kinds: []v1alpha1.RingKind{v1alpha1.KindTicketKeyRing}})
-		Eventually(complete(fr), timeout, poll).Should(BeTrue())
+		Eventually(status(fr), timeout, poll).Should(complete)
 		Expect(getRequest(fr).Status.Selected).To(BeEquivalentTo(1))
 
 		waitEpoch(ctx, minted, 2)
@@ -188,7 +190,7 @@ var _ = Describe("FleetRequest", func() {
 		}, timeout, 10*time.Millisecond).Should(BeTrue())
 		stopManager()
 		startManager()
-		Eventually(complete(fr), timeout, poll).Should(BeTrue())
+		Eventually(status(fr), timeout, poll).Should(complete)
 		Expect(getRequest(fr).Status.Served).To(BeEquivalentTo(len(rings)))
 
 		By("another restart, and a look at every ring: none carries it out again")

@@ -41,7 +41,8 @@ type Ring struct {
 
 // Selects reports whether req selects r, and, when it cannot tell (a
 // selector that needs labels the operator did not keep), the reason it
-// could not judge it. A request whose selector is invalid selects
+// could not judge it: such a ring is not selected, and Progress counts it
+// apart (status.notJudged). A request whose selector is invalid selects
 // nothing (Invalid says so).
 func Selects(req *v1alpha1.FleetRequest, r Ring) (bool, string) {
 	s := req.Spec
@@ -163,7 +164,7 @@ func Progress(req *v1alpha1.FleetRequest, prev v1alpha1.FleetRequestStatus, ring
 	if out.StartedAt == nil {
 		out.StartedAt = &metav1.Time{Time: now.Truncate(time.Second)}
 	}
-	out.Selected, out.Served, out.PodsTotal, out.PodsConfirmed, out.WaitingCount = 0, 0, 0, 0, 0
+	out.Selected, out.Served, out.PodsTotal, out.PodsConfirmed, out.WaitingCount, out.NotJudged = 0, 0, 0, 0, 0, 0
 	var waiting []v1alpha1.FleetWaiting
 	var lastServed, lastPod time.Time
 	wait := func(r Ring, reason string) {
@@ -177,8 +178,9 @@ func Progress(req *v1alpha1.FleetRequest, prev v1alpha1.FleetRequestStatus, ring
 		}
 		ok, unjudged := Selects(req, rs.Ring)
 		if unjudged != "" {
-			out.Selected++
-			wait(rs.Ring, unjudged)
+			// Never carried out (Next does not select it): it must not
+			// hold the request up for ever.
+			out.NotJudged++
 			continue
 		}
 		if !ok {
@@ -278,6 +280,9 @@ func progressMessage(req *v1alpha1.FleetRequest, st v1alpha1.FleetRequestStatus)
 	}
 	if st.WaitingCount > 0 {
 		b.WriteString(", " + itoa(st.WaitingCount) + " waiting")
+	}
+	if st.NotJudged > 0 {
+		b.WriteString("; " + itoa(st.NotJudged) + " rings not judged, their labels or their namespace's over what the operator keeps: rotate or revoke them by their annotations")
 	}
 	return b.String()
 }

@@ -92,6 +92,13 @@ func TestProgress(t *testing.T) {
 		{Ring: ring("c"), Status: confirming, Confirms: true},
 		{Ring: fleet.Ring{Kind: v1alpha1.KindTicketKeyRing, Namespace: "shop", Name: "late", Created: t0.Add(time.Hour)}},
 	}
+	// A ring whose labels were not kept cannot be judged by a selector that
+	// reads them: counted apart, it holds nothing up.
+	req.Spec.RingSelector = &metav1.LabelSelector{}
+	for i := range rings[:3] {
+		rings[i].Labels = map[string]string{}
+	}
+	rings = append(rings, fleet.RingState{Ring: fleet.Ring{Kind: v1alpha1.KindTicketKeyRing, Namespace: "shop", Name: "big", Created: t0.Add(-time.Hour), LabelsCut: true}})
 	st := fleet.Progress(req, v1alpha1.FleetRequestStatus{}, rings, t0.Add(3*time.Minute))
 	if st.Selected != 3 || st.Served != 2 || st.PodsTotal != 3 || st.PodsConfirmed != 2 || st.WaitingCount != 2 || fleet.Complete(st) {
 		t.Fatalf("status %+v", st)
@@ -106,7 +113,7 @@ func TestProgress(t *testing.T) {
 	rings[1].Status = served
 	rings[2].Status.Confirmation.Holding = 3
 	st = fleet.Progress(req, st, rings, t0.Add(4*time.Minute))
-	if !fleet.Complete(st) || st.WaitingCount != 0 || st.Waiting != nil || st.Served != 3 || st.PodsConfirmed != 3 {
+	if !fleet.Complete(st) || st.WaitingCount != 0 || st.Waiting != nil || st.Served != 3 || st.PodsConfirmed != 3 || st.NotJudged != 1 {
 		t.Fatalf("status %+v", st)
 	}
 	if !st.LastRingServedAt.Time.Equal(t0.Add(time.Minute)) || !st.LastPodConfirmedAt.Time.Equal(t0.Add(2*time.Minute)) {
