@@ -204,6 +204,10 @@ func internStatus(st *v1alpha1.TicketKeyRingStatus) {
 		st.ActiveKey.ID = in(st.ActiveKey.ID)
 	}
 	st.LastRotateRequestedAt, st.LastRevokeRequestedAt = in(st.LastRotateRequestedAt), in(st.LastRevokeRequestedAt)
+	if f := st.FleetRequest; f != nil {
+		// Every ring a FleetRequest rotated records the same request.
+		f.Name, f.UID, f.Action = in(f.Name), in(f.UID), v1alpha1.FleetAction(in(string(f.Action)))
+	}
 }
 
 func internCondition(c *metav1.Condition) {
