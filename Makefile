@@ -71,7 +71,7 @@ vet: ## Run go vet.
 
 .PHONY: test
 test: test-tools manifests generate vet ## Run the unit, integration and end-to-end tests (one go test run; real API server, Vault, cert-manager, nginx, HAProxy, Knot, Prometheus), the images' and the release's, and Caddy's. The README's and CI's test command; make test-cluster runs the chart in a real cluster.
-	$(TOOLS_ENV) go test -tags integration,e2e $(PKG) -count=1 $(TESTFLAGS)
+	$(TOOLS_ENV) go test -tags integration,e2e $(PKG) -count=1 -timeout 25m $(TESTFLAGS)
 	@$(MAKE) --no-print-directory test-caddy
 
 .PHONY: test-caddy
