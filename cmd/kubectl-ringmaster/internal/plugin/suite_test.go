@@ -66,6 +66,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 
 	setUpRings(ctx)
 	setUpCertificates(ctx)
+	setUpTicketKeys(ctx)
 }, NodeTimeout(3*time.Minute))
 
 // kubeconfig adds a user, writes its kubeconfig and returns its path. The
