@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/plugin"
+	"github.com/ringmaster-io/ringmaster/internal/operator"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 )
 
@@ -48,7 +49,11 @@ func TestPlugin(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(ctx SpecContext) {
-	suite, err := testenv.StartSuite(ctx, testenv.SuiteOptions{Log: GinkgoWriter})
+	// The operator audits unmanaged ticket keys too (opt-in), every
+	// second, for its metrics: the plugin's findings are checked against
+	// them.
+	suite, err := testenv.StartSuite(ctx, testenv.SuiteOptions{Log: GinkgoWriter,
+		Operator: operator.Options{UnmanagedTicketKeys: true, UnmanagedTicketKeysInterval: time.Second}})
 	Expect(err).NotTo(HaveOccurred(), "the control plane runs and the operator leads, with its own RBAC")
 	DeferCleanup(suite.Stop)
 	env, k8s, registry = suite.Env, suite.Admin(), suite.Registry

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/audit"
 	"github.com/ringmaster-io/ringmaster/internal/testing/keyfixtures"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 	"github.com/ringmaster-io/ringmaster/internal/ticketkeys"
 )
 
@@ -130,6 +131,35 @@ var _ = Describe("audit of ticket keys no ring manages", func() {
 		res = run(admin, "audit", "-A", "--fail-on", "unmanaged-keys")
 		Expect(res.Code).To(Equal(1))
 		Expect(res.Err).To(ContainSubstring("8 problem(s) in the --fail-on categories unmanaged-keys"))
+	})
+
+	It("agrees with the operator's metrics, which it exports as its own service account with the generated RBAC", func() {
+		rep, _ := auditJSON(admin, "-A")
+		keys := map[[2]string]int{}
+		oldest := map[[2]string]time.Time{}
+		for _, f := range rep.UnmanagedKeys.Findings {
+			k := [2]string{f.Kind, f.Namespace}
+			keys[k] += f.Keys
+			if t, ok := oldest[k]; !ok || f.Since.Time.Before(t) {
+				oldest[k] = f.Since.Time
+			}
+		}
+		Expect(keys).To(HaveLen(6), "ConfigMap, EnvoyFilter, EnvoyPatchPolicy, CiliumEnvoyConfig and two Secrets' namespaces")
+		for k, n := range keys {
+			labels := map[string]string{"kind": k[0], "namespace": k[1]}
+			Eventually(func(g Gomega) {
+				v, ok, err := testenv.Metric(registry, "ringmaster_unmanaged_ticket_keys", labels)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(ok).To(BeTrue(), "no series %v", labels)
+				g.Expect(v).To(BeEquivalentTo(n), "%v", labels)
+				v, ok, err = testenv.Metric(registry, "ringmaster_unmanaged_ticket_keys_last_changed_timestamp_seconds", labels)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(ok).To(BeTrue(), "no series %v", labels)
+				g.Expect(v).To(BeEquivalentTo(oldest[k].Unix()), "%v", labels)
+			}, timeout, poll).Should(Succeed())
+		}
+		_, ok := metric("ringmaster_unmanaged_ticket_keys", map[string]string{"kind": "Secret", "namespace": "shop", "name": "web-ticket-keys"})
+		Expect(ok).To(BeFalse(), "no series names an object")
 	})
 
 	It("shows no byte of any key, in any output", func() {
