@@ -86,8 +86,8 @@ func patchMode(path string) mode {
 	m := modeAny
 	for seg := range strings.SplitSeq(strings.TrimPrefix(path, "/"), "/") {
 		seg = strings.NewReplacer("~1", "/", "~0", "~").Replace(seg)
-		switch {
-		case m == modeDataSources: // an index of keys, or - to append
+		switch m {
+		case modeDataSources: // an index of keys, or - to append
 			m = modeDataSource
 		default:
 			next, ok := fieldMode(m, seg)

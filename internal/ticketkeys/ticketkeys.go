@@ -183,7 +183,7 @@ type Reference struct {
 	Note string `json:"note,omitempty"`
 }
 
-func (r Reference) what() string { return r.ObjectRef.String() + " " + r.Field }
+func (r Reference) what() string { return r.String() + " " + r.Field }
 
 // KeySet is what is kept of an entry that holds ticket keys: never the
 // bytes.
@@ -358,7 +358,7 @@ func owns(e *metav1.ManagedFieldsEntry, path []string) bool {
 		return false
 	}
 	var node map[string]json.RawMessage
-	if json.Unmarshal(e.FieldsV1.Raw, &node) != nil {
+	if json.Unmarshal(e.FieldsV1.GetRawBytes(), &node) != nil {
 		return false
 	}
 	for i, p := range path {

@@ -83,7 +83,7 @@ type brief struct {
 func briefs(fs []ticketkeys.Finding) []brief {
 	var out []brief
 	for _, f := range fs {
-		out = append(out, brief{f.ObjectRef.String(), f.Field, f.Shape, f.Size, f.Keys, f.UsedBy, f.Problem})
+		out = append(out, brief{f.String(), f.Field, f.Shape, f.Size, f.Keys, f.UsedBy, f.Problem})
 	}
 	return out
 }
@@ -160,7 +160,7 @@ func TestShapes(t *testing.T) {
 			}
 			var unresolved []string
 			for _, r := range got.Unresolved {
-				unresolved = append(unresolved, r.ObjectRef.String()+" "+r.Field+": "+r.Note)
+				unresolved = append(unresolved, r.String()+" "+r.Field+": "+r.Note)
 			}
 			slices.Sort(unresolved)
 			if diff := cmp.Diff(tt.unresolved, unresolved); diff != "" {
@@ -185,7 +185,7 @@ func TestShapes(t *testing.T) {
 // managedFields is a managedFields entry owning the given fieldsV1.
 func managedFields(manager string, at time.Time, fields string) metav1.ManagedFieldsEntry {
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationApply,
-		Time: &metav1.Time{Time: at}, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+		Time: &metav1.Time{Time: at}, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)}
 }
 
 func TestAge(t *testing.T) {

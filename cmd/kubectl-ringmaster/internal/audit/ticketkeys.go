@@ -72,7 +72,7 @@ func sizeName(size int) string {
 
 // FindingRef names where a finding is: Kind namespace/name field.
 func FindingRef(f ticketkeys.Finding) string {
-	return f.ObjectRef.String() + " " + f.Field
+	return f.String() + " " + f.Field
 }
 
 // SourceSummary lists the kinds by what was made of them.

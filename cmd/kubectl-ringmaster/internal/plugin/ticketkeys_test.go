@@ -66,7 +66,7 @@ func setUpTicketKeys(ctx context.Context) {
 
 // where names a finding as the tests expect it.
 func where(f ticketkeys.Finding) string {
-	return f.ObjectRef.String() + " " + f.Field
+	return f.String() + " " + f.Field
 }
 
 func findings(rep audit.Report) map[string]ticketkeys.Finding {
