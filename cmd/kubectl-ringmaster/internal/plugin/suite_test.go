@@ -39,6 +39,8 @@ var (
 	env      *testenv.Env
 	k8s      client.Client
 	registry *prometheus.Registry
+	// running is the suite, for what its operator holds.
+	running *testenv.Suite
 	// kubeconfigs of the users the plugin runs as.
 	admin, viewer, team string
 )
@@ -57,6 +59,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(err).NotTo(HaveOccurred(), "the control plane runs and the operator leads, with its own RBAC")
 	DeferCleanup(suite.Stop)
 	env, k8s, registry = suite.Env, suite.Admin(), suite.Registry
+	running = suite
 
 	dir := GinkgoT().TempDir()
 	Expect(env.Apply(ctx, filepath.Join(testenv.Root(), "config", "rbac", "tenant_roles.yaml"))).To(Succeed())
