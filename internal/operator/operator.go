@@ -33,6 +33,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/controller/apply"
 	"github.com/ringmaster-io/ringmaster/internal/controller/certificatepolicy"
+	"github.com/ringmaster-io/ringmaster/internal/controller/unmanagedkeys"
 	"github.com/ringmaster-io/ringmaster/internal/dnswork"
 	"github.com/ringmaster-io/ringmaster/internal/nudge"
 	"github.com/ringmaster-io/ringmaster/internal/shape"
@@ -90,6 +91,12 @@ type Options struct {
 	// with it every read of Secrets other than ringmaster's own: the
 	// operator then needs no cluster-wide Secret read (docs/security.md).
 	NoCertificatePolicy bool
+	// UnmanagedTicketKeys runs the audit of session-ticket keys no ring
+	// manages (--unmanaged-ticket-keys), for its metrics: it lists
+	// ConfigMaps, Secrets and Envoy configurations cluster-wide every
+	// UnmanagedTicketKeysInterval (0: unmanagedkeys.DefaultInterval).
+	UnmanagedTicketKeys         bool
+	UnmanagedTicketKeysInterval time.Duration
 	// Shapes is what every cache of the operator keeps of each kind
 	// (shape.Operator), set by New.
 	Shapes *shape.Registry
@@ -272,6 +279,17 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 			Clock: o.Clock, MaxRenewalsPerMinute: o.MaxRenewalsPerMinute, Shapes: o.Shapes}
 		if err := cpol.SetupWithManager(mgr, o.Registry); err != nil {
 			return nil, fmt.Errorf("set up the CertificatePolicy controller: %w", err)
+		}
+	}
+	if o.UnmanagedTicketKeys {
+		// It lists from the API server, page by page, and keeps only the
+		// findings: no informer, so nothing for a shape to bound.
+		a := &unmanagedkeys.Auditor{Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper(), Clock: o.Clock, Interval: o.UnmanagedTicketKeysInterval}
+		if err := a.Register(o.Registry); err != nil {
+			return nil, fmt.Errorf("register the unmanaged ticket keys' metrics: %w", err)
+		}
+		if err := mgr.Add(a); err != nil {
+			return nil, fmt.Errorf("add the audit of unmanaged ticket keys: %w", err)
 		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
