@@ -274,6 +274,8 @@ type Agent struct {
 	tickets ticketPolicy
 	// refused counts the tickets refused by their scope, by refusal.
 	refused [numRefusals]atomic.Uint64
+	// earlyWarned: earlyDataAsked has logged.
+	earlyWarned atomic.Bool
 
 	// mu serialises writers of fronts and snap, and every use of a
 	// snapshot's secrets; readers of snap's other fields do not take it,
@@ -421,7 +423,7 @@ func New(opts Options) (*Agent, error) {
 		kick:         make(chan struct{}, 1),
 		window:       time.After,
 	}
-	a.tickets = ticketPolicy{scopes: sc, clientAuth: opts.TicketScopeClientAuth, earlyData: opts.EarlyData, refused: &a.refused}
+	a.tickets = ticketPolicy{scopes: sc, clientAuth: opts.TicketScopeClientAuth, earlyData: opts.EarlyData, refused: &a.refused, earlyDataAsked: a.earlyDataAsked}
 	now := a.clock.Now()
 	l, _ := a.load(nil, nil)
 	errs := a.accept(now, l)
@@ -826,6 +828,15 @@ func (a *Agent) countHandshake(cs tls.ConnectionState, resumedConfig, ech bool) 
 	}
 	if cs.HelloRetryRequest {
 		a.retries.Add(1)
+	}
+}
+
+// earlyDataAsked logs, once, that a QUIC server allows 0-RTT while
+// Options.EarlyData is off. It runs on a handshake's goroutine: one atomic
+// operation after the first time.
+func (a *Agent) earlyDataAsked() {
+	if a.earlyWarned.CompareAndSwap(false, true) {
+		a.log.Warn("A QUIC server allows 0-RTT (quic.Config.Allow0RTT, which http3.Server sets when its QUICConfig is nil) while Options.EarlyData is off: its tickets tell clients they may send early data, which the agent then rejects, and quic-go's HTTP/3 client fails such requests. Give the server a QUICConfig without Allow0RTT, or see docs/agent.md, \"0-RTT\"")
 	}
 }
 

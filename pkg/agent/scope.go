@@ -125,8 +125,9 @@ type binder struct {
 	prefix []byte
 	scopes *scopes
 	// earlyData is Options.EarlyData.
-	earlyData bool
-	refused   *[numRefusals]atomic.Uint64
+	earlyData      bool
+	earlyDataAsked func()
+	refused        *[numRefusals]atomic.Uint64
 }
 
 // ticketPolicy is what the Options say of tickets, for every front.
@@ -139,12 +140,15 @@ type ticketPolicy struct {
 	// own: the front's base has its own WrapSession or UnwrapSession,
 	// which the agent leaves alone.
 	own bool
+	// earlyDataAsked is called when a QUIC server asks for a ticket that
+	// allows 0-RTT while earlyData is off.
+	earlyDataAsked func()
 }
 
 // binder returns the binder of a config built for ring, sealing with keys,
 // for base's handshakes.
 func (p ticketPolicy) binder(ring string, base, keys *tls.Config) *binder {
-	b := &binder{keys: keys, scopes: p.scopes, earlyData: p.earlyData, refused: p.refused}
+	b := &binder{keys: keys, scopes: p.scopes, earlyData: p.earlyData, refused: p.refused, earlyDataAsked: p.earlyDataAsked}
 	if p.scopes != nil {
 		b.prefix = scopePrefix(ring, base, p.clientAuth)
 	}
@@ -175,8 +179,15 @@ func scopePrefix(ring string, base *tls.Config, clientAuth bool) []byte {
 // wrap is WrapSession: the session's scope appended to its Extra, sealed
 // as crypto/tls would seal it.
 func (b *binder) wrap(cs tls.ConnectionState, ss *tls.SessionState) ([]byte, error) {
-	if !b.earlyData {
+	if !b.earlyData && ss.EarlyData {
+		// A QUIC server allowing 0-RTT asked for it. crypto/tls has told
+		// the client already (max_early_data_size in NewSessionTicket
+		// follows the server's wish, not this flag): its early data will
+		// be rejected.
 		ss.EarlyData = false
+		if b.earlyDataAsked != nil {
+			b.earlyDataAsked()
+		}
 	}
 	if b.prefix != nil {
 		scope := b.scopes.of(cs.ServerName)
