@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -29,15 +30,15 @@ import (
 )
 
 // TestCrossScopeNginxAndAgent runs kubectl ringmaster probe's cross-scope
-// mode against one ring served two ways: a real nginx (Debian's package)
-// with three virtual hosts on one port, fed the ring by the
-// ringmaster-agent sidecar as the sample Deployment runs it (a.test and
-// b.test sharing one certificate, c.test with one of its own); and
-// pkg/agent reading the same volume. nginx resumes a.test's ticket at
-// b.test, and at c.test too, whose certificate the resumed handshake
-// skips; the agent refuses it, and resumes it at a.test.
+// mode against one ring served three ways: a real nginx and a real
+// HAProxy (Debian's packages), each with three names on one port and fed
+// the ring by a ringmaster-agent sidecar as the sample Deployments run it
+// (a.test and b.test sharing one certificate, c.test with one of its
+// own); and pkg/agent reading the same volume. nginx and HAProxy resume
+// a.test's ticket at b.test, and at c.test too, whose certificate the
+// resumed handshake skips; the agent refuses it, and resumes it at a.test.
 func TestCrossScopeNginxAndAgent(t *testing.T) {
-	if err := fleet.CheckServer(fleet.Nginx); err != nil {
+	if err := errors.Join(fleet.CheckServer(fleet.Nginx), fleet.CheckServer(fleet.HAProxy)); err != nil {
 		t.Fatal(err) // never a silent skip: make test installs it
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -77,6 +78,7 @@ func TestCrossScopeNginxAndAgent(t *testing.T) {
 	}
 	if err := vol.Write(map[string]atomicdir.File{
 		keyring.FileName: {Data: ring}, "tls.crt": {Data: leaf.CertPEM}, "tls.key": {Data: leaf.KeyPEM, Mode: 0o600},
+		"tls.crt.key": {Data: leaf.KeyPEM, Mode: 0o600}, // HAProxy's name for the key of tls.crt
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +87,7 @@ func TestCrossScopeNginxAndAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, data := range map[string][]byte{"c.crt": own.CertPEM, "c.key": own.KeyPEM} {
+	for name, data := range map[string][]byte{"c.crt": own.CertPEM, "c.key": own.KeyPEM, "c.crt.key": own.KeyPEM} {
 		if err := os.WriteFile(filepath.Join(r.Conf, name), data, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -124,23 +126,53 @@ http {
 			t.Errorf("left running: %v", left)
 		}
 	})
-	sc, err := sup.Start("sidecar", sidecar, []string{
-		"--server", "nginx", "--dir", r.Dir, "--ring", "shop/web", "--out-dir", r.Shared,
-		"--listen", "127.0.0.1:0", "--interval", "1s", "--check-command", fleet.NginxCheckCommand(r),
-		"--probe-addr", r.Addr, "--probe-server-name", "a.test",
-	})
-	if err != nil {
+	startWithSidecar := func(kind fleet.ServerKind, r *fleet.Replica, keysFile string, extra ...string) {
+		t.Helper()
+		sc, err := sup.Start(string(kind)+"-sidecar", sidecar, append([]string{
+			"--server", string(kind), "--dir", r.Dir, "--ring", "shop/web", "--out-dir", r.Shared,
+			"--listen", "127.0.0.1:0", "--interval", "1s", "--probe-addr", r.Addr, "--probe-server-name", "a.test",
+		}, extra...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sc.WaitLine(ctx, "listening on "); err != nil {
+			t.Fatal(err)
+		}
+		if err := fleet.WaitFile(ctx, filepath.Join(r.Shared, keysFile), sc); err != nil {
+			t.Fatal(err)
+		}
+		if err := fleet.StartServer(ctx, sup, kind, string(kind), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startWithSidecar(fleet.Nginx, r, "nginx-ticket-keys.conf", "--check-command", fleet.NginxCheckCommand(r))
+
+	// HAProxy, fed the same ring by a sidecar of its own: one frontend,
+	// the volume's certificate (a.test, b.test) and c.test's, chosen by SNI.
+	hr := &fleet.Replica{Dir: r.Dir, Shared: filepath.Join(dir, "haproxy-shared"), Conf: filepath.Join(dir, "haproxy-conf")}
+	for _, d := range []string{hr.Shared, hr.Conf} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if hr.Addr, err = fleet.FreePort(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sc.WaitLine(ctx, "listening on "); err != nil {
+	hconf := fmt.Sprintf(`global
+    stats socket %[1]s/haproxy.sock mode 600 level admin
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+frontend tls
+    bind %[2]s ssl crt %[3]s/tls.crt crt %[4]s/c.crt tls-ticket-keys %[1]s/haproxy.keys alpn http/1.1
+    http-request return status 200 content-type text/plain lf-string "hello\n"
+`, hr.Shared, hr.Addr, r.Dir, r.Conf)
+	if err := os.WriteFile(hr.ConfFile(fleet.HAProxy), []byte(hconf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := fleet.WaitFile(ctx, filepath.Join(r.Shared, "nginx-ticket-keys.conf"), sc); err != nil {
-		t.Fatal(err)
-	}
-	if err := fleet.StartServer(ctx, sup, fleet.Nginx, "nginx", r); err != nil {
-		t.Fatal(err)
-	}
+	startWithSidecar(fleet.HAProxy, hr, "haproxy.keys")
 
 	// The agent, on the same volume: the same ring, the same certificate.
 	a, err := agent.New(agent.Options{Dir: r.Dir, Require: agent.TicketKeys | agent.Certificate, Logger: slog.New(slog.DiscardHandler)})
@@ -160,6 +192,8 @@ http {
 	}{
 		{"nginx through the sidecar", r.Addr, "b.test", probe.CrossResumed, true},
 		{"nginx through the sidecar, a name with a certificate of its own", r.Addr, "c.test", probe.CrossResumed, true},
+		{"HAProxy through the sidecar", hr.Addr, "b.test", probe.CrossResumed, true},
+		{"HAProxy through the sidecar, a name with a certificate of its own", hr.Addr, "c.test", probe.CrossResumed, true},
 		{"pkg/agent", agentAddr, "b.test", probe.CrossRefused, false},
 	} {
 		args := []string{"probe", tc.addr, "--sni", "a.test", "--cross-sni", tc.to, "--ca-file", caFile, "--connections", "3"}
