@@ -223,7 +223,7 @@ func TestHTTP3SetSessionTicketKeysAfterStart(t *testing.T) {
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}}
 	cfg.SetSessionTicketKeys([][32]byte{oldKey})
 	running := serveH3(t, cfg, &quic.Config{})
-	newH3Client(p).get(t, running, http.MethodGet) // it serves: it has taken its clone
+	newH3Client(p).get(t, running, http.MethodGet)       // it serves: it has taken its clone
 	cfg.SetSessionTicketKeys([][32]byte{newKey, oldKey}) // a "rotation" after start
 	startedAfter := serveH3(t, cfg, &quic.Config{})
 
