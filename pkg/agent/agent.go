@@ -221,18 +221,21 @@ type Options struct {
 	// listeners with different verifiers different rings or scopes.
 	TicketScopeClientAuth bool
 	// UnscopedTickets turns the scope binding off: a ticket resumes at
-	// every server name that shares the ring, as with crypto/tls alone.
-	// Only for a ring whose names are one trust scope, and whose servers
-	// cannot all bind (a ring shared with an nginx, say, is refused by an
-	// agent that binds: tickets it issued carry no scope).
+	// every server name that shares the ring, as with crypto/tls alone,
+	// and tickets without a scope (issued by agents older than the
+	// binding, or by plain crypto/tls servers on the ring's keys) resume
+	// too. Only for a ring whose names are one trust scope.
 	UnscopedTickets bool
 	// EarlyData lets the tickets the agent's configs issue allow 0-RTT
 	// (TLS 1.3 early data), which only QUIC servers (quic-go with
 	// Allow0RTT) accept from crypto/tls. It is off by default: the agent
 	// clears SessionState.EarlyData when it seals and when it opens a
-	// ticket, so a server that asks for 0-RTT still gets none, and a client
-	// that sends early data has it rejected and sent again after the
-	// handshake. Early data can be replayed (RFC 8446, Section 8; RFC 9001,
+	// ticket, so a server that asks for 0-RTT still gets none. Such a
+	// server has told its clients they may send early data, which is then
+	// rejected: a browser sends it again after the handshake, quic-go's
+	// HTTP/3 client fails the request. So give a QUIC server a config
+	// without Allow0RTT (the agent logs once when one allows it). Early
+	// data can be replayed (RFC 8446, Section 8; RFC 9001,
 	// Section 9.2), and a ring shared by every replica lets an attacker
 	// replay it at each of them: no replica's anti-replay state sees the
 	// others'. Set it only for requests that are safe to replay; see
