@@ -18,12 +18,11 @@ import (
 // name the scope tests use, so that the client itself never stands in the
 // way of offering a ticket to another name: what is tested is the server.
 type scopeSetup struct {
-	ca    *testpki.CA
-	cert  tls.Certificate
-	ring  []byte
-	crt   []byte
-	key   []byte
-	clock time.Time
+	ca   *testpki.CA
+	cert tls.Certificate
+	ring []byte
+	crt  []byte
+	key  []byte
 }
 
 func newScopeSetup(t *testing.T) *scopeSetup {
