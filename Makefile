@@ -139,6 +139,13 @@ bench: ## Run the agent benchmarks and print the ratios against the baselines of
 bench-fleet: envtest servers ## Compare a fleet's resumption and server CPU: ringmaster's staged ring (TLS 1.3 also with X25519 resumption), per-replica keys, shared keys without staging, and nginx with the sidecar or its own keys; TLS 1.3 and 1.2.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/fleet bench $(FLEETFLAGS)
 
+# Flags of make bench-http3, e.g. H3FLAGS='-n 4 -clients 8'; go run ./hack/fleet bench-http3 -h lists them.
+H3FLAGS ?=
+
+.PHONY: bench-http3
+bench-http3: ## Compare HTTP/3 (quic-go) and HTTPS resumption and server CPU per reconnect of agent-backed replicas on one rotating ring against per-replica keys (no control plane: the ring is written into the volumes).
+	go run ./hack/fleet bench-http3 $(H3FLAGS)
+
 # Flags of make bench-attack, e.g. ATTACKFLAGS='-scenarios idle,tkr,tkr-small -window 20s'; go run ./hack/attack -h lists them.
 ATTACKFLAGS ?=
 # The operator build make bench-attack compares this tree's with: a git revision or tag, built from git archive.
