@@ -61,22 +61,45 @@ type CA struct {
 
 // NewCA makes a self-signed ECDSA P-256 authority valid from an hour ago
 // for a day.
-func NewCA(name string) (*CA, error) {
-	key, err := NewKey(ECDSAP256)
+func NewCA(name string) (*CA, error) { return NewCAWith(CAOptions{Name: name}) }
+
+// CAOptions describe an authority. Zero times mean from an hour ago for a
+// day; an empty KeyType is ECDSA P-256; a nil Parent makes it self-signed.
+type CAOptions struct {
+	Name                string
+	KeyType             KeyType
+	NotBefore, NotAfter time.Time
+	// Parent signs the authority: an intermediate.
+	Parent *CA
+}
+
+// NewCAWith makes an authority as o describes it.
+func NewCAWith(o CAOptions) (*CA, error) {
+	key, err := NewKey(o.KeyType)
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
+	if o.NotBefore.IsZero() {
+		o.NotBefore = now.Add(-time.Hour)
+	}
+	if o.NotAfter.IsZero() {
+		o.NotAfter = now.Add(24 * time.Hour)
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
+		Subject:               pkix.Name{CommonName: o.Name},
+		NotBefore:             o.NotBefore,
+		NotAfter:              o.NotAfter,
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	parent, signer := tmpl, key
+	if o.Parent != nil {
+		parent, signer = o.Parent.Cert, o.Parent.Key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, key.Public(), signer)
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +191,12 @@ func (ca *CA) Issue(l Leaf) (*Issued, error) {
 	out := &Issued{Cert: cert, Key: key, CertPEM: pemOf("CERTIFICATE", der), KeyPEM: pemOf("PRIVATE KEY", keyDER)}
 	out.TLS, err = tls.X509KeyPair(out.CertPEM, out.KeyPEM)
 	return out, err
+}
+
+// CSR is an empty PKCS#10 request signed by key, DER-encoded: what a
+// kubelet puts in a PodCertificateRequest's spec.stubPKCS10Request.
+func CSR(key crypto.Signer) ([]byte, error) {
+	return x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
 }
 
 // Localhost issues a server certificate for localhost and 127.0.0.1.
