@@ -61,8 +61,8 @@ type PodRequest struct {
 	MaxExpirationSeconds int32 `json:"maxExpirationSeconds"`
 	// KeyAlgorithm and KeySize are of the key the kubelet made, read from
 	// the request's public key.
-	KeyAlgorithm Algorithm `json:"keyAlgorithm"`
-	KeySize      int       `json:"keySize,omitempty"`
+	KeyAlgorithm Algorithm    `json:"keyAlgorithm"`
+	KeySize      int          `json:"keySize,omitempty"`
 	State        RequestState `json:"state"`
 	// Reason and Message are the signer's, when it denied or failed the
 	// request (cut to 256 bytes).

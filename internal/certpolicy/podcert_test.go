@@ -194,7 +194,7 @@ func TestEvaluateCAs(t *testing.T) {
 				{certpolicy.CAKeyAlgorithms, []string{`CA "rsa"`, "key is RSA 1024; keyAlgorithms allows ECDSA"}},
 			}, recheck: 20*day + time.Nanosecond},
 		{name: "a Secret's tls.crt that is a CA (a cert-manager CA issuer's) is judged as a CA, not a leaf", policy: strict,
-			s: certpolicy.Subject{Cert: func() *certpolicy.Certificate { c := certpolicy.FromX509(rsaRoot.Cert); return &c }()},
+			s:    certpolicy.Subject{Cert: func() *certpolicy.Certificate { c := certpolicy.FromX509(rsaRoot.Cert); return &c }()},
 			want: []want{{certpolicy.CAKeyAlgorithms, []string{`CA "rsa"`}}}, recheck: 335 * day},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

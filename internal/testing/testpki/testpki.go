@@ -30,7 +30,11 @@ const (
 	ECDSAP384 KeyType = "ecdsa-p384"
 	RSA1024   KeyType = "rsa-1024"
 	RSA2048   KeyType = "rsa-2048"
-	Ed25519   KeyType = "ed25519"
+	// RSA3072 and RSA4096 are the RSA keys a kubelet makes for a pod
+	// certificate.
+	RSA3072 KeyType = "rsa-3072"
+	RSA4096 KeyType = "rsa-4096"
+	Ed25519 KeyType = "ed25519"
 )
 
 // NewKey makes a fresh private key of type kt; "" is ECDSA P-256.
@@ -44,6 +48,10 @@ func NewKey(kt KeyType) (crypto.Signer, error) {
 		return rsa.GenerateKey(rand.Reader, 1024) //nolint:gosec // tests of key-size rules need a weak key
 	case RSA2048:
 		return rsa.GenerateKey(rand.Reader, 2048)
+	case RSA3072:
+		return rsa.GenerateKey(rand.Reader, 3072)
+	case RSA4096:
+		return rsa.GenerateKey(rand.Reader, 4096)
 	case Ed25519:
 		_, k, err := ed25519.GenerateKey(rand.Reader)
 		return k, err
