@@ -175,6 +175,33 @@ func (s *Store) Get(k ID, st *PolicyState) (*Facts, Verdict) {
 	return s.subjects[k], st.results[k]
 }
 
+// Facts returns a certificate's facts; nil when unknown.
+func (s *Store) Facts(k ID) *Facts {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.subjects[k]
+}
+
+// PodStateCounts counts, for every policy, the pod certificates it
+// selects in each state.
+func (s *Store) PodStateCounts() map[string]map[PodState]int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[string]map[PodState]int, len(s.policies))
+	for name, st := range s.policies {
+		counts := map[PodState]int{}
+		for _, v := range st.results {
+			if v.PodState != "" {
+				counts[v.PodState]++
+			}
+		}
+		if len(counts) > 0 {
+			out[name] = counts
+		}
+	}
+	return out
+}
+
 // Violating lists, in order, the certificates that break a rule of the
 // policy.
 func (s *Store) Violating(st *PolicyState) []ID {

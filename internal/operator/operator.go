@@ -12,6 +12,7 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -140,7 +141,7 @@ func Scheme() (*runtime.Scheme, error) {
 // cacheOptions narrows the manager's cache (controller.CacheOptions) to the
 // watched namespaces and the operator's own, when they are listed.
 // Cluster-scoped objects are read as ever. The CertificatePolicy audit
-// judges Certificates in every namespace, as it does TLS Secrets (its own
+// judges Certificates and PodCertificateRequests in every namespace, as it does TLS Secrets (its own
 // cache): its RBAC stays cluster-wide, and so does its cache of them.
 func cacheOptions(o Options) cache.Options {
 	co := controller.CacheOptions(o.Shapes, o.Namespace)
@@ -156,6 +157,7 @@ func cacheOptions(o Options) cache.Options {
 			co.ByObject = map[client.Object]cache.ByObject{}
 		}
 		co.ByObject[&cmapi.Certificate{}] = cache.ByObject{Namespaces: map[string]cache.Config{cache.AllNamespaces: {}}}
+		co.ByObject[&certificatesv1.PodCertificateRequest{}] = cache.ByObject{Namespaces: map[string]cache.Config{cache.AllNamespaces: {}}}
 	}
 	return co
 }

@@ -135,6 +135,10 @@ type Leaf struct {
 	NotAfter   time.Time
 	KeyType    KeyType
 	Key        crypto.Signer
+	// PublicKey, when set, is the key certified, as a signer certifies
+	// the key of a request it never holds: Issued then has no Key, KeyPEM
+	// nor TLS.
+	PublicKey crypto.PublicKey
 	// Client issues a client certificate instead of a server one.
 	Client bool
 }
@@ -153,7 +157,7 @@ type Issued struct {
 // Issue signs a leaf certificate.
 func (ca *CA) Issue(l Leaf) (*Issued, error) {
 	key := l.Key
-	if key == nil {
+	if key == nil && l.PublicKey == nil {
 		var err error
 		if key, err = NewKey(l.KeyType); err != nil {
 			return nil, err
@@ -184,13 +188,20 @@ func (ca *CA) Issue(l Leaf) (*Issued, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	pub := l.PublicKey
+	if pub == nil {
+		pub = key.Public()
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Key)
 	if err != nil {
 		return nil, err
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		return nil, err
+	}
+	if key == nil {
+		return &Issued{Cert: cert, CertPEM: pemOf("CERTIFICATE", der)}, nil
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
