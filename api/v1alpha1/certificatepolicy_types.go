@@ -180,6 +180,7 @@ type CertificateSelector struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=571
+	// +kubebuilder:validation:items:Pattern=`^[-a-zA-Z0-9.*/_:]+$`
 	// +listType=set
 	// +optional
 	SignerNames []string `json:"signerNames,omitempty"`
@@ -192,6 +193,7 @@ type CertificateSelector struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[-a-zA-Z0-9.*/_:]+$`
 	// +listType=set
 	// +optional
 	ServiceAccountNames []string `json:"serviceAccountNames,omitempty"`
@@ -341,6 +343,7 @@ type CertificateRules struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MinLength=1
 	// +kubebuilder:validation:items:MaxLength=571
+	// +kubebuilder:validation:items:Pattern=`^[-a-zA-Z0-9.*/_:]+$`
 	// +listType=set
 	// +optional
 	AllowedSignerNames []string `json:"allowedSignerNames,omitempty"`

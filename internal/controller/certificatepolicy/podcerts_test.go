@@ -7,11 +7,13 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 )
 
@@ -289,3 +292,66 @@ var _ = Describe("CertificatePolicy and CA certificates", func() {
 func pemBlock(typ string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
 }
+
+var _ = Describe("CertificatePolicy in Enforce, at admission", func() {
+	It("refuses a pod whose podCertificate volume names a signer, key type or lifetime the policy forbids, naming the policy and the rule", func(ctx SpecContext) {
+		By("installing the admission policy as config/admission ships it")
+		Expect(env.Apply(ctx, filepath.Join(testenv.Root(), "config", "admission", "podcertificates.yaml"))).To(Succeed())
+		DeferCleanup(func(ctx context.Context) {
+			_ = k8s.Delete(ctx, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "ringmaster-pod-certificates"}})
+			_ = k8s.Delete(ctx, &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "ringmaster-pod-certificates"}})
+		})
+		ns := newNamespace(ctx, map[string]string{"mesh": "on"})
+		other := newNamespace(ctx, nil)
+		name := "pods-enforce-" + ns
+		createPolicy(ctx, name, v1alpha1.CertificatePolicySpec{
+			Action: v1alpha1.ActionEnforce,
+			Selector: v1alpha1.CertificateSelector{
+				NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "mesh", Operator: metav1.LabelSelectorOpIn, Values: []string{"on"}}}},
+				Kinds:             []v1alpha1.CertificateKind{v1alpha1.KindPodCertificateRequest},
+			},
+			Rules: v1alpha1.CertificateRules{
+				AllowedSignerNames:   []string{"example.com/mesh-*"},
+				KeyAlgorithms:        []v1alpha1.KeyAlgorithmRule{{Algorithm: v1alpha1.KeyAlgorithmECDSA, MinSize: 256}, {Algorithm: v1alpha1.KeyAlgorithmEd25519}},
+				MaxExpirationSeconds: ptr.To[int32](86400),
+			},
+		})
+		podWith := func(ns, name, signer, keyType string, maxExp *int32) *corev1.Pod {
+			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.PodSpec{
+				AutomountServiceAccountToken: ptr.To(false),
+				Containers: []corev1.Container{{Name: "web", Image: "example.com/web:1",
+					VolumeMounts: []corev1.VolumeMount{{Name: "cert", MountPath: "/var/run/cert"}}}},
+				Volumes: []corev1.Volume{{Name: "cert", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+					Sources: []corev1.VolumeProjection{{PodCertificate: &corev1.PodCertificateProjection{
+						SignerName: signer, KeyType: keyType, MaxExpirationSeconds: maxExp, CredentialBundlePath: "bundle.pem"}}}}}}},
+			}}
+		}
+		refused := func(p *corev1.Pod, rule, says string) {
+			GinkgoHelper()
+			Eventually(func() string {
+				try := p.DeepCopy()
+				try.GenerateName, try.Name = p.Name+"-", "" // a pod admitted before the policy took effect may linger, deleted
+				err := k8s.Create(ctx, try)
+				if err == nil {
+					_ = k8s.Delete(ctx, try)
+					return "admitted"
+				}
+				return err.Error()
+			}, timeout, poll).Should(And(
+				ContainSubstring("CertificatePolicy "+name+", rule "+rule+": a pod in namespace "+p.Namespace),
+				ContainSubstring(says)))
+		}
+		refused(podWith(ns, "other-signer", "example.com/web", "ECDSAP256", nil), "allowedSignerNames", "may not ask signer example.com/web for a podCertificate; allowed: example.com/mesh-*")
+		refused(podWith(ns, "rsa", "example.com/mesh-a", "RSA3072", nil), "keyAlgorithms", "may not have a podCertificate key of type RSA3072; allowed: ECDSA of at least 256 bits, Ed25519")
+		refused(podWith(ns, "long", "example.com/mesh-a", "ECDSAP384", ptr.To[int32](7*86400)), "maxExpirationSeconds", "lifetime of 604800s from example.com/mesh-a; at most 86400s")
+
+		By("what the policy allows, and what it does not select, is admitted")
+		Expect(k8s.Create(ctx, podWith(ns, "good", "example.com/mesh-a", "ED25519", ptr.To[int32](3600)))).To(Succeed())
+		Expect(k8s.Create(ctx, podWith(ns, "defaulted", "example.com/mesh-a", "ECDSAP256", nil))).To(Succeed(), "86400s when unset: within maxExpirationSeconds")
+		Expect(k8s.Create(ctx, podWith(other, "elsewhere", "example.com/web", "RSA3072", nil))).To(Succeed(), "a namespace the policy does not select")
+
+		By("in Audit, the policy refuses nothing")
+		patchPolicy(ctx, name, func(p *v1alpha1.CertificatePolicy) { p.Spec.Action = v1alpha1.ActionAudit })
+		Eventually(func() error { return k8s.Create(ctx, podWith(ns, "audited", "example.com/web", "RSA3072", nil)) }, timeout, poll).Should(Succeed())
+	})
+})
