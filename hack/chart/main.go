@@ -258,7 +258,7 @@ var (
 	nudgeVerbs                 = []string{"patch"}
 	certificatePolicyResources = map[string][]string{"cert-manager.io": {"certificates", "certificates/status"}, "ringmaster.io": {"certificatepolicies", "certificatepolicies/status"},
 		"certificates.k8s.io": {"podcertificaterequests", "clustertrustbundles"}}
-	readVerbs                  = []string{"get", "list", "watch"}
+	readVerbs = []string{"get", "list", "watch"}
 )
 
 // classify splits rules into the four classes above.
