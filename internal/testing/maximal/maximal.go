@@ -254,7 +254,7 @@ func Certificate(ns, name, seed string) *cmapi.Certificate {
 func PodCertificateRequest(ns, name, seed string) *certificatesv1.PodCertificateRequest {
 	csr := must(testpki.CSR(must(testpki.NewKey(testpki.RSA4096))))
 	return &certificatesv1.PodCertificateRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: certificatesv1.PodCertificateRequestSpec{
-		SignerName: "example.com/" + strings.Repeat("s", 300), PodName: name, PodUID: types.UID("uid-" + seed), ServiceAccountName: name, ServiceAccountUID: types.UID("uid-sa-" + seed),
+		SignerName: "example.com/" + strings.Repeat("s", 250), PodName: name, PodUID: types.UID("uid-" + seed), ServiceAccountName: name, ServiceAccountUID: types.UID("uid-sa-" + seed),
 		NodeName: types.NodeName("node-" + seed), NodeUID: types.UID("uid-node-" + seed), MaxExpirationSeconds: ptrTo(int32(86400)), StubPKCS10Request: csr,
 		UnverifiedUserAnnotations: map[string]string{"tenant.example/padding": value(seed, 1, 200<<10)},
 	}}
