@@ -16,7 +16,8 @@ import (
 //
 //	ringmaster_certificate_not_after_timestamp_seconds{namespace,name}
 //	  notAfter of every certificate the operator sees: each cert-manager
-//	  Certificate, and each kubernetes.io/tls Secret no Certificate manages.
+//	  Certificate, each kubernetes.io/tls Secret no Certificate manages, and
+//	  each issued PodCertificateRequest it judges.
 //	ringmaster_certificate_key_age_seconds{namespace,name}
 //	  age of the key of each of them (see CertificateRules.MaxKeyAge).
 //	ringmaster_certificatepolicy_violations{policy,rule}
