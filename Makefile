@@ -55,7 +55,7 @@ help: ## Show this help.
 manifests: controller-gen ## Generate the CRDs and RBAC from the API markers, and the chart's CRD and RBAC templates from them.
 	$(CONTROLLER_GEN) crd rbac:roleName=ringmaster-manager paths="{./api/...,./internal/...}" \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
-	go run ./hack/chart -crds config/crd/bases -rbac config/rbac/role.yaml -admission config/admission/policy.yaml -pod-admission config/admission/pods.yaml -chart charts/ringmaster
+	go run ./hack/chart -crds config/crd/bases -rbac config/rbac/role.yaml -admission config/admission/policy.yaml -pod-admission config/admission/pods.yaml -pod-certificate-admission config/admission/podcertificates.yaml -chart charts/ringmaster
 
 .PHONY: generate
 generate: controller-gen ## Generate the deepcopy code of the API types.

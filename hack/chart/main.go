@@ -75,15 +75,16 @@ func main() {
 	rbac := flag.String("rbac", "config/rbac/role.yaml", "RBAC generated from the markers")
 	admission := flag.String("admission", "config/admission/policy.yaml", "the admission policy of ringmaster's Secrets")
 	podAdmission := flag.String("pod-admission", "config/admission/pods.yaml", "the admission policy of the pods the operator nudges")
+	podCertAdmission := flag.String("pod-certificate-admission", "config/admission/podcertificates.yaml", "the admission policy that enforces CertificatePolicies on pods' podCertificate volumes")
 	chart := flag.String("chart", "charts/ringmaster", "the chart")
 	flag.Parse()
-	if err := run(*crds, *rbac, *admission, *podAdmission, *chart); err != nil {
+	if err := run(*crds, *rbac, *admission, *podAdmission, *podCertAdmission, *chart); err != nil {
 		fmt.Fprintln(os.Stderr, "chart:", err)
 		os.Exit(1)
 	}
 }
 
-func run(crdDir, rbacFile, admissionFile, podAdmissionFile, chart string) error {
+func run(crdDir, rbacFile, admissionFile, podAdmissionFile, podCertAdmissionFile, chart string) error {
 	templates := filepath.Join(chart, "templates")
 	old, err := filepath.Glob(filepath.Join(templates, "crd-*.yaml"))
 	if err != nil {
@@ -117,6 +118,10 @@ func run(crdDir, rbacFile, admissionFile, podAdmissionFile, chart string) error 
 		return fmt.Errorf("%s: %w", podAdmissionFile, err)
 	}
 	want[filepath.Join(templates, "admission-pods.yaml")] = out
+	if out, err = admissionTemplate(podCertAdmissionFile, ".Values.certificatePolicy.enabled"); err != nil {
+		return fmt.Errorf("%s: %w", podCertAdmissionFile, err)
+	}
+	want[filepath.Join(templates, "admission-podcertificates.yaml")] = out
 
 	for _, f := range old {
 		if _, ok := want[f]; !ok {
@@ -254,10 +259,11 @@ func rbacTemplate(path string) ([]byte, error) {
 // With the defaults, the chart grants exactly what config/rbac/role.yaml
 // does.
 var (
-	ringResources                = map[string][]string{"": {"secrets", "pods"}}
-	nudgeResources               = map[string][]string{"": {"pods"}}
-	nudgeVerbs                   = []string{"patch"}
-	certificatePolicyResources   = map[string][]string{"cert-manager.io": {"certificates", "certificates/status"}, "ringmaster.io": {"certificatepolicies", "certificatepolicies/status"}}
+	ringResources              = map[string][]string{"": {"secrets", "pods"}}
+	nudgeResources             = map[string][]string{"": {"pods"}}
+	nudgeVerbs                 = []string{"patch"}
+	certificatePolicyResources = map[string][]string{"cert-manager.io": {"certificates", "certificates/status"}, "ringmaster.io": {"certificatepolicies", "certificatepolicies/status"},
+		"certificates.k8s.io": {"podcertificaterequests", "clustertrustbundles"}}
 	readVerbs                    = []string{"get", "list", "watch"}
 	unmanagedTicketKeysResources = map[string][]string{"": {"configmaps"}, "networking.istio.io": {"envoyfilters"},
 		"gateway.envoyproxy.io": {"envoypatchpolicies"}, "cilium.io": {"ciliumenvoyconfigs", "ciliumclusterwideenvoyconfigs"}}
@@ -531,9 +537,17 @@ func admissionTemplate(path, gate string) ([]byte, error) {
 		"- name: operatorNamespace\n    expression: \"'" + operatorNamespace + "'\"\n": "- name: operatorNamespace\n    expression: \"'" + namespace + "'\"\n",
 		"- name: operatorServiceAccount\n    expression: \"'" + operatorName + "'\"\n": "- name: operatorServiceAccount\n    expression: \"'" + saName + "'\"\n",
 	}
+	// A policy that names nobody (it judges every user's requests alike)
+	// has neither variable; one that names the operator has both, once.
+	names := 0
 	for from := range operatorVars {
-		if strings.Count(text, from) != 1 {
-			return nil, fmt.Errorf("wants the operator's service account once in the variables operatorNamespace and operatorServiceAccount, as %q", from)
+		names += strings.Count(text, from)
+	}
+	if names != 0 {
+		for from := range operatorVars {
+			if strings.Count(text, from) != 1 {
+				return nil, fmt.Errorf("wants the operator's service account once in the variables operatorNamespace and operatorServiceAccount, as %q", from)
+			}
 		}
 	}
 	if strings.Contains(text, "system:serviceaccount:"+operatorNamespace) {

@@ -12,8 +12,12 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -119,6 +123,10 @@ type Options struct {
 	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election;
 	// zero means controller-runtime's defaults.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+
+	// podCertificatesServed: the API serves PodCertificateRequests, which
+	// the cache then watches in every namespace (found by New).
+	podCertificatesServed bool
 }
 
 // Operator is a built manager and the controllers it runs.
@@ -147,7 +155,7 @@ func Scheme() (*runtime.Scheme, error) {
 // cacheOptions narrows the manager's cache (controller.CacheOptions) to the
 // watched namespaces and the operator's own, when they are listed.
 // Cluster-scoped objects are read as ever. The CertificatePolicy audit
-// judges Certificates in every namespace, as it does TLS Secrets (its own
+// judges Certificates and PodCertificateRequests in every namespace, as it does TLS Secrets (its own
 // cache): its RBAC stays cluster-wide, and so does its cache of them.
 func cacheOptions(o Options) cache.Options {
 	co := controller.CacheOptions(o.Shapes, o.Namespace)
@@ -163,8 +171,27 @@ func cacheOptions(o Options) cache.Options {
 			co.ByObject = map[client.Object]cache.ByObject{}
 		}
 		co.ByObject[&cmapi.Certificate{}] = cache.ByObject{Namespaces: map[string]cache.Config{cache.AllNamespaces: {}}}
+		if o.podCertificatesServed {
+			co.ByObject[&certificatesv1.PodCertificateRequest{}] = cache.ByObject{Namespaces: map[string]cache.Config{cache.AllNamespaces: {}}}
+		}
 	}
 	return co
+}
+
+// served reports whether the API serves resource in groupVersion.
+func served(cfg *rest.Config, groupVersion, resource string) (bool, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return false, fmt.Errorf("discover the API: %w", err)
+	}
+	list, err := dc.ServerResourcesForGroupVersion(groupVersion)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discover %s: %w", groupVersion, err)
+	}
+	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == resource }), nil
 }
 
 // ParseNamespaces reads the value of --watch-namespaces: namespace names
@@ -202,6 +229,12 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 	// Every cache of the operator keeps each kind to its shape, and holds
 	// no kind without one.
 	o.Shapes = shape.Operator(scheme, o.Namespace)
+	if len(o.WatchNamespaces) > 0 && !o.NoCertificatePolicy {
+		// A cache may name a kind in ByObject only if the API serves it.
+		if o.podCertificatesServed, err = served(cfg, certificatesv1.SchemeGroupVersion.String(), "podcertificaterequests"); err != nil {
+			return nil, err
+		}
+	}
 	metricsOpts := metricsserver.Options{BindAddress: o.MetricsAddr}
 	if !o.MetricsInsecure {
 		metricsOpts.SecureServing = true

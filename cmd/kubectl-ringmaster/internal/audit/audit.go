@@ -19,6 +19,7 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
@@ -119,7 +120,7 @@ const (
 	KindSecret            = string(v1alpha1.KindSecret)
 )
 
-var kindOrder = []string{KindTicketKeyRing, KindClusterTicketKeyRing, KindECHKeyRing, KindCertificatePolicy, KindCertificate, KindSecret}
+var kindOrder = []string{KindTicketKeyRing, KindClusterTicketKeyRing, KindECHKeyRing, KindCertificatePolicy, KindCertificate, KindSecret, KindPodCertificateRequest, KindClusterTrustBundle}
 
 // Row is one audited object.
 type Row struct {
@@ -200,6 +201,11 @@ type Input struct {
 	CertificatesRead bool
 	TLSSecrets       []TLSSecret
 	SecretsRead      bool
+	// PodCertificateRequests are those of the namespace (or cluster), and
+	// TrustBundles the cluster's (none when a namespace is audited); read
+	// only when some policy judges their kind.
+	PodCertificateRequests []certificatesv1.PodCertificateRequest
+	TrustBundles           []certificatesv1.ClusterTrustBundle
 	// NamespaceLabels are the labels of every namespace audited; nil when
 	// they could not be read. A namespace missing from it is judged by the
 	// one label every namespace has, kubernetes.io/metadata.name.

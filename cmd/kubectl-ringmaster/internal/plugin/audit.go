@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/audit"
+	"github.com/ringmaster-io/ringmaster/internal/certpolicy"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 )
 
@@ -303,6 +305,43 @@ func (r *auditReader) certificates(ctx context.Context) error {
 		return err
 	}
 	r.in.TLSSecrets, r.in.SecretsRead = secrets, !skipped
+	return r.podCertificates(ctx)
+}
+
+// podCertificates reads the PodCertificateRequests and, for the whole
+// cluster, the ClusterTrustBundles, when some policy judges their kind and
+// the API serves it (Kubernetes 1.37 and later).
+func (r *auditReader) podCertificates(ctx context.Context) error {
+	judges := func(kind v1alpha1.CertificateKind) bool {
+		for i := range r.in.Policies {
+			if c, err := certpolicy.Compile(&r.in.Policies[i]); err == nil && c.Judges(kind) {
+				return true
+			}
+		}
+		return false
+	}
+	if judges(v1alpha1.KindPodCertificateRequest) {
+		pcrs := &certificatesv1.PodCertificateRequestList{}
+		err := r.c.List(ctx, pcrs, client.InNamespace(r.ns))
+		if !notServed(err) {
+			if skipped, err := r.refused(err, "PodCertificateRequests "+r.where+" were not listed, so pod certificates are shown only where a CertificatePolicy's status names them", certCategories...); err != nil {
+				return err
+			} else if !skipped {
+				r.in.PodCertificateRequests = pcrs.Items
+			}
+		}
+	}
+	if r.ns == "" && judges(v1alpha1.KindClusterTrustBundle) {
+		bundles := &certificatesv1.ClusterTrustBundleList{}
+		err := r.c.List(ctx, bundles)
+		if !notServed(err) {
+			if skipped, err := r.refused(err, "ClusterTrustBundles were not listed, so trust bundles are shown only where a CertificatePolicy's status names them", certCategories...); err != nil {
+				return err
+			} else if !skipped {
+				r.in.TrustBundles = bundles.Items
+			}
+		}
+	}
 	return nil
 }
 
