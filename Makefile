@@ -55,7 +55,7 @@ help: ## Show this help.
 manifests: controller-gen ## Generate the CRDs and RBAC from the API markers, and the chart's CRD and RBAC templates from them.
 	$(CONTROLLER_GEN) crd rbac:roleName=ringmaster-manager paths="{./api/...,./internal/...}" \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
-	go run ./hack/chart -crds config/crd/bases -rbac config/rbac/role.yaml -admission config/admission/policy.yaml -pod-admission config/admission/pods.yaml -chart charts/ringmaster
+	go run ./hack/chart -crds config/crd/bases -rbac config/rbac/role.yaml -admission config/admission/policy.yaml -pod-admission config/admission/pods.yaml -pod-certificate-admission config/admission/podcertificates.yaml -chart charts/ringmaster
 
 .PHONY: generate
 generate: controller-gen ## Generate the deepcopy code of the API types.
@@ -71,7 +71,7 @@ vet: ## Run go vet.
 
 .PHONY: test
 test: test-tools manifests generate vet ## Run the unit, integration and end-to-end tests (one go test run; real API server, Vault, cert-manager, nginx, HAProxy, Knot, Prometheus), the images' and the release's, and Caddy's. The README's and CI's test command; make test-cluster runs the chart in a real cluster.
-	$(TOOLS_ENV) go test -tags integration,e2e $(PKG) -count=1 $(TESTFLAGS)
+	$(TOOLS_ENV) go test -tags integration,e2e $(PKG) -count=1 -timeout 25m $(TESTFLAGS)
 	@$(MAKE) --no-print-directory test-caddy
 
 .PHONY: test-caddy
@@ -138,6 +138,13 @@ bench: ## Run the agent benchmarks and print the ratios against the baselines of
 .PHONY: bench-fleet
 bench-fleet: envtest servers ## Compare a fleet's resumption and server CPU: ringmaster's staged ring (TLS 1.3 also with X25519 resumption), per-replica keys, shared keys without staging, and nginx with the sidecar or its own keys; TLS 1.3 and 1.2.
 	KUBEBUILDER_ASSETS="$$(hack/envtest.sh)" go run ./hack/fleet bench $(FLEETFLAGS)
+
+# Flags of make bench-http3, e.g. H3FLAGS='-n 4 -clients 8'; go run ./hack/fleet bench-http3 -h lists them.
+H3FLAGS ?=
+
+.PHONY: bench-http3
+bench-http3: ## Compare HTTP/3 (quic-go) and HTTPS resumption and server CPU per reconnect of agent-backed replicas on one rotating ring against per-replica keys (no control plane: the ring is written into the volumes).
+	go run ./hack/fleet bench-http3 $(H3FLAGS)
 
 # Flags of make bench-attack, e.g. ATTACKFLAGS='-scenarios idle,tkr,tkr-small -window 20s'; go run ./hack/attack -h lists them.
 ATTACKFLAGS ?=

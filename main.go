@@ -38,6 +38,8 @@ func main() {
 	flag.IntVar(&o.Probing.MaxPods, "confirmation-max-pods", confirm.DefaultMaxPods, "Most pods one ring under spec.confirmation may select; a ring selecting more is not probed, and its staged keys are not confirmed.")
 	certificatePolicy := flag.Bool("certificate-policy", true,
 		"Run the CertificatePolicy audit, which reads kubernetes.io/tls Secrets cluster-wide; without it the operator reads no Secret but ringmaster's own.")
+	flag.BoolVar(&o.UnmanagedTicketKeys, "unmanaged-ticket-keys", false,
+		"Audit the session-ticket keys no ring manages (ingress-nginx ConfigMaps, Envoy configurations, HAProxy key files) for the ringmaster_unmanaged_ticket_keys metrics: lists ConfigMaps, Secrets and Envoy configurations cluster-wide every 10 minutes, keeping only where keys are, never their bytes.")
 	watch := flag.String("watch-namespaces", "",
 		"Namespaces whose rings, Secrets and pods the operator serves, comma-separated (its own namespace always); empty: every namespace. RBAC may then grant Secrets and pods by RoleBindings there alone.")
 	nudgePods := flag.Bool("nudge", true,
@@ -111,7 +113,7 @@ func run(o operator.Options, qps float32, burst int) error {
 		return err
 	}
 	ctrl.Log.WithName("setup").Info("Starting operator", "version", version.Version(), "namespace", o.Namespace, "leaderElection", o.LeaderElection,
-		"metrics", cmp.Or(o.MetricsAddr, "0"), "watchNamespaces", o.WatchNamespaces, "certificatePolicy", !o.NoCertificatePolicy, "nudge", !o.NoNudge,
+		"metrics", cmp.Or(o.MetricsAddr, "0"), "watchNamespaces", o.WatchNamespaces, "certificatePolicy", !o.NoCertificatePolicy, "unmanagedTicketKeys", o.UnmanagedTicketKeys, "nudge", !o.NoNudge,
 		"kubeAPIQPS", cfg.QPS, "kubeAPIBurst", cfg.Burst)
 	return op.Start(ctx)
 }

@@ -28,7 +28,7 @@ const (
 )
 
 // CertificateKind is a kind of object that carries a certificate.
-// +kubebuilder:validation:Enum=Certificate;Secret
+// +kubebuilder:validation:Enum=Certificate;Secret;PodCertificateRequest;ClusterTrustBundle
 type CertificateKind string
 
 const (
@@ -38,11 +38,19 @@ const (
 	// KindSecret is a kubernetes.io/tls Secret that no Certificate in the
 	// cluster manages, judged by its tls.crt.
 	KindSecret CertificateKind = "Secret"
+	// KindPodCertificateRequest is a certificates.k8s.io/v1
+	// PodCertificateRequest: what a kubelet asks a signer for, for a pod's
+	// podCertificate projected volume (KEP-4317), judged by its spec and by
+	// the chain the signer issued in its status.
+	KindPodCertificateRequest CertificateKind = "PodCertificateRequest"
+	// KindClusterTrustBundle is a certificates.k8s.io/v1 ClusterTrustBundle
+	// (KEP-3257), whose certificates are judged as CAs (spec.caRules).
+	KindClusterTrustBundle CertificateKind = "ClusterTrustBundle"
 )
 
 // CertificatePolicySpec selects certificates and the rules they must obey.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.action) || self.action != 'Enforce' || has(self.rules.maxKeyAge) || has(self.rules.maxValidity) || has(self.rules.minRemainingValidity)",message="action Enforce re-issues certificates that break maxKeyAge, maxValidity or minRemainingValidity: set at least one of them"
+// +kubebuilder:validation:XValidation:rule="!has(self.action) || self.action != 'Enforce' || has(self.rules.maxKeyAge) || has(self.rules.maxValidity) || has(self.rules.minRemainingValidity) || has(self.rules.allowedSignerNames) || has(self.rules.maxExpirationSeconds)",message="action Enforce re-issues certificates that break maxKeyAge, maxValidity or minRemainingValidity, and refuses pods whose podCertificate volumes break allowedSignerNames, maxExpirationSeconds or keyAlgorithms: set at least one of maxKeyAge, maxValidity, minRemainingValidity, allowedSignerNames or maxExpirationSeconds"
 type CertificatePolicySpec struct {
 	// selector chooses the certificates the policy judges. Every condition
 	// set must hold. An empty selector selects every certificate in the
@@ -66,20 +74,72 @@ type CertificatePolicySpec struct {
 	// +kubebuilder:default=Audit
 	// +optional
 	Action PolicyAction `json:"action,omitempty"`
+
+	// caRules are what a CA certificate must obey: the certificates of a
+	// selected ClusterTrustBundle, the CA certificates in a selected TLS
+	// Secret (its ca.crt, or its tls.crt when that is a CA itself, as in a
+	// cert-manager CA issuer's Secret), and the intermediates of a
+	// PodCertificateRequest's issued chain. A CA certificate is judged by
+	// these rules alone, never by spec.rules, which are for leaves.
+	// Omitted: CA certificates are judged only for being expired or not
+	// yet valid (rule caValidity).
+	// +optional
+	CARules *CARules `json:"caRules,omitempty"`
+}
+
+// CARules are what a CA certificate must obey. Besides them, a CA
+// certificate that has expired or is not yet valid always violates (rule
+// caValidity).
+//
+// +kubebuilder:validation:XValidation:rule="has(self.maxValidity) || has(self.minValidity) || has(self.minRemainingValidity) || has(self.keyAlgorithms)",message="caRules must set at least one rule"
+// +kubebuilder:validation:XValidation:rule="!has(self.maxValidity) || !has(self.minValidity) || duration(self.minValidity) <= duration(self.maxValidity)",message="caRules.minValidity must not exceed caRules.maxValidity, or no CA could comply"
+type CARules struct {
+	// maxValidity is the longest a CA certificate may be valid for:
+	// notAfter minus notBefore. At least 1h. For example "87600h" (10
+	// years).
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1h')",message="caRules.maxValidity must be at least 1h"
+	// +optional
+	MaxValidity *metav1.Duration `json:"maxValidity,omitempty"`
+
+	// minValidity is the shortest a CA certificate may be valid for: a CA
+	// must outlive the leaves it signs. At least 1h. For example "8760h"
+	// (1 year).
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1h')",message="caRules.minValidity must be at least 1h"
+	// +optional
+	MinValidity *metav1.Duration `json:"minValidity,omitempty"`
+
+	// minRemainingValidity is the least time a CA certificate must have
+	// left before its notAfter: a trust bundle or chain whose CA expires
+	// within it is near expiry. At least 1m. For example "720h" (30 days).
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="caRules.minRemainingValidity must be at least 1m"
+	// +optional
+	MinRemainingValidity *metav1.Duration `json:"minRemainingValidity,omitempty"`
+
+	// keyAlgorithms, when set, are the only public key algorithms a CA
+	// certificate may have, each with its least size. Omitted: any.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=3
+	// +listType=map
+	// +listMapKey=algorithm
+	// +optional
+	KeyAlgorithms []KeyAlgorithmRule `json:"keyAlgorithms,omitempty"`
 }
 
 // CertificateSelector chooses certificates. Every condition that is set must
 // hold.
 type CertificateSelector struct {
 	// namespaceSelector selects the namespaces, by their labels, whose
-	// certificates are judged. Omitted: every namespace. Match the label
+	// certificates are judged. Omitted: every namespace. It does not apply
+	// to ClusterTrustBundles, which have none. Match the label
 	// kubernetes.io/metadata.name to name namespaces.
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 
 	// labelSelector selects certificates by their own labels: a
-	// Certificate's labels, or the labels of a kubernetes.io/tls Secret
-	// that no Certificate manages. Omitted: every certificate.
+	// Certificate's labels, the labels of a kubernetes.io/tls Secret that
+	// no Certificate manages, or a ClusterTrustBundle's. It does not apply
+	// to PodCertificateRequests, which kubelets make without labels.
+	// Omitted: every certificate.
 	// +optional
 	LabelSelector *metav1.LabelSelector `json:"labelSelector,omitempty"`
 
@@ -87,22 +147,56 @@ type CertificateSelector struct {
 	// these cert-manager issuers: a Certificate's spec.issuerRef, or the
 	// cert-manager.io/issuer-name, -kind and -group annotations of a Secret.
 	// A Secret that cert-manager did not issue has no issuer and is not
-	// selected when issuerRefs is set.
+	// selected when issuerRefs is set. It does not apply to
+	// PodCertificateRequests and ClusterTrustBundles: see signerNames.
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=atomic
 	// +optional
 	IssuerRefs []IssuerRefPattern `json:"issuerRefs,omitempty"`
 
 	// kinds are the objects judged: "Certificate" (cert-manager
-	// Certificates, with the certificate in their Secret) and "Secret"
-	// (kubernetes.io/tls Secrets that no Certificate manages). A Secret that
-	// a Certificate manages is judged once, as that Certificate. Omitted:
-	// both.
+	// Certificates, with the certificate in their Secret), "Secret"
+	// (kubernetes.io/tls Secrets that no Certificate manages),
+	// "PodCertificateRequest" (the requests kubelets make for
+	// podCertificate projected volumes, with the chain their signer
+	// issued) and "ClusterTrustBundle" (whose certificates are judged as
+	// CAs, by spec.caRules). A Secret that a Certificate manages is judged
+	// once, as that Certificate. Omitted: Certificate and Secret; pod
+	// certificates and trust bundles are judged only by a policy that
+	// names them.
 	// +kubebuilder:validation:MinItems=1
-	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:MaxItems=4
 	// +listType=set
 	// +optional
 	Kinds []CertificateKind `json:"kinds,omitempty"`
+
+	// signerNames, when set, select only PodCertificateRequests and
+	// ClusterTrustBundles whose spec.signerName matches one of these
+	// patterns, in which "*" matches any run of characters:
+	// "example.com/*" matches "example.com/mesh". A ClusterTrustBundle
+	// with no signer name is then not selected. Certificates and Secrets
+	// are not affected.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=571
+	// +kubebuilder:validation:items:Pattern=`^[-a-zA-Z0-9.*/_:]+$`
+	// +listType=set
+	// +optional
+	SignerNames []string `json:"signerNames,omitempty"`
+
+	// serviceAccountNames, when set, select only the PodCertificateRequests
+	// of pods that run as a service account whose name matches one of
+	// these patterns, in which "*" matches any run of characters. Other
+	// kinds are not affected.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[-a-zA-Z0-9.*/_:]+$`
+	// +listType=set
+	// +optional
+	ServiceAccountNames []string `json:"serviceAccountNames,omitempty"`
 }
 
 // IssuerRefPattern matches a cert-manager issuer reference. In each field,
@@ -133,7 +227,7 @@ type IssuerRefPattern struct {
 // a certificate that has expired, is not yet valid, or cannot be parsed
 // always violates (rule "validity" or "readable").
 //
-// +kubebuilder:validation:XValidation:rule="has(self.maxValidity) || has(self.minRemainingValidity) || has(self.maxKeyAge) || has(self.keyAlgorithms) || has(self.allowedDNSNames) || has(self.requiredDNSNames) || has(self.allowedIPRanges) || (has(self.requireKeyRotation) && self.requireKeyRotation)",message="rules must set at least one rule"
+// +kubebuilder:validation:XValidation:rule="has(self.maxValidity) || has(self.minRemainingValidity) || has(self.maxKeyAge) || has(self.keyAlgorithms) || has(self.allowedDNSNames) || has(self.deniedDNSNames) || has(self.requiredDNSNames) || has(self.allowedIPRanges) || (has(self.requireKeyRotation) && self.requireKeyRotation) || has(self.allowedSignerNames) || has(self.maxExpirationSeconds) || has(self.refreshOverdueAfter)",message="rules must set at least one rule"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxValidity) || !has(self.minRemainingValidity) || duration(self.minRemainingValidity) < duration(self.maxValidity)",message="minRemainingValidity must be less than maxValidity, or no certificate could comply"
 type CertificateRules struct {
 	// maxValidity is the longest a certificate may be valid for: notAfter
@@ -190,6 +284,21 @@ type CertificateRules struct {
 	// +optional
 	AllowedDNSNames []string `json:"allowedDNSNames,omitempty"`
 
+	// deniedDNSNames, when set, are patterns that no DNS name of a
+	// certificate (its DNS subject alternative names, and its common name
+	// when it has none) may match, written as in allowedDNSNames: it
+	// refuses names an allow-list would let through, such as
+	// "**.internal.example.com" or "localhost". A wildcard name in a
+	// certificate is denied when any name it covers would be: a
+	// certificate for "*.example.com" breaks a deny of "admin.example.com".
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=253
+	// +kubebuilder:validation:items:Pattern=`^[a-zA-Z0-9*]([-a-zA-Z0-9*]*[a-zA-Z0-9*])?(\.[a-zA-Z0-9*]([-a-zA-Z0-9*]*[a-zA-Z0-9*])?)*$`
+	// +listType=set
+	// +optional
+	DeniedDNSNames []string `json:"deniedDNSNames,omitempty"`
+
 	// requiredDNSNames, when set, are DNS names that every certificate must
 	// carry: each must be one of its DNS subject alternative names, or be
 	// covered by a wildcard one ("*.example.com" covers "www.example.com"),
@@ -224,6 +333,41 @@ type CertificateRules struct {
 	// to Secrets that no Certificate manages.
 	// +optional
 	RequireKeyRotation bool `json:"requireKeyRotation,omitempty"`
+
+	// allowedSignerNames, when set, are the signers a PodCertificateRequest
+	// may address: patterns, in which "*" matches any run of characters,
+	// that its spec.signerName must match. With a namespaceSelector this
+	// is the signers a namespace may use. Other kinds are not affected.
+	// Enforced at admission too (docs/pod-certificates.md).
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=571
+	// +kubebuilder:validation:items:Pattern=`^[-a-zA-Z0-9.*/_:]+$`
+	// +listType=set
+	// +optional
+	AllowedSignerNames []string `json:"allowedSignerNames,omitempty"`
+
+	// maxExpirationSeconds is the longest lifetime a PodCertificateRequest
+	// may ask for: its spec.maxExpirationSeconds (86400 when the pod sets
+	// none) must not exceed it. Between 3600 and 7862400 (91 days), the
+	// range Kubernetes allows. Other kinds are not affected; use
+	// maxValidity for the lifetime of any issued certificate.
+	// +kubebuilder:validation:Minimum=3600
+	// +kubebuilder:validation:Maximum=7862400
+	// +optional
+	MaxExpirationSeconds *int32 `json:"maxExpirationSeconds,omitempty"`
+
+	// refreshOverdueAfter is how long past its status.beginRefreshAt an
+	// issued PodCertificateRequest may stay the newest of its pod and
+	// signer before the kubelet's refresh counts as overdue (rule
+	// refreshOverdue). The kubelet begins to refresh at beginRefreshAt;
+	// a pod whose certificate is not refreshed by then plus this margin
+	// has a kubelet, signer or node in trouble. At least 1m. For example
+	// "30m". Other kinds are not affected.
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="refreshOverdueAfter must be at least 1m"
+	// +optional
+	RefreshOverdueAfter *metav1.Duration `json:"refreshOverdueAfter,omitempty"`
 }
 
 // KeyAlgorithmRule allows one public key algorithm.
@@ -247,10 +391,11 @@ type KeyAlgorithmRule struct {
 
 // CertificateRef names a judged object.
 type CertificateRef struct {
-	// kind is Certificate (cert-manager) or Secret (a kubernetes.io/tls
-	// Secret that no Certificate manages).
+	// kind is Certificate (cert-manager), Secret (a kubernetes.io/tls
+	// Secret that no Certificate manages), PodCertificateRequest or
+	// ClusterTrustBundle (cluster-scoped: no namespace).
 	Kind CertificateKind `json:"kind"`
-	// namespace of the object.
+	// namespace of the object; empty for a ClusterTrustBundle.
 	Namespace string `json:"namespace"`
 	// name of the object.
 	Name string `json:"name"`
@@ -261,9 +406,14 @@ type Violation struct {
 	CertificateRef `json:",inline"`
 	// rule is the broken rule: a field of spec.rules (maxValidity,
 	// minRemainingValidity, maxKeyAge, keyAlgorithms, allowedDNSNames,
-	// requiredDNSNames, allowedIPRanges, requireKeyRotation), "validity"
-	// (expired or not yet valid) or "readable" (tls.crt holds no parsable
-	// certificate).
+	// deniedDNSNames, requiredDNSNames, allowedIPRanges,
+	// requireKeyRotation, allowedSignerNames, maxExpirationSeconds),
+	// "refreshOverdue" (a pod certificate not refreshed in time),
+	// "issued" (a PodCertificateRequest its signer denied or failed),
+	// "validity" (expired or not yet valid), "readable" (no parsable
+	// certificate), or one of spec.caRules prefixed "ca" (caMaxValidity,
+	// caMinValidity, caMinRemainingValidity, caKeyAlgorithms, and
+	// caValidity: a CA expired or not yet valid).
 	Rule string `json:"rule"`
 	// message states the fact that broke the rule, e.g. "key is 97d old;
 	// maxKeyAge is 90d". It never holds key material.
@@ -325,6 +475,36 @@ type CertificatePolicyStatus struct {
 	// violationsOmitted is how many violations did not fit in violations.
 	// +optional
 	ViolationsOmitted int32 `json:"violationsOmitted,omitempty"`
+
+	// podCertificates counts the selected PodCertificateRequests by state,
+	// in the kubelet's words; omitted when the policy selects none.
+	// +optional
+	PodCertificates *PodCertificateStates `json:"podCertificates,omitempty"`
+}
+
+// PodCertificateStates counts PodCertificateRequests by state.
+type PodCertificateStates struct {
+	// pending: neither issued, denied nor failed yet.
+	// +optional
+	Pending int32 `json:"pending,omitempty"`
+	// fresh: issued, valid, and not past its beginRefreshAt plus
+	// rules.refreshOverdueAfter.
+	// +optional
+	Fresh int32 `json:"fresh,omitempty"`
+	// overdueForRefresh: issued and still valid, but past its
+	// beginRefreshAt plus rules.refreshOverdueAfter with no newer request
+	// for its pod and signer.
+	// +optional
+	OverdueForRefresh int32 `json:"overdueForRefresh,omitempty"`
+	// expired: issued, and past its notAfter.
+	// +optional
+	Expired int32 `json:"expired,omitempty"`
+	// failed: its signer could not issue it.
+	// +optional
+	Failed int32 `json:"failed,omitempty"`
+	// denied: its signer refused it.
+	// +optional
+	Denied int32 `json:"denied,omitempty"`
 }
 
 // CertificatePolicy selects certificates across the cluster (cert-manager

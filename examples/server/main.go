@@ -13,6 +13,10 @@
 // for their key exchange (agent.Options.ClassicalResumption, whose doc
 // comment says what that trades).
 //
+// With -http3, it also serves HTTP/3 on the UDP port of the same number,
+// through quic-go's http3.Server with the agent's config: the wiring
+// docs/agent.md gives for HTTP/3 (a QUICConfig without 0-RTT).
+//
 // On -listen, its TLS port, it serves only
 //
 //	GET /         a greeting naming the replica: "hello from 10.0.0.7:8443".
@@ -37,6 +41,7 @@
 // address, so that -listen 127.0.0.1:0 can be used:
 //
 //	https listening on 127.0.0.1:43121
+//	http3 listening on 127.0.0.1:43121
 //	status listening on 127.0.0.1:40411
 package main
 
@@ -60,6 +65,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
 
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
@@ -85,6 +92,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	require := fs.String("require", "keys,cert", "material required in -dir, comma-separated: keys, cert, ech (echkeys.json is served whenever present; ech makes it required)")
 	ring := fs.String("ring", "", "the ring served, <namespace>/<name> (or <name> for a ClusterTicketKeyRing); empty: the first ring read")
 	resync := fs.Duration("resync", 0, "period of the fallback re-read of -dir (0: the agent's default)")
+	h3 := fs.Bool("http3", false, "also serve HTTP/3 (QUIC) on the UDP port of -listen's number, with the agent's config")
 	classical := fs.Bool("classical-resumption", false, "resume TLS 1.3 sessions with X25519 alone for the key exchange (agent.Options.ClassicalResumption): less server CPU per resumption, but no post-quantum forward secrecy should a ticket key leak; see docs/agent.md. Refused in FIPS 140-3 mode (GODEBUG=fips140=on), which does not allow X25519 alone")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -119,6 +127,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "https listening on %s\n", ln.Addr())
 
+	// HTTP/3: the agent's config as it is, whose GetConfigForClient
+	// http3.Server keeps when it clones the config at start (keys set
+	// with SetSessionTicketKeys afterwards would never reach it); and a
+	// QUICConfig of its own, since http3.Server's default allows 0-RTT,
+	// which the agent's tickets refuse (agent.Options.EarlyData).
+	var h3Srv *http3.Server
+	var h3Conn net.PacketConn
+	if *h3 {
+		if h3Conn, err = net.ListenPacket("udp", ln.Addr().String()); err != nil {
+			ln.Close()
+			return err
+		}
+		h3Srv = &http3.Server{Handler: mux, TLSConfig: a.TLSConfig(&tls.Config{MinVersion: tls.VersionTLS13}), QUICConfig: &quic.Config{}}
+		fmt.Fprintf(stdout, "http3 listening on %s\n", h3Conn.LocalAddr())
+	}
+
 	// The status port: what the agent holds, for the operator and
 	// Prometheus.
 	var statusSrv *http.Server
@@ -134,15 +158,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- a.Start(ctx) }()
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	running := 2
 	if statusSrv != nil {
 		go func() { errc <- statusSrv.Serve(statusLn) }()
+		running++
 	}
-	running := cap(errc)
-	if statusSrv == nil {
-		running--
+	if h3Srv != nil {
+		go func() { errc <- h3Srv.Serve(h3Conn) }()
+		running++
 	}
 
 	// Run until ctx ends or any part fails; then stop every part and wait.
@@ -158,6 +184,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	errs := []error{ignoreClosed(first), ignoreClosed(srv.Shutdown(shutdown))}
 	if statusSrv != nil {
 		errs = append(errs, ignoreClosed(statusSrv.Shutdown(shutdown)))
+	}
+	if h3Srv != nil {
+		errs = append(errs, ignoreClosed(h3Srv.Close()), ignoreClosed(h3Conn.Close()))
 	}
 	for ; running > 0; running-- {
 		errs = append(errs, ignoreClosed(<-errc))
@@ -194,7 +223,7 @@ func statusMux(a *agent.Agent, metrics http.Handler) *http.ServeMux {
 }
 
 func ignoreClosed(err error) error {
-	if errors.Is(err, http.ErrServerClosed) {
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, quic.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
 		return nil
 	}
 	return err

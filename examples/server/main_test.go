@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
 	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/testing/atomicdir"
@@ -402,6 +405,90 @@ func TestServerECH(t *testing.T) {
 	for _, want := range []string{`ringmaster_agent_ech_handshakes_total{result="accepted"} 1`, `ringmaster_agent_ech_handshakes_total{result="rejected"} 1`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+// TestServerHTTP3: with -http3, the server answers HTTP/3 on the UDP port
+// of -listen's number, with the agent's config: a second connection
+// resumes the first's session.
+func TestServerHTTP3(t *testing.T) {
+	dir := t.TempDir()
+	w, err := atomicdir.NewWriter(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt, key, pool := selfSigned(t)
+	now := time.Now()
+	k := newKey("h3", now.Add(-time.Hour), now.Add(time.Hour), now.Add(2*time.Hour))
+	ring, err := keyring.Encode(keyring.Ring{Name: "shop/web", Epoch: 1, IssuedAt: now, Keys: []keyring.Key{k}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(map[string]atomicdir.File{keyring.FileName: {Data: ring}, "tls.crt": {Data: crt}, "tls.key": {Data: key, Mode: 0o600}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out, stdout := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-dir", dir, "-listen", "127.0.0.1:0", "-status-listen", "", "-http3"}, stdout, io.Discard)
+		stdout.Close()
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run returned %v", err)
+		}
+	}()
+	lines := bufio.NewScanner(out)
+	var tcpAddr, h3Addr string
+	for (tcpAddr == "" || h3Addr == "") && lines.Scan() {
+		if a, ok := strings.CutPrefix(lines.Text(), "https listening on "); ok {
+			tcpAddr = a
+		}
+		if a, ok := strings.CutPrefix(lines.Text(), "http3 listening on "); ok {
+			h3Addr = a
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	if h3Addr == "" || h3Addr != tcpAddr {
+		t.Fatalf("HTTP/3 on %q, HTTPS on %q: want both on one port number", h3Addr, tcpAddr)
+	}
+	cache := &ticketSignal{ClientSessionCache: tls.NewLRUClientSessionCache(4), put: make(chan struct{}, 1)}
+	tc := &tls.Config{RootCAs: pool, ServerName: "localhost", ClientSessionCache: cache}
+	for i, resumed := range []bool{false, true} {
+		tr := &http3.Transport{TLSClientConfig: tc, QUICConfig: &quic.Config{}}
+		resp, err := (&http.Client{Timeout: 5 * time.Second, Transport: tr}).Get("https://" + h3Addr + "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		select { // the ticket, which follows the handshake
+		case <-cache.put:
+		case <-time.After(5 * time.Second):
+			t.Fatal("no session ticket")
+		}
+		tr.Close()
+		if resp.ProtoMajor != 3 || resp.TLS.DidResume != resumed || !strings.HasPrefix(string(body), "hello from ") {
+			t.Errorf("request %d: HTTP/%d, resumed %v, %q; want HTTP/3, resumed %v, the greeting", i, resp.ProtoMajor, resp.TLS.DidResume, body, resumed)
+		}
+	}
+}
+
+// ticketSignal is a session cache that tells when a ticket arrives.
+type ticketSignal struct {
+	tls.ClientSessionCache
+	put chan struct{}
+}
+
+func (c *ticketSignal) Put(key string, cs *tls.ClientSessionState) {
+	c.ClientSessionCache.Put(key, cs)
+	if cs != nil {
+		select {
+		case c.put <- struct{}{}:
+		default:
 		}
 	}
 }

@@ -8,7 +8,9 @@
 // processor time per resumed TLS 1.3 handshake without and with
 // agent.Options.ClassicalResumption (issue 17), and the server's processor
 // time per full TLS 1.3 handshake without ECH, with ECH under the
-// published config, and under the oldest of echring.MaxConfigs (issue 26).
+// published config, and under the oldest of echring.MaxConfigs (issue 26),
+// and what binding each ticket to its scope costs a resumed handshake, TLS
+// 1.3 and 1.2, against the agent without the binding (issue 47).
 //
 // Every figure is the median over the runs of -count, so one disturbed run
 // does not move it. Ratios come from two sources: the sequential
@@ -141,6 +143,19 @@ func report(w io.Writer, res results) error {
 	echPublishedRatio, _ := must(ech, "ech-published/plain")
 	echOldestRatio, _ := must(ech, "ech-oldest/plain")
 	echPerKey, _ := must(ech, "ech-per-key-tried-us")
+	const sc = "BenchmarkTicketScope/"
+	type scopeFigures struct{ unbound, scoped, ratio, ratioP50, srvUnbound, srvScoped, srvRatio float64 }
+	var scope [2]scopeFigures
+	for i, v := range []string{"TLS13", "TLS12"} {
+		f := &scope[i]
+		f.unbound, _ = must(sc+v, "unbound-hs/s")
+		f.scoped, _ = must(sc+v, "scoped-hs/s")
+		f.ratio, _ = must(sc+v, "scoped/unbound")
+		f.ratioP50, _ = must(sc+v, "scoped/unbound-p50")
+		f.srvUnbound, _ = must(sc+v, "unbound-server-us")
+		f.srvScoped, _ = must(sc+v, "scoped-server-us")
+		f.srvRatio, _ = must(sc+v, "scoped/unbound-server")
+	}
 	var dec [3]float64
 	for i, n := range []int{1, 4, 16} {
 		dec[i], _ = must(fmt.Sprintf("BenchmarkDecryptTicket/oldest-of-%d", n), "ns/op")
@@ -178,6 +193,14 @@ func report(w io.Writer, res results) error {
 	fmt.Fprintf(w, "| ECH, client holding the oldest of 4 configs | %.0f µs | **%.2f×** |\n", echOldest, echOldestRatio)
 	fmt.Fprintf(w, "| each further key tried | %.0f µs | |\n", echPerKey)
 	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| resumed handshake, agent's config, interleaved | TLS 1.3 | TLS 1.2 |")
+	fmt.Fprintln(w, "|---|---|---|")
+	fmt.Fprintf(w, "| unbound (no WrapSession/UnwrapSession, as before issue 47) | %.0f hs/s, server %.0f µs | %.0f hs/s, server %.0f µs |\n", scope[0].unbound, scope[0].srvUnbound, scope[1].unbound, scope[1].srvUnbound)
+	fmt.Fprintf(w, "| scoped (default) | %.0f hs/s, server %.0f µs | %.0f hs/s, server %.0f µs |\n", scope[0].scoped, scope[0].srvScoped, scope[1].scoped, scope[1].srvScoped)
+	fmt.Fprintf(w, "| **scoped/unbound**, throughput | %.3f | %.3f |\n", scope[0].ratio, scope[1].ratio)
+	fmt.Fprintf(w, "| **scoped/unbound**, median handshake | %.3f | %.3f |\n", scope[0].ratioP50, scope[1].ratioP50)
+	fmt.Fprintf(w, "| **scoped/unbound**, server CPU, median (unbound µs / scoped µs) | %.3f | %.3f |\n", scope[0].srvRatio, scope[1].srvRatio)
+	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| DecryptTicket, ticket under the oldest key of | time |")
 	fmt.Fprintln(w, "|---|---|")
 	for i, n := range []int{1, 4, 16} {
@@ -192,5 +215,7 @@ func report(w io.Writer, res results) error {
 		return "NOT met"
 	}
 	fmt.Fprintf(w, "Target (c)/(a) >= 0.98: interleaved throughput %s, interleaved median %s.\n", verdict(ica), verdict(pca))
+	fmt.Fprintf(w, "Target scoped/unbound >= 0.98, median handshake: TLS 1.3 %s, TLS 1.2 %s; server CPU: TLS 1.3 %s, TLS 1.2 %s.\n",
+		verdict(scope[0].ratioP50), verdict(scope[1].ratioP50), verdict(scope[0].srvRatio), verdict(scope[1].srvRatio))
 	return nil
 }

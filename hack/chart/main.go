@@ -75,15 +75,16 @@ func main() {
 	rbac := flag.String("rbac", "config/rbac/role.yaml", "RBAC generated from the markers")
 	admission := flag.String("admission", "config/admission/policy.yaml", "the admission policy of ringmaster's Secrets")
 	podAdmission := flag.String("pod-admission", "config/admission/pods.yaml", "the admission policy of the pods the operator nudges")
+	podCertAdmission := flag.String("pod-certificate-admission", "config/admission/podcertificates.yaml", "the admission policy that enforces CertificatePolicies on pods' podCertificate volumes")
 	chart := flag.String("chart", "charts/ringmaster", "the chart")
 	flag.Parse()
-	if err := run(*crds, *rbac, *admission, *podAdmission, *chart); err != nil {
+	if err := run(*crds, *rbac, *admission, *podAdmission, *podCertAdmission, *chart); err != nil {
 		fmt.Fprintln(os.Stderr, "chart:", err)
 		os.Exit(1)
 	}
 }
 
-func run(crdDir, rbacFile, admissionFile, podAdmissionFile, chart string) error {
+func run(crdDir, rbacFile, admissionFile, podAdmissionFile, podCertAdmissionFile, chart string) error {
 	templates := filepath.Join(chart, "templates")
 	old, err := filepath.Glob(filepath.Join(templates, "crd-*.yaml"))
 	if err != nil {
@@ -117,6 +118,10 @@ func run(crdDir, rbacFile, admissionFile, podAdmissionFile, chart string) error 
 		return fmt.Errorf("%s: %w", podAdmissionFile, err)
 	}
 	want[filepath.Join(templates, "admission-pods.yaml")] = out
+	if out, err = admissionTemplate(podCertAdmissionFile, ".Values.certificatePolicy.enabled"); err != nil {
+		return fmt.Errorf("%s: %w", podCertAdmissionFile, err)
+	}
+	want[filepath.Join(templates, "admission-podcertificates.yaml")] = out
 
 	for _, f := range old {
 		if _, ok := want[f]; !ok {
@@ -242,6 +247,12 @@ func rbacTemplate(path string) ([]byte, error) {
 //     (--certificate-policy). The audit reads kubernetes.io/tls Secrets in
 //     every namespace, so with watchNamespaces it keeps the read verbs of
 //     the ring class's Secret rule cluster-wide;
+//   - unmanagedTicketKeys: what only the audit of ticket keys no ring
+//     manages needs (unmanagedTicketKeysResources: the list of ConfigMaps
+//     and of Envoy configurations), granted with unmanagedTicketKeys.enabled
+//     (--unmanaged-ticket-keys). It lists Secrets in every namespace too,
+//     so with watchNamespaces it keeps the read verbs of the ring class's
+//     Secret rule cluster-wide, as the CertificatePolicy audit does;
 //   - everything else, always.
 //
 // A rule naming resources (or, for pods, verbs) of two classes is split.
@@ -251,12 +262,15 @@ var (
 	ringResources              = map[string][]string{"": {"secrets", "pods"}}
 	nudgeResources             = map[string][]string{"": {"pods"}}
 	nudgeVerbs                 = []string{"patch"}
-	certificatePolicyResources = map[string][]string{"cert-manager.io": {"certificates", "certificates/status"}, "ringmaster.io": {"certificatepolicies", "certificatepolicies/status"}}
-	readVerbs                  = []string{"get", "list", "watch"}
+	certificatePolicyResources = map[string][]string{"cert-manager.io": {"certificates", "certificates/status"}, "ringmaster.io": {"certificatepolicies", "certificatepolicies/status"},
+		"certificates.k8s.io": {"podcertificaterequests", "clustertrustbundles"}}
+	readVerbs                    = []string{"get", "list", "watch"}
+	unmanagedTicketKeysResources = map[string][]string{"": {"configmaps"}, "networking.istio.io": {"envoyfilters"},
+		"gateway.envoyproxy.io": {"envoypatchpolicies"}, "cilium.io": {"ciliumenvoyconfigs", "ciliumclusterwideenvoyconfigs"}}
 )
 
-// classify splits rules into the four classes above.
-func classify(rules []rbacv1.PolicyRule) (always, ring, nudge, certificatePolicy []rbacv1.PolicyRule) {
+// classify splits rules into the classes above.
+func classify(rules []rbacv1.PolicyRule) (always, ring, nudge, certificatePolicy, unmanaged []rbacv1.PolicyRule) {
 	in := func(classes map[string][]string, groups []string, resource string) bool {
 		for _, g := range groups {
 			if slices.Contains(classes[g], resource) {
@@ -266,13 +280,15 @@ func classify(rules []rbacv1.PolicyRule) (always, ring, nudge, certificatePolicy
 		return false
 	}
 	for _, r := range rules {
-		var a, rg, cp []string
+		var a, rg, cp, uk []string
 		for _, res := range r.Resources {
 			switch {
 			case len(r.APIGroups) == 1 && in(ringResources, r.APIGroups, res):
 				rg = append(rg, res)
 			case len(r.APIGroups) == 1 && in(certificatePolicyResources, r.APIGroups, res):
 				cp = append(cp, res)
+			case len(r.APIGroups) == 1 && in(unmanagedTicketKeysResources, r.APIGroups, res):
+				uk = append(uk, res)
 			default:
 				a = append(a, res)
 			}
@@ -280,7 +296,7 @@ func classify(rules []rbacv1.PolicyRule) (always, ring, nudge, certificatePolicy
 		for _, part := range []struct {
 			resources []string
 			into      *[]rbacv1.PolicyRule
-		}{{a, &always}, {rg, &ring}, {cp, &certificatePolicy}} {
+		}{{a, &always}, {rg, &ring}, {cp, &certificatePolicy}, {uk, &unmanaged}} {
 			if len(part.resources) > 0 || (len(r.Resources) == 0 && part.into == &always) {
 				x := *r.DeepCopy()
 				x.Resources = part.resources
@@ -289,7 +305,7 @@ func classify(rules []rbacv1.PolicyRule) (always, ring, nudge, certificatePolicy
 		}
 	}
 	ring, nudge = splitNudge(ring)
-	return always, ring, nudge, certificatePolicy
+	return always, ring, nudge, certificatePolicy, unmanaged
 }
 
 // splitNudge takes the nudge class's verbs on its resources out of the
@@ -357,7 +373,7 @@ func secretReads(ring []rbacv1.PolicyRule) []rbacv1.PolicyRule {
 // behind the values that choose them, and the ring class's Roles in the
 // watched namespaces.
 func writeClusterRole(b *strings.Builder, r rbacv1.ClusterRole) error {
-	always, ring, nudge, cpol := classify(r.Rules)
+	always, ring, nudge, cpol, unmanaged := classify(r.Rules)
 	if len(always) == 0 || len(ring) == 0 {
 		return fmt.Errorf("ClusterRole %s: want rules for rings' Secrets and pods and others", r.Name)
 	}
@@ -379,6 +395,10 @@ func writeClusterRole(b *strings.Builder, r rbacv1.ClusterRole) error {
 	if err != nil {
 		return err
 	}
+	unmanagedText, err := text(unmanaged)
+	if err != nil {
+		return err
+	}
 	readText, err := text(secretReads(ring))
 	if err != nil {
 		return err
@@ -396,9 +416,12 @@ func writeClusterRole(b *strings.Builder, r rbacv1.ClusterRole) error {
 	if cpolText != "" {
 		rules.WriteString("{{- if .Values.certificatePolicy.enabled }}\n" + cpolText + "{{- end }}\n")
 	}
+	if unmanagedText != "" {
+		rules.WriteString("{{- if .Values.unmanagedTicketKeys.enabled }}\n" + unmanagedText + "{{- end }}\n")
+	}
 	rules.WriteString("{{- if not .Values.watchNamespaces }}\n" + ringText)
 	if readText != "" {
-		rules.WriteString("{{- else if .Values.certificatePolicy.enabled }}\n" + readText)
+		rules.WriteString("{{- else if or .Values.certificatePolicy.enabled .Values.unmanagedTicketKeys.enabled }}\n" + readText)
 	}
 	rules.WriteString("{{- end }}\n")
 	writeObject(b, "ClusterRole", name, "", rules.String())
@@ -514,9 +537,17 @@ func admissionTemplate(path, gate string) ([]byte, error) {
 		"- name: operatorNamespace\n    expression: \"'" + operatorNamespace + "'\"\n": "- name: operatorNamespace\n    expression: \"'" + namespace + "'\"\n",
 		"- name: operatorServiceAccount\n    expression: \"'" + operatorName + "'\"\n": "- name: operatorServiceAccount\n    expression: \"'" + saName + "'\"\n",
 	}
+	// A policy that names nobody (it judges every user's requests alike)
+	// has neither variable; one that names the operator has both, once.
+	names := 0
 	for from := range operatorVars {
-		if strings.Count(text, from) != 1 {
-			return nil, fmt.Errorf("wants the operator's service account once in the variables operatorNamespace and operatorServiceAccount, as %q", from)
+		names += strings.Count(text, from)
+	}
+	if names != 0 {
+		for from := range operatorVars {
+			if strings.Count(text, from) != 1 {
+				return nil, fmt.Errorf("wants the operator's service account once in the variables operatorNamespace and operatorServiceAccount, as %q", from)
+			}
 		}
 	}
 	if strings.Contains(text, "system:serviceaccount:"+operatorNamespace) {

@@ -137,7 +137,7 @@ func TestRBACTemplate(t *testing.T) {
 		// The patch of pods only with nudging under the pods' guard.
 		"{{- if not .Values.watchNamespaces }}\n- apiGroups:\n  - \"\"\n  resources:\n  - pods\n  verbs:\n  - list\n- apiGroups:\n  - \"\"\n  resources:\n  - secrets\n  verbs:\n  - create\n  - get\n  - list\n  - watch\n" +
 			"{{- if and .Values.nudge.enabled .Values.admissionPolicy.enabled }}\n- apiGroups:\n  - \"\"\n  resources:\n  - pods\n  verbs:\n  - patch\n{{- end }}\n" +
-			"{{- else if .Values.certificatePolicy.enabled }}\n- apiGroups:\n  - \"\"\n  resources:\n  - secrets\n  verbs:\n  - get\n  - list\n  - watch\n{{- end }}\n",
+			"{{- else if or .Values.certificatePolicy.enabled .Values.unmanagedTicketKeys.enabled }}\n- apiGroups:\n  - \"\"\n  resources:\n  - secrets\n  verbs:\n  - get\n  - list\n  - watch\n{{- end }}\n",
 	} {
 		if !strings.Contains(cluster, want) {
 			t.Errorf("the ClusterRole misses\n%s\nin\n%s", want, cluster)
@@ -166,23 +166,25 @@ func TestClassify(t *testing.T) {
 		name                      string
 		rules                     []rbacv1.PolicyRule
 		always, ring, nudge, cpol int
+		unmanaged                 int
 	}{
-		{"Secrets and pods are the rings'", []rbacv1.PolicyRule{rule("", get, "secrets"), rule("", get, "pods")}, 0, 2, 0, 0},
-		{"namespaces are always needed", []rbacv1.PolicyRule{rule("", get, "namespaces")}, 1, 0, 0, 0},
-		{"a rule naming ring kinds and CertificatePolicies is split", []rbacv1.PolicyRule{rule("ringmaster.io", get, "certificatepolicies", "ticketkeyrings")}, 1, 0, 0, 1},
-		{"cert-manager's Certificates are the audit's", []rbacv1.PolicyRule{rule("cert-manager.io", get, "certificates", "certificates/status")}, 0, 0, 0, 1},
-		{"a secrets resource of another group is not the core's", []rbacv1.PolicyRule{rule("example.com", get, "secrets")}, 1, 0, 0, 0},
-		{"non-resource URLs are always needed", []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: get}}, 1, 0, 0, 0},
-		{"the patch of pods is the nudge's, their reads the rings'", []rbacv1.PolicyRule{rule("", []string{"list", "patch", "watch"}, "pods")}, 0, 1, 1, 0},
-		{"the patch of pods alone", []rbacv1.PolicyRule{rule("", []string{"patch"}, "pods")}, 0, 0, 1, 0},
-		{"the patch of Secrets is no nudge", []rbacv1.PolicyRule{rule("", []string{"patch"}, "secrets")}, 0, 1, 0, 0},
-		{"a rule naming Secrets and pods with patch is split three ways", []rbacv1.PolicyRule{rule("", []string{"get", "patch"}, "pods", "secrets")}, 0, 2, 1, 0},
+		{"Secrets and pods are the rings'", []rbacv1.PolicyRule{rule("", get, "secrets"), rule("", get, "pods")}, 0, 2, 0, 0, 0},
+		{"namespaces are always needed", []rbacv1.PolicyRule{rule("", get, "namespaces")}, 1, 0, 0, 0, 0},
+		{"a rule naming ring kinds and CertificatePolicies is split", []rbacv1.PolicyRule{rule("ringmaster.io", get, "certificatepolicies", "ticketkeyrings")}, 1, 0, 0, 1, 0},
+		{"cert-manager's Certificates are the audit's", []rbacv1.PolicyRule{rule("cert-manager.io", get, "certificates", "certificates/status")}, 0, 0, 0, 1, 0},
+		{"a secrets resource of another group is not the core's", []rbacv1.PolicyRule{rule("example.com", get, "secrets")}, 1, 0, 0, 0, 0},
+		{"non-resource URLs are always needed", []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: get}}, 1, 0, 0, 0, 0},
+		{"the patch of pods is the nudge's, their reads the rings'", []rbacv1.PolicyRule{rule("", []string{"list", "patch", "watch"}, "pods")}, 0, 1, 1, 0, 0},
+		{"the patch of pods alone", []rbacv1.PolicyRule{rule("", []string{"patch"}, "pods")}, 0, 0, 1, 0, 0},
+		{"the patch of Secrets is no nudge", []rbacv1.PolicyRule{rule("", []string{"patch"}, "secrets")}, 0, 1, 0, 0, 0},
+		{"ConfigMaps and Envoy configurations are the unmanaged ticket keys' audit's", []rbacv1.PolicyRule{rule("", []string{"list"}, "configmaps"), rule("cilium.io", []string{"list"}, "ciliumclusterwideenvoyconfigs", "ciliumenvoyconfigs"), rule("networking.istio.io", []string{"list"}, "envoyfilters")}, 0, 0, 0, 0, 3},
+		{"a rule naming Secrets and pods with patch is split three ways", []rbacv1.PolicyRule{rule("", []string{"get", "patch"}, "pods", "secrets")}, 0, 2, 1, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, r, n, c := classify(tt.rules)
-			if len(a) != tt.always || len(r) != tt.ring || len(n) != tt.nudge || len(c) != tt.cpol {
-				t.Errorf("classify = %d always, %d ring, %d nudge, %d certificatePolicy; want %d, %d, %d, %d", len(a), len(r), len(n), len(c), tt.always, tt.ring, tt.nudge, tt.cpol)
+			a, r, n, c, u := classify(tt.rules)
+			if len(a) != tt.always || len(r) != tt.ring || len(n) != tt.nudge || len(c) != tt.cpol || len(u) != tt.unmanaged {
+				t.Errorf("classify = %d always, %d ring, %d nudge, %d certificatePolicy, %d unmanagedTicketKeys; want %d, %d, %d, %d, %d", len(a), len(r), len(n), len(c), len(u), tt.always, tt.ring, tt.nudge, tt.cpol, tt.unmanaged)
 			}
 			for _, x := range r {
 				if slices.Contains(x.Resources, "pods") && slices.Contains(x.Verbs, "patch") {

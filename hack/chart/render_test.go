@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -156,6 +157,67 @@ func TestChartGrantsPodWritesOnlyToNudge(t *testing.T) {
 				if !strings.HasSuffix(w, ": patch") {
 					t.Errorf("a role grants %s on pods: the operator only patches them", w)
 				}
+			}
+		})
+	}
+}
+
+// TestChartGrantsUnmanagedTicketKeysOnlyWhenEnabled renders the chart and
+// reads what its ClusterRole grants on ConfigMaps and the Envoy
+// configurations: nothing by default (the audit is opt-in), list when
+// unmanagedTicketKeys.enabled, with the operator told so; and with
+// watchNamespaces, the cluster-wide list of Secrets it needs.
+func TestChartGrantsUnmanagedTicketKeysOnlyWhenEnabled(t *testing.T) {
+	helm := helmTool(t)
+	envoy := []string{"networking.istio.io/envoyfilters", "gateway.envoyproxy.io/envoypatchpolicies", "cilium.io/ciliumenvoyconfigs", "cilium.io/ciliumclusterwideenvoyconfigs"}
+	tests := []struct {
+		name    string
+		flags   []string
+		enabled bool
+	}{
+		{"defaults", nil, false},
+		{"enabled", []string{"--set", "unmanagedTicketKeys.enabled=true"}, true},
+		{"enabled, namespaces listed, CertificatePolicy off", []string{"--set", "unmanagedTicketKeys.enabled=true", "--set", "watchNamespaces={shop}", "--set", "certificatePolicy.enabled=false"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs := render(t, helm, tt.flags...)
+			granted := map[string][]string{} // group/resource → verbs, of the ClusterRole
+			var args []string
+			for _, o := range objs {
+				switch o.GetKind() {
+				case "ClusterRole":
+					var role rbacv1.ClusterRole
+					if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &role); err != nil {
+						t.Fatal(err)
+					}
+					for _, r := range role.Rules {
+						for _, g := range r.APIGroups {
+							for _, res := range r.Resources {
+								granted[g+"/"+res] = append(granted[g+"/"+res], r.Verbs...)
+							}
+						}
+					}
+				case "Deployment":
+					containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+					args, _, _ = unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+				}
+			}
+			flag := fmt.Sprintf("--unmanaged-ticket-keys=%t", tt.enabled)
+			if !slices.Contains(args, flag) {
+				t.Errorf("the operator's args %v lack %s", args, flag)
+			}
+			for _, res := range append([]string{"/configmaps"}, envoy...) {
+				verbs := granted[res]
+				if tt.enabled && !slices.Equal(verbs, []string{"list"}) {
+					t.Errorf("%s: the ClusterRole grants %v, want list", res, verbs)
+				}
+				if !tt.enabled && len(verbs) > 0 {
+					t.Errorf("%s: the ClusterRole grants %v with the audit off", res, verbs)
+				}
+			}
+			if tt.enabled && !slices.Contains(granted["/secrets"], "list") {
+				t.Errorf("the ClusterRole does not list Secrets cluster-wide: %v", granted["/secrets"])
 			}
 		})
 	}

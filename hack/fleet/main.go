@@ -11,8 +11,13 @@
 //	             alone (agent.Options.ClassicalResumption); and of nginx fed
 //	             the ring by ringmaster-agent against nginx's own
 //	             per-process keys.
+//	fleet bench-http3  make bench-http3: resumption and server CPU per
+//	             reconnect of examples/server replicas over HTTP/3 (quic-go)
+//	             and over HTTPS, on one rotating ring against per-replica
+//	             keys. It starts no control plane: it writes the ring
+//	             into the replicas' volumes itself.
 //
-// Both need KUBEBUILDER_ASSETS (make envtest prints it) and run from inside
+// demo and bench need KUBEBUILDER_ASSETS (make envtest prints it) and run from inside
 // the module, which they build. Every process they start is stopped by its
 // own pid on the way out, also on Ctrl-C.
 package main
@@ -50,6 +55,8 @@ func main() {
 		err = demoMain(ctx, os.Args[2:])
 	case "bench":
 		err = benchMain(ctx, os.Args[2:])
+	case "bench-http3":
+		err = benchHTTP3Main(ctx, os.Args[2:])
 	default:
 		usage()
 	}
@@ -64,7 +71,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: fleet demo|bench [flags]; fleet demo -h or fleet bench -h for the flags")
+	fmt.Fprintln(os.Stderr, "usage: fleet demo|bench|bench-http3 [flags]; fleet demo -h, fleet bench -h or fleet bench-http3 -h for the flags")
 	os.Exit(2)
 }
 

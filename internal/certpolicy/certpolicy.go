@@ -40,10 +40,29 @@ const (
 	RequiredDNSNames     Rule = "requiredDNSNames"
 	AllowedIPRanges      Rule = "allowedIPRanges"
 	RequireKeyRotation   Rule = "requireKeyRotation"
+	DeniedDNSNames       Rule = "deniedDNSNames"
+
+	// Of pod certificates (PodCertificateRequests).
+	AllowedSignerNames   Rule = "allowedSignerNames"
+	MaxExpirationSeconds Rule = "maxExpirationSeconds"
+	// RefreshOverdue: issued, and not refreshed by beginRefreshAt plus
+	// refreshOverdueAfter.
+	RefreshOverdue Rule = "refreshOverdue"
+	// Issued: the signer denied the request, or failed to issue it.
+	Issued Rule = "issued"
+
+	// Of CA certificates (spec.caRules). CAValidity is always checked.
+	CAValidity             Rule = "caValidity"
+	CAMaxValidity          Rule = "caMaxValidity"
+	CAMinValidity          Rule = "caMinValidity"
+	CAMinRemainingValidity Rule = "caMinRemainingValidity"
+	CAKeyAlgorithms        Rule = "caKeyAlgorithms"
 )
 
 // Rules lists every rule, in the order Evaluate checks them.
-var Rules = []Rule{Readable, Validity, MaxValidity, MinRemainingValidity, MaxKeyAge, KeyAlgorithms, AllowedDNSNames, RequiredDNSNames, AllowedIPRanges, RequireKeyRotation}
+var Rules = []Rule{Readable, Validity, MaxValidity, MinRemainingValidity, MaxKeyAge, KeyAlgorithms, AllowedDNSNames, DeniedDNSNames, RequiredDNSNames, AllowedIPRanges, RequireKeyRotation,
+	AllowedSignerNames, MaxExpirationSeconds, Issued, RefreshOverdue,
+	CAValidity, CAMaxValidity, CAMinValidity, CAMinRemainingValidity, CAKeyAlgorithms}
 
 // Algorithm is a public key algorithm.
 type Algorithm string
@@ -80,6 +99,27 @@ type Policy struct {
 	AllowedIPRanges []netip.Prefix
 	// RequireKeyRotation requires cert-manager's rotationPolicy Always.
 	RequireKeyRotation bool
+	// DeniedDNSNames are patterns no DNS name may match (see DeniesDNSName).
+	DeniedDNSNames []string
+
+	// AllowedSignerNames, when not empty, are the patterns (MatchGlob) a
+	// pod certificate's signer must match.
+	AllowedSignerNames []string
+	// MaxExpirationSeconds bounds a pod certificate request's
+	// maxExpirationSeconds; 0 is unset.
+	MaxExpirationSeconds int32
+	// RefreshOverdueAfter is the margin past beginRefreshAt after which an
+	// issued pod certificate that no newer one replaced is overdue.
+	RefreshOverdueAfter time.Duration
+
+	// CA, when not nil, are the rules of CA certificates.
+	CA *CAPolicy
+}
+
+// CAPolicy is the rules of CA certificates. Zero values are unset rules.
+type CAPolicy struct {
+	MaxValidity, MinValidity, MinRemainingValidity time.Duration
+	KeyAlgorithms                                  []AllowedKey
 }
 
 // Certificate is what is known of one X.509 certificate: public facts only.
@@ -97,6 +137,9 @@ type Certificate struct {
 	DNSNameCount, IPAddressCount int
 	// KeyID identifies the public key (see KeyID); equal keys, equal ids.
 	KeyID string
+	// IsCA: the certificate is a CA (basic constraints). A CA is judged by
+	// a policy's CA rules, never by its leaf rules.
+	IsCA bool `json:",omitempty"`
 }
 
 // Key describes the certificate's key, e.g. "RSA 2048" or "Ed25519".
@@ -152,6 +195,12 @@ type Subject struct {
 	// CertManager is the spec of the cert-manager Certificate the subject
 	// is; nil for a Secret that no Certificate manages.
 	CertManager *CertManager
+	// CAs are the CA certificates that come with the subject: a TLS
+	// Secret's ca.crt, the intermediates of a pod certificate's chain, a
+	// ClusterTrustBundle's certificates (see Chain).
+	CAs Chain
+	// Pod is the request of a pod certificate; nil for other kinds.
+	Pod *PodRequest
 }
 
 // KeySince dates the key of cert: for a cert-manager Certificate that rotates
@@ -180,6 +229,9 @@ type Verdict struct {
 	// Recheck is the next instant the verdict changes with time alone (a
 	// certificate expires, a key grows too old); zero if none.
 	Recheck time.Time
+	// PodState is the state of a pod certificate, in the kubelet's words;
+	// empty for other kinds.
+	PodState PodState
 }
 
 // Violates reports whether rule is broken.
@@ -190,9 +242,7 @@ func (v Verdict) Violates(rule Rule) bool {
 // Evaluate judges s against p at now.
 func Evaluate(p Policy, s Subject, now time.Time) Verdict {
 	var v Verdict
-	add := func(r Rule, format string, args ...any) {
-		v.Violations = append(v.Violations, Violation{Rule: r, Message: fmt.Sprintf(format, args...)})
-	}
+	add := v.add
 	// recheckAt notes a future instant at which a rule flips.
 	recheckAt := func(t time.Time) {
 		if t.After(now) && (v.Recheck.IsZero() || t.Before(v.Recheck)) {
@@ -210,6 +260,37 @@ func Evaluate(p Policy, s Subject, now time.Time) Verdict {
 		default:
 			recheckAt(c.NotAfter.Add(time.Nanosecond))
 		}
+		if c.IsCA {
+			// A CA (a cert-manager CA issuer's Secret): judged as one.
+			v.judgeCAs(p.CA, Chain{Certs: []Certificate{*c}}, now, recheckAt)
+		} else {
+			v.judgeLeaf(p, s, now, recheckAt)
+		}
+	} else if s.ReadError != "" {
+		add(Readable, "%s", s.ReadError)
+	}
+	if s.Pod != nil {
+		v.judgePod(p, s, now, recheckAt)
+	}
+	v.judgeCAs(p.CA, s.CAs, now, recheckAt)
+	if p.RequireKeyRotation && s.CertManager != nil && !s.CertManager.RotatesKey() {
+		add(RequireKeyRotation, "privateKey.rotationPolicy is Never: the key is kept across renewals")
+	}
+	slices.SortStableFunc(v.Violations, func(a, b Violation) int { return cmp.Compare(ruleOrder(a.Rule), ruleOrder(b.Rule)) })
+	return v
+}
+
+func ruleOrder(r Rule) int { return slices.Index(Rules, r) }
+
+// add appends a violation.
+func (v *Verdict) add(r Rule, format string, args ...any) {
+	v.Violations = append(v.Violations, Violation{Rule: r, Message: fmt.Sprintf(format, args...)})
+}
+
+// judgeLeaf applies the leaf rules to s.Cert.
+func (v *Verdict) judgeLeaf(p Policy, s Subject, now time.Time, recheckAt func(time.Time)) {
+	add, c := v.add, s.Cert
+	{
 		if validity := c.NotAfter.Sub(c.NotBefore); p.MaxValidity > 0 && validity > p.MaxValidity {
 			add(MaxValidity, "valid for %s; maxValidity is %s", human(validity), human(p.MaxValidity))
 		}
@@ -248,13 +329,12 @@ func Evaluate(p Policy, s Subject, now time.Time) Verdict {
 		} else if len(p.AllowedIPRanges) > 0 && ipCut != "" {
 			add(AllowedIPRanges, "allowedIPRanges cannot be checked: %s", ipCut)
 		}
-	} else if s.ReadError != "" {
-		add(Readable, "%s", s.ReadError)
+		if bad := deniedNames(p.DeniedDNSNames, c.dnsNames()); len(bad) > 0 {
+			add(DeniedDNSNames, "%s denied by deniedDNSNames", quoteList(bad))
+		} else if len(p.DeniedDNSNames) > 0 && dnsCut != "" {
+			add(DeniedDNSNames, "deniedDNSNames cannot be checked: %s", dnsCut)
+		}
 	}
-	if p.RequireKeyRotation && s.CertManager != nil && !s.CertManager.RotatesKey() {
-		add(RequireKeyRotation, "privateKey.rotationPolicy is Never: the key is kept across renewals")
-	}
-	return v
 }
 
 // dnsNames are the names a client checks: the DNS SANs, or the common name

@@ -110,3 +110,50 @@ func CoversDNSName(san, name string) bool {
 	label, parent, ok := strings.Cut(name, ".")
 	return ok && label != "" && parent == rest
 }
+
+// DeniesDNSName reports whether a deny pattern (written as for
+// MatchDNSName) refuses the DNS name a certificate carries: the name
+// matches it, or, for a name with wildcard labels, some name it covers
+// would. So "*.example.com" is denied by "admin.example.com" and by
+// "a*.example.com", as a client would accept it for those names.
+func DeniesDNSName(pattern, name string) bool {
+	p := strings.Split(normalize(pattern), ".")
+	n := strings.Split(normalize(name), ".")
+	return overlapLabels(p, n)
+}
+
+// overlapLabels is matchLabels, where a wildcard label of the name stands
+// for any one label, so it meets any pattern label.
+func overlapLabels(p, n []string) bool {
+	for len(p) > 0 {
+		if p[0] == "**" {
+			for i := 1; i <= len(n); i++ {
+				if overlapLabels(p[1:], n[i:]) {
+					return true
+				}
+			}
+			return false
+		}
+		if len(n) == 0 || n[0] == "" {
+			return false
+		}
+		if !strings.Contains(n[0], "*") && !glob(p[0], n[0]) {
+			return false
+		}
+		p, n = p[1:], n[1:]
+	}
+	return len(n) == 0
+}
+
+func deniedNames(patterns, names []string) []string {
+	var bad []string
+	for _, n := range names {
+		for _, p := range patterns {
+			if DeniesDNSName(p, n) {
+				bad = append(bad, n)
+				break
+			}
+		}
+	}
+	return bad
+}

@@ -36,6 +36,48 @@ func Parse(data []byte) (Certificate, error) {
 	}
 }
 
+// ParseAll reads every certificate of a PEM bundle, such as a CA bundle, a
+// ClusterTrustBundle's trustBundle or a pod certificate's chain, in order.
+// Blocks of other types are skipped; an empty bundle is ErrNoCertificate.
+// Its errors never quote the data.
+func ParseAll(data []byte) ([]Certificate, error) {
+	var out []Certificate
+	for i := 0; ; {
+		var block *pem.Block
+		block, data = pem.Decode(data)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			continue
+		}
+		i++
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("parse certificate %d: %w", i, err)
+		}
+		out = append(out, FromX509(c))
+	}
+	if len(out) == 0 {
+		return nil, ErrNoCertificate
+	}
+	return out, nil
+}
+
+// PublicKey describes a public key: its algorithm and size (the RSA
+// modulus or the ECDSA curve, in bits; 0 for Ed25519).
+func PublicKey(k any) (Algorithm, int) {
+	switch k := k.(type) {
+	case *rsa.PublicKey:
+		return RSA, k.N.BitLen()
+	case *ecdsa.PublicKey:
+		return ECDSA, k.Curve.Params().BitSize
+	case ed25519.PublicKey:
+		return Ed25519, 0
+	}
+	return Unknown, 0
+}
+
 // FromX509 extracts the public facts of c.
 func FromX509(c *x509.Certificate) Certificate {
 	out := Certificate{
@@ -44,21 +86,14 @@ func FromX509(c *x509.Certificate) Certificate {
 		CommonName: c.Subject.CommonName,
 		DNSNames:   c.DNSNames,
 		KeyID:      KeyID(c.RawSubjectPublicKeyInfo),
-		Algorithm:  Unknown,
+		IsCA:       c.BasicConstraintsValid && c.IsCA,
 	}
 	for _, ip := range c.IPAddresses {
 		if a, ok := netip.AddrFromSlice(ip); ok {
 			out.IPAddresses = append(out.IPAddresses, a.Unmap())
 		}
 	}
-	switch k := c.PublicKey.(type) {
-	case *rsa.PublicKey:
-		out.Algorithm, out.Size = RSA, k.N.BitLen()
-	case *ecdsa.PublicKey:
-		out.Algorithm, out.Size = ECDSA, k.Curve.Params().BitSize
-	case ed25519.PublicKey:
-		out.Algorithm = Ed25519
-	}
+	out.Algorithm, out.Size = PublicKey(c.PublicKey)
 	return out
 }
 

@@ -44,6 +44,9 @@ func Decide(p Policy, s Subject, v Verdict) Remedy {
 
 func cannotMend(p Policy, s Subject, rule Rule) string {
 	cm := s.CertManager
+	if s.Pod != nil {
+		return "a pod certificate is renewed by its kubelet, never by the operator; Enforce refuses at admission the pods whose podCertificate volumes break allowedSignerNames, maxExpirationSeconds or keyAlgorithms"
+	}
 	if cm == nil {
 		return "no cert-manager Certificate manages this Secret; it is reported, never changed"
 	}

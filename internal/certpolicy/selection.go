@@ -49,6 +49,10 @@ type Facts struct {
 	Revision int
 	Issuing  bool
 	Current  bool
+
+	// SignerName is a ClusterTrustBundle's signer; empty for other kinds
+	// (a pod certificate's is in Subject.Pod).
+	SignerName string
 }
 
 // differs reports whether a policy that selects the certificate must look
@@ -59,7 +63,9 @@ func (f *Facts) differs(o *Facts) bool {
 	}
 	a, b := f.Subject, o.Subject
 	return !a.KeySince.Equal(b.KeySince) || notAfter(a) != notAfter(b) ||
-		f.Revision != o.Revision || f.Issuing != o.Issuing || f.Current != o.Current
+		f.Revision != o.Revision || f.Issuing != o.Issuing || f.Current != o.Current ||
+		(a.Pod == nil) != (b.Pod == nil) || (a.Pod != nil && *a.Pod != *b.Pod) ||
+		!slices.EqualFunc(a.CAs.Certs, b.CAs.Certs, func(x, y Certificate) bool { return x.KeyID == y.KeyID && x.NotAfter.Equal(y.NotAfter) })
 }
 
 func notAfter(s Subject) time.Time {
@@ -76,10 +82,27 @@ type Compiled struct {
 	Action     v1alpha1.PolicyAction
 	Rules      Policy
 
-	namespaces labels.Selector
-	labels     labels.Selector
-	issuers    []v1alpha1.IssuerRefPattern
-	kinds      []v1alpha1.CertificateKind
+	namespaces      labels.Selector
+	labels          labels.Selector
+	issuers         []v1alpha1.IssuerRefPattern
+	kinds           []v1alpha1.CertificateKind
+	signers         []string
+	serviceAccounts []string
+}
+
+// DefaultKinds are the kinds a policy that names none judges: pod
+// certificates and trust bundles are judged only by a policy that names
+// them, so that policies written for cert-manager's certificates keep
+// their meaning.
+var DefaultKinds = []v1alpha1.CertificateKind{v1alpha1.KindCertificate, v1alpha1.KindSecret}
+
+// Judges reports whether the policy judges objects of a kind at all.
+func (c Compiled) Judges(kind v1alpha1.CertificateKind) bool {
+	kinds := c.kinds
+	if len(kinds) == 0 {
+		kinds = DefaultKinds
+	}
+	return slices.Contains(kinds, kind)
 }
 
 // Compile turns a CertificatePolicy into its selectors and rules. It fails
@@ -89,6 +112,7 @@ func Compile(p *v1alpha1.CertificatePolicy) (Compiled, error) {
 	c := Compiled{
 		Name: p.Name, Generation: p.Generation, Action: cmp.Or(p.Spec.Action, v1alpha1.ActionAudit),
 		issuers: p.Spec.Selector.IssuerRefs, kinds: p.Spec.Selector.Kinds,
+		signers: p.Spec.Selector.SignerNames, serviceAccounts: p.Spec.Selector.ServiceAccountNames,
 	}
 	var err error
 	if c.namespaces, err = selectorOf(p.Spec.Selector.NamespaceSelector); err != nil {
@@ -105,9 +129,19 @@ func Compile(p *v1alpha1.CertificatePolicy) (Compiled, error) {
 		AllowedDNSNames:      rules.AllowedDNSNames,
 		RequiredDNSNames:     rules.RequiredDNSNames,
 		RequireKeyRotation:   rules.RequireKeyRotation,
+		DeniedDNSNames:       rules.DeniedDNSNames,
+		AllowedSignerNames:   rules.AllowedSignerNames,
+		RefreshOverdueAfter:  durationOf(rules.RefreshOverdueAfter),
+		KeyAlgorithms:        allowedKeys(rules.KeyAlgorithms),
 	}
-	for _, k := range rules.KeyAlgorithms {
-		c.Rules.KeyAlgorithms = append(c.Rules.KeyAlgorithms, AllowedKey{Algorithm: Algorithm(k.Algorithm), MinSize: int(k.MinSize)})
+	if rules.MaxExpirationSeconds != nil {
+		c.Rules.MaxExpirationSeconds = *rules.MaxExpirationSeconds
+	}
+	if ca := p.Spec.CARules; ca != nil {
+		c.Rules.CA = &CAPolicy{
+			MaxValidity: durationOf(ca.MaxValidity), MinValidity: durationOf(ca.MinValidity),
+			MinRemainingValidity: durationOf(ca.MinRemainingValidity), KeyAlgorithms: allowedKeys(ca.KeyAlgorithms),
+		}
 	}
 	for _, r := range rules.AllowedIPRanges {
 		prefix, err := netip.ParsePrefix(r)
@@ -117,6 +151,14 @@ func Compile(p *v1alpha1.CertificatePolicy) (Compiled, error) {
 		c.Rules.AllowedIPRanges = append(c.Rules.AllowedIPRanges, prefix.Masked())
 	}
 	return c, nil
+}
+
+func allowedKeys(rules []v1alpha1.KeyAlgorithmRule) []AllowedKey {
+	var out []AllowedKey
+	for _, k := range rules {
+		out = append(out, AllowedKey{Algorithm: Algorithm(k.Algorithm), MinSize: int(k.MinSize)})
+	}
+	return out
 }
 
 func selectorOf(s *metav1.LabelSelector) (labels.Selector, error) {
@@ -134,10 +176,23 @@ func durationOf(d *metav1.Duration) time.Duration {
 }
 
 // Selects reports whether the policy judges the certificate, given the
-// labels of its namespace.
+// labels of its namespace. A ClusterTrustBundle has no namespace: the
+// namespace selector does not apply to it. A PodCertificateRequest is
+// chosen by namespace, signer and service account: the label and issuer
+// selectors (of cert-manager's objects) do not apply to it.
 func (c Compiled) Selects(f *Facts, nsLabels labels.Set) bool {
-	if len(c.kinds) > 0 && !slices.Contains(c.kinds, f.ID.Kind) {
+	if !c.Judges(f.ID.Kind) {
 		return false
+	}
+	switch f.ID.Kind {
+	case v1alpha1.KindPodCertificateRequest:
+		r := f.Subject.Pod
+		return r != nil && c.namespaces.Matches(nsLabels) &&
+			(len(c.signers) == 0 || matchAny(c.signers, r.SignerName)) &&
+			(len(c.serviceAccounts) == 0 || matchAny(c.serviceAccounts, r.ServiceAccount))
+	case v1alpha1.KindClusterTrustBundle:
+		return c.labels.Matches(labels.Set(f.Labels)) &&
+			(len(c.signers) == 0 || (f.SignerName != "" && matchAny(c.signers, f.SignerName)))
 	}
 	if !c.namespaces.Matches(nsLabels) || !c.labels.Matches(labels.Set(f.Labels)) {
 		return false

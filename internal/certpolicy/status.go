@@ -18,6 +18,13 @@ func Status(prev v1alpha1.CertificatePolicyStatus, generation int64, a Aggregate
 	s.Evaluated, s.Compliant, s.Violating = a.Evaluated, a.Evaluated-a.Violating, a.Violating
 	s.OldestKey, s.SoonestExpiry = a.OldestKey, a.SoonestExpiry
 	s.Violations, s.ViolationsOmitted = a.Violations, a.Omitted
+	s.PodCertificates = nil
+	if a.PodStates != nil {
+		s.PodCertificates = &v1alpha1.PodCertificateStates{
+			Pending: a.PodStates[PodPending], Fresh: a.PodStates[PodFresh], OverdueForRefresh: a.PodStates[PodOverdueForRefresh],
+			Expired: a.PodStates[PodExpired], Failed: a.PodStates[PodFailed], Denied: a.PodStates[PodDenied],
+		}
+	}
 
 	msg := fmt.Sprintf("Evaluated %d certificate(s)", a.Evaluated)
 	if !certificatesJudged {

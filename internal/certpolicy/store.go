@@ -175,6 +175,33 @@ func (s *Store) Get(k ID, st *PolicyState) (*Facts, Verdict) {
 	return s.subjects[k], st.results[k]
 }
 
+// Facts returns a certificate's facts; nil when unknown.
+func (s *Store) Facts(k ID) *Facts {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.subjects[k]
+}
+
+// PodStateCounts counts, for every policy, the pod certificates it
+// selects in each state.
+func (s *Store) PodStateCounts() map[string]map[PodState]int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[string]map[PodState]int, len(s.policies))
+	for name, st := range s.policies {
+		counts := map[PodState]int{}
+		for _, v := range st.results {
+			if v.PodState != "" {
+				counts[v.PodState]++
+			}
+		}
+		if len(counts) > 0 {
+			out[name] = counts
+		}
+	}
+	return out
+}
+
 // Violating lists, in order, the certificates that break a rule of the
 // policy.
 func (s *Store) Violating(st *PolicyState) []ID {
@@ -219,7 +246,7 @@ func (s *Store) ViolationCounts() map[string]map[Rule]int {
 }
 
 func sameVerdict(a, b Verdict) bool {
-	return a.Recheck.Equal(b.Recheck) && slices.Equal(a.Violations, b.Violations)
+	return a.Recheck.Equal(b.Recheck) && a.PodState == b.PodState && slices.Equal(a.Violations, b.Violations)
 }
 
 // Aggregate is a policy's status summary.
@@ -235,6 +262,9 @@ type Aggregate struct {
 	ByRule map[Rule]int
 	// Recheck is the soonest a verdict may change with time alone.
 	Recheck time.Time
+	// PodStates counts the pod certificates by state; nil when none is
+	// selected.
+	PodStates map[PodState]int32
 }
 
 // Aggregate summarises a policy's verdicts for its status.
@@ -252,6 +282,18 @@ func (s *Store) Aggregate(st *PolicyState) Aggregate {
 		a.Evaluated++
 		if !v.Recheck.IsZero() && (a.Recheck.IsZero() || v.Recheck.Before(a.Recheck)) {
 			a.Recheck = v.Recheck
+		}
+		if v.PodState != "" {
+			if a.PodStates == nil {
+				a.PodStates = map[PodState]int32{}
+			}
+			a.PodStates[v.PodState]++
+		}
+		if c, ok := f.Subject.CAs.SoonestExpiry(); ok && f.Subject.Cert == nil {
+			// A trust bundle: its soonest CA.
+			if a.SoonestExpiry == nil || c.NotAfter.Before(a.SoonestExpiry.NotAfter.Time) {
+				a.SoonestExpiry = &v1alpha1.ExpiryRef{CertificateRef: k.Ref(), NotAfter: metav1.NewTime(c.NotAfter)}
+			}
 		}
 		if c := f.Subject.Cert; c != nil {
 			if since := f.Subject.KeySince; !since.IsZero() && (a.OldestKey == nil || since.Before(a.OldestKey.Since.Time)) {

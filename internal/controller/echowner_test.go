@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -117,16 +118,28 @@ func silentDNS() string {
 			_ = pc.Close()
 			continue
 		}
+		var mu sync.Mutex
+		var conns []net.Conn
 		go func() {
 			for {
 				c, err := l.Accept()
 				if err != nil {
 					return
 				}
-				DeferCleanup(c.Close)
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
 			}
 		}()
-		DeferCleanup(func() { _ = pc.Close(); _ = l.Close() })
+		DeferCleanup(func() {
+			_ = pc.Close()
+			_ = l.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		})
 		return pc.LocalAddr().String()
 	}
 	Fail("no free port for a silent DNS server")
@@ -300,6 +313,10 @@ var _ = Describe("ECHKeyRing names", func() {
 			pokeECH(ctx, owner)
 			pokeECH(ctx, rival)
 			Eventually(answer, timeout, poll).Should(Equal(allowed[len(allowed)-1]))
+			// The record can answer before the ring's status says so; the
+			// next rotation is due from the publication the status records,
+			// so the clock moves on only once it is recorded.
+			Eventually(states, timeout, poll).Should(ContainElement(fmt.Sprintf("%d:published", id)))
 			for range 5 {
 				pokeECH(ctx, rival)
 				time.Sleep(100 * time.Millisecond)

@@ -1,6 +1,8 @@
 package operator
 
 import (
+	certificatesv1 "k8s.io/api/certificates/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"slices"
 	"strings"
 	"testing"
@@ -51,5 +53,24 @@ func TestCacheOptions(t *testing.T) {
 	}
 	if len(co.DefaultNamespaces) != 3 {
 		t.Errorf("the cache watches %v", co.DefaultNamespaces)
+	}
+	// PodCertificateRequests, like Certificates, are judged in every
+	// namespace, where the API serves them; a cache cannot name a kind
+	// the API does not serve.
+	hasPCR := func(co cache.Options) bool {
+		for obj, by := range co.ByObject {
+			if _, ok := obj.(*certificatesv1.PodCertificateRequest); ok {
+				_, all := by.Namespaces[cache.AllNamespaces]
+				return all
+			}
+		}
+		return false
+	}
+	if hasPCR(co) {
+		t.Error("the cache names PodCertificateRequests, which the API does not serve")
+	}
+	o.podCertificatesServed = true
+	if !hasPCR(cacheOptions(o)) {
+		t.Error("the cache watches PodCertificateRequests in the listed namespaces only")
 	}
 }

@@ -12,8 +12,12 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
@@ -33,6 +37,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/controller"
 	"github.com/ringmaster-io/ringmaster/internal/controller/apply"
 	"github.com/ringmaster-io/ringmaster/internal/controller/certificatepolicy"
+	"github.com/ringmaster-io/ringmaster/internal/controller/unmanagedkeys"
 	"github.com/ringmaster-io/ringmaster/internal/dnswork"
 	"github.com/ringmaster-io/ringmaster/internal/nudge"
 	"github.com/ringmaster-io/ringmaster/internal/shape"
@@ -90,6 +95,12 @@ type Options struct {
 	// with it every read of Secrets other than ringmaster's own: the
 	// operator then needs no cluster-wide Secret read (docs/security.md).
 	NoCertificatePolicy bool
+	// UnmanagedTicketKeys runs the audit of session-ticket keys no ring
+	// manages (--unmanaged-ticket-keys), for its metrics: it lists
+	// ConfigMaps, Secrets and Envoy configurations cluster-wide every
+	// UnmanagedTicketKeysInterval (0: unmanagedkeys.DefaultInterval).
+	UnmanagedTicketKeys         bool
+	UnmanagedTicketKeysInterval time.Duration
 	// Shapes is what every cache of the operator keeps of each kind
 	// (shape.Operator), set by New.
 	Shapes *shape.Registry
@@ -112,6 +123,10 @@ type Options struct {
 	// LeaseDuration, RenewDeadline and RetryPeriod tune leader election;
 	// zero means controller-runtime's defaults.
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+
+	// podCertificatesServed: the API serves PodCertificateRequests, which
+	// the cache then watches in every namespace (found by New).
+	podCertificatesServed bool
 }
 
 // Operator is a built manager and the controllers it runs.
@@ -140,7 +155,7 @@ func Scheme() (*runtime.Scheme, error) {
 // cacheOptions narrows the manager's cache (controller.CacheOptions) to the
 // watched namespaces and the operator's own, when they are listed.
 // Cluster-scoped objects are read as ever. The CertificatePolicy audit
-// judges Certificates in every namespace, as it does TLS Secrets (its own
+// judges Certificates and PodCertificateRequests in every namespace, as it does TLS Secrets (its own
 // cache): its RBAC stays cluster-wide, and so does its cache of them.
 func cacheOptions(o Options) cache.Options {
 	co := controller.CacheOptions(o.Shapes, o.Namespace)
@@ -156,8 +171,27 @@ func cacheOptions(o Options) cache.Options {
 			co.ByObject = map[client.Object]cache.ByObject{}
 		}
 		co.ByObject[&cmapi.Certificate{}] = cache.ByObject{Namespaces: map[string]cache.Config{cache.AllNamespaces: {}}}
+		if o.podCertificatesServed {
+			co.ByObject[&certificatesv1.PodCertificateRequest{}] = cache.ByObject{Namespaces: map[string]cache.Config{cache.AllNamespaces: {}}}
+		}
 	}
 	return co
+}
+
+// served reports whether the API serves resource in groupVersion.
+func served(cfg *rest.Config, groupVersion, resource string) (bool, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return false, fmt.Errorf("discover the API: %w", err)
+	}
+	list, err := dc.ServerResourcesForGroupVersion(groupVersion)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discover %s: %w", groupVersion, err)
+	}
+	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == resource }), nil
 }
 
 // ParseNamespaces reads the value of --watch-namespaces: namespace names
@@ -195,6 +229,12 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 	// Every cache of the operator keeps each kind to its shape, and holds
 	// no kind without one.
 	o.Shapes = shape.Operator(scheme, o.Namespace)
+	if len(o.WatchNamespaces) > 0 && !o.NoCertificatePolicy {
+		// A cache may name a kind in ByObject only if the API serves it.
+		if o.podCertificatesServed, err = served(cfg, certificatesv1.SchemeGroupVersion.String(), "podcertificaterequests"); err != nil {
+			return nil, err
+		}
+	}
 	metricsOpts := metricsserver.Options{BindAddress: o.MetricsAddr}
 	if !o.MetricsInsecure {
 		metricsOpts.SecureServing = true
@@ -272,6 +312,17 @@ func New(ctx context.Context, cfg *rest.Config, o Options) (*Operator, error) {
 			Clock: o.Clock, MaxRenewalsPerMinute: o.MaxRenewalsPerMinute, Shapes: o.Shapes}
 		if err := cpol.SetupWithManager(mgr, o.Registry); err != nil {
 			return nil, fmt.Errorf("set up the CertificatePolicy controller: %w", err)
+		}
+	}
+	if o.UnmanagedTicketKeys {
+		// It lists from the API server, page by page, and keeps only the
+		// findings: no informer, so nothing for a shape to bound.
+		a := &unmanagedkeys.Auditor{Reader: mgr.GetAPIReader(), Mapper: mgr.GetRESTMapper(), Clock: o.Clock, Interval: o.UnmanagedTicketKeysInterval}
+		if err := a.Register(o.Registry); err != nil {
+			return nil, fmt.Errorf("register the unmanaged ticket keys' metrics: %w", err)
+		}
+		if err := mgr.Add(a); err != nil {
+			return nil, fmt.Errorf("add the audit of unmanaged ticket keys: %w", err)
 		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -2,6 +2,7 @@ package shape
 
 import (
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -30,6 +31,8 @@ func Operator(scheme *runtime.Scheme, namespace string) *Registry {
 		{Kind: "Secret"}:                                                     Secrets(namespace),
 		{Group: coordinationv1.GroupName, Kind: "Lease"}:                     DNSRecord,
 		cmapi.SchemeGroupVersion.WithKind(cmapi.CertificateKind).GroupKind(): Certificate,
+		{Group: certificatesv1.GroupName, Kind: "PodCertificateRequest"}:     PodCertificateRequest,
+		{Group: certificatesv1.GroupName, Kind: "ClusterTrustBundle"}:        ClusterTrustBundle,
 	})
 }
 

@@ -184,6 +184,9 @@ const TLSFactsKey = "ringmaster.io/facts"
 type TLSFacts struct {
 	Cert  *certpolicy.Certificate `json:"cert,omitempty"`
 	Error string                  `json:"error,omitempty"`
+	// CAs are the CA certificates of ca.crt (certpolicy.CAChain), judged
+	// by a policy's CA rules; empty when it has none that parse.
+	CAs certpolicy.Chain `json:"cas,omitzero"`
 }
 
 // FactsOf reads back what TLSSecret kept of a cached Secret.
@@ -205,7 +208,8 @@ var certManagerAnnotations = []string{cmapi.IssuerNameAnnotationKey, cmapi.Issue
 // whatever the Secret's size: its identity, its labels (up to
 // MaxLabelBytes), cert-manager's four annotations naming its issuer and
 // Certificate (each up to 253 bytes), and the facts of tls.crt's leaf
-// certificate (TLSFactsKey), with at most certpolicy.MaxDNSNames DNS names
+// certificate (TLSFactsKey) and of up to certpolicy.MaxCAs CA certificates
+// of ca.crt, with at most certpolicy.MaxDNSNames DNS names
 // and certpolicy.MaxIPAddresses IP addresses and the true counts
 // (certpolicy.Certificate.Trim). tls.key, the certificate chain, any other
 // data or annotation, and the SANs past those bounds never stay in the
@@ -238,6 +242,9 @@ func TLSSecret(obj any) (any, error) {
 	} else {
 		cert = cert.Trim()
 		facts.Cert = &cert
+	}
+	if cas, err := certpolicy.ParseAll(s.Data["ca.crt"]); err == nil {
+		facts.CAs = certpolicy.CAChain(cas)
 	}
 	data, err := json.Marshal(facts)
 	if err != nil {

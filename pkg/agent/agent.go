@@ -194,6 +194,53 @@ type Options struct {
 	// crypto/fips140.Enabled): the approved key exchanges there are the
 	// hybrid and the NIST curves, and X25519 alone is not one of them.
 	ClassicalResumption bool
+	// TicketScopes widens the scope of tickets from one server name to a
+	// named group: the key is the scope's name, the value the server names
+	// that share it, each a DNS name or "*." and a DNS name (which matches
+	// one label more, as a certificate's wildcard does). Names compare
+	// without case and without a trailing dot. A name in no scope is a
+	// scope of its own; a name in two is an error of New.
+	//
+	// Every ticket the agent's configs issue carries its scope: the ring
+	// served, the scope of the server name the client asked for, and with
+	// TicketScopeClientAuth the config's client authentication. A ticket
+	// presented under another scope is ignored, and the handshake goes on
+	// as a full one: it never fails for it. crypto/tls alone would resume
+	// a ticket at any server name sharing the ring, skipping that name's
+	// certificate. ringmaster_agent_ticket_scope_refusals_total counts the
+	// tickets refused. docs/agent.md says what crypto/tls checks by itself.
+	TicketScopes map[string][]string
+	// TicketScopeClientAuth narrows the scope with the client
+	// authentication of the config passed to TLSConfig: its ClientAuth mode
+	// and the CAs of its ClientCAs. A ticket issued by a listener that asks
+	// for no client certificate then never resumes at one that asks for
+	// one, even where crypto/tls would take it (ClientAuth RequestClientCert
+	// or VerifyClientCertIfGiven, the ticket holding no certificate); nor a
+	// ticket of a listener trusting other CAs. VerifyPeerCertificate, which
+	// crypto/tls does not run on resumption, cannot be told apart: give
+	// listeners with different verifiers different rings or scopes.
+	TicketScopeClientAuth bool
+	// UnscopedTickets turns the scope binding off: a ticket resumes at
+	// every server name that shares the ring, as with crypto/tls alone,
+	// and tickets without a scope (issued by agents older than the
+	// binding, or by plain crypto/tls servers on the ring's keys) resume
+	// too. Only for a ring whose names are one trust scope.
+	UnscopedTickets bool
+	// EarlyData lets the tickets the agent's configs issue allow 0-RTT
+	// (TLS 1.3 early data), which only QUIC servers (quic-go with
+	// Allow0RTT) accept from crypto/tls. It is off by default: the agent
+	// clears SessionState.EarlyData when it seals and when it opens a
+	// ticket, so a server that asks for 0-RTT still gets none. Such a
+	// server has told its clients they may send early data, which is then
+	// rejected: a browser sends it again after the handshake, quic-go's
+	// HTTP/3 client fails the request. So give a QUIC server a config
+	// without Allow0RTT (the agent logs once when one allows it). Early
+	// data can be replayed (RFC 8446, Section 8; RFC 9001,
+	// Section 9.2), and a ring shared by every replica lets an attacker
+	// replay it at each of them: no replica's anti-replay state sees the
+	// others'. Set it only for requests that are safe to replay; see
+	// docs/agent.md, "0-RTT".
+	EarlyData bool
 }
 
 // Agent keeps the tls.Configs returned by TLSConfig serving the newest good
@@ -226,6 +273,12 @@ type Agent struct {
 	onSwap      func(Status)
 	// classical is Options.ClassicalResumption.
 	classical bool
+	// tickets is what Options say of the tickets issued.
+	tickets ticketPolicy
+	// refused counts the tickets refused by their scope, by refusal.
+	refused [numRefusals]atomic.Uint64
+	// earlyWarned: earlyDataAsked has logged.
+	earlyWarned atomic.Bool
 
 	// mu serialises writers of fronts and snap, and every use of a
 	// snapshot's secrets; readers of snap's other fields do not take it,
@@ -332,6 +385,15 @@ func New(opts Options) (*Agent, error) {
 	if opts.ClassicalResumption && fips140.Enabled() {
 		return nil, errors.New("agent: Options.ClassicalResumption cannot be used in FIPS 140-3 mode (GODEBUG=fips140): it resumes TLS 1.3 sessions with X25519 alone, a key exchange FIPS 140-3 does not approve")
 	}
+	var sc *scopes
+	if !opts.UnscopedTickets {
+		var err error
+		if sc, err = newScopes(opts.TicketScopes); err != nil {
+			return nil, err
+		}
+	} else if len(opts.TicketScopes) > 0 || opts.TicketScopeClientAuth {
+		return nil, errors.New("agent: Options.UnscopedTickets turns scopes off, and Options.TicketScopes or TicketScopeClientAuth asks for them")
+	}
 	if opts.Clock == nil {
 		opts.Clock = realClock{}
 	}
@@ -364,6 +426,7 @@ func New(opts Options) (*Agent, error) {
 		kick:         make(chan struct{}, 1),
 		window:       time.After,
 	}
+	a.tickets = ticketPolicy{scopes: sc, clientAuth: opts.TicketScopeClientAuth, earlyData: opts.EarlyData, refused: &a.refused, earlyDataAsked: a.earlyDataAsked}
 	now := a.clock.Now()
 	l, _ := a.load(nil, nil)
 	errs := a.accept(now, l)
@@ -725,12 +788,6 @@ func (a *Agent) TLSConfig(base *tls.Config) *tls.Config {
 		}
 	}
 	f := newFront(base, classical, a.countHandshake)
-	a.served.Store(true)
-	a.mu.Lock()
-	f.cur.Store(f.build(a.snap.Load()))
-	a.fronts = append(a.fronts, f)
-	a.mu.Unlock()
-
 	outer := base.Clone()
 	outer.GetConfigForClient = f.getConfigForClient
 	// crypto/tls decrypts an ECH hello with the outer config's keys, before
@@ -738,6 +795,19 @@ func (a *Agent) TLSConfig(base *tls.Config) *tls.Config {
 	outer.EncryptedClientHelloKeys = nil
 	outer.GetEncryptedClientHelloKeys = f.getECHKeys
 	settle(outer)
+	f.outer = outer
+	f.tickets = a.tickets
+	if base.WrapSession != nil || base.UnwrapSession != nil {
+		// The application seals its own tickets (a session store, say):
+		// the agent neither replaces nor wraps what it does.
+		f.tickets.own = true
+		a.log.Warn("The base TLS config seals its own tickets (WrapSession or UnwrapSession): the agent binds no scope to them and leaves EarlyData as they set it")
+	}
+	a.served.Store(true)
+	a.mu.Lock()
+	f.cur.Store(f.build(a.snap.Load()))
+	a.fronts = append(a.fronts, f)
+	a.mu.Unlock()
 	return outer
 }
 
@@ -761,6 +831,15 @@ func (a *Agent) countHandshake(cs tls.ConnectionState, resumedConfig, ech bool) 
 	}
 	if cs.HelloRetryRequest {
 		a.retries.Add(1)
+	}
+}
+
+// earlyDataAsked logs, once, that a QUIC server allows 0-RTT while
+// Options.EarlyData is off. It runs on a handshake's goroutine: one atomic
+// operation after the first time.
+func (a *Agent) earlyDataAsked() {
+	if a.earlyWarned.CompareAndSwap(false, true) {
+		a.log.Warn("A QUIC server allows 0-RTT (quic.Config.Allow0RTT, which http3.Server sets when its QUICConfig is nil) while Options.EarlyData is off: its tickets tell clients they may send early data, which the agent then rejects, and quic-go's HTTP/3 client fails such requests. Give the server a QUICConfig without Allow0RTT, or see docs/agent.md, \"0-RTT\"")
 	}
 }
 

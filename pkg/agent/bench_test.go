@@ -512,3 +512,59 @@ func BenchmarkECH(b *testing.B) {
 	b.ReportMetric(us(2)/us(0), "ech-oldest/plain")
 	b.ReportMetric((us(2)-us(1))/float64(echring.MaxConfigs-1), "ech-per-key-tried-us")
 }
+
+// BenchmarkTicketScope measures what the scope binding costs a resumed
+// handshake: the agent's config as it was before tickets were scoped (no
+// WrapSession or UnwrapSession: crypto/tls seals and opens tickets
+// itself) against today's default (the scope sealed into each ticket and
+// checked on resumption), interleaved handshake by handshake, for TLS 1.3
+// and 1.2. It reports the throughput of each, the ratio scoped/unbound of
+// throughputs and of median handshakes (above 1 when scoped is faster),
+// and the server's processor time per handshake, median, and its ratio.
+func BenchmarkTicketScope(b *testing.B) {
+	if _, ok := threadCPU(); !ok {
+		b.Skip("no per-thread processor clock on this system")
+	}
+	s := newBenchSetup(b)
+	for _, v := range []uint16{tls.VersionTLS13, tls.VersionTLS12} {
+		b.Run(map[uint16]string{tls.VersionTLS13: "TLS13", tls.VersionTLS12: "TLS12"}[v], func(b *testing.B) {
+			servers := make([]*tls.Config, 2)
+			for i, unbound := range []bool{true, false} {
+				vol := newVolume(b)
+				vol.write(s.ring, s.leaf.crt, s.leaf.key)
+				a, err := agent.New(agent.Options{Dir: vol.dir, Require: agent.TicketKeys | agent.Certificate, Logger: slog.New(slog.DiscardHandler)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if unbound {
+					agent.WithoutTicketHooks(a)
+				}
+				servers[i] = a.TLSConfig(nil)
+			}
+			clients := make([]*tls.Config, len(servers))
+			for i, srv := range servers {
+				clients[i] = s.p.client(v)
+				pipeHandshake(b, srv, clients[i]) // the ticket
+			}
+			cpu := make([][]time.Duration, len(servers))
+			st := interleave(b, len(servers), func(i int) {
+				m := measuredHandshake(b, servers[i], clients[i])
+				if !m.state.DidResume {
+					b.Fatal("handshake did not resume")
+				}
+				cpu[i] = append(cpu[i], m.serverCPU)
+			})
+			med := func(i int) float64 {
+				slices.Sort(cpu[i])
+				return float64(cpu[i][len(cpu[i])/2]) / 1e3
+			}
+			b.ReportMetric(st.rate(0), "unbound-hs/s")
+			b.ReportMetric(st.rate(1), "scoped-hs/s")
+			b.ReportMetric(st.rate(1)/st.rate(0), "scoped/unbound")
+			b.ReportMetric(st.p50(0)/st.p50(1), "scoped/unbound-p50")
+			b.ReportMetric(med(0), "unbound-server-us")
+			b.ReportMetric(med(1), "scoped-server-us")
+			b.ReportMetric(med(0)/med(1), "scoped/unbound-server")
+		})
+	}
+}

@@ -150,6 +150,11 @@ type front struct {
 	// is the resumed one and whether it serves ECH attempts.
 	verify [2][2]func(tls.ConnectionState) error
 	cur    atomic.Pointer[configs]
+	// outer is the config TLSConfig returned, whose own ticket keys
+	// crypto/tls rotates; they seal tickets while the ring has none.
+	outer *tls.Config
+	// tickets is the agent's ticketPolicy.
+	tickets ticketPolicy
 }
 
 // newFront returns the front of base. count is called once per handshake,
@@ -239,11 +244,19 @@ func (f *front) build(s *snapshot) *configs {
 		c.Certificates = []tls.Certificate{s.cert.tls}
 		c.GetCertificate = nil
 	}
+	keys := f.outer
 	if len(s.secrets) > 0 {
 		// It derives its own keys and keeps no reference to secrets.
 		c.SetSessionTicketKeys(s.secrets)
+		keys = c
 	}
 	settle(c)
+	if !f.tickets.own {
+		// The clones below share the binder: a ticket any of them issued,
+		// the others open.
+		b := f.tickets.binder(s.ring, f.base, keys)
+		c.WrapSession, c.UnwrapSession = b.wrap, b.unwrap
+	}
 	out := &configs{full: c, getECH: c.GetEncryptedClientHelloKeys}
 	if f.classical {
 		// The clone shares c's derived ticket keys and its settled

@@ -27,6 +27,28 @@
 // again, so that lock never meets a writer: rotation costs handshakes
 // nothing, unlike calling SetSessionTicketKeys on a config that is serving.
 //
+// # Tickets bound to their scope
+//
+// crypto/tls resumes any ticket its keys decrypt, whatever server name the
+// client asks for now. A ring shared by several names would let a ticket
+// issued for one resume at another, skipping its certificate. Every config
+// the agent builds sets WrapSession and UnwrapSession: each ticket carries
+// its scope (the ring and the server name, Options.TicketScopes to share a
+// scope between names, Options.TicketScopeClientAuth to add the listener's
+// client authentication) inside its encrypted state, and a ticket presented
+// under another scope is ignored, so the handshake goes on as a full one.
+// ringmaster_agent_ticket_scope_refusals_total counts them. The same hooks
+// keep 0-RTT off unless Options.EarlyData is set.
+//
+// # HTTP/3
+//
+// quic-go's http3.Server clones the config it is given when it starts, so
+// SetSessionTicketKeys on that config afterwards reaches no handshake;
+// the config TLSConfig returns carries GetConfigForClient, which the clone
+// keeps, and so serves the current keys over QUIC too. Give http3.Server
+// a QUICConfig without Allow0RTT (its default with a nil QUICConfig allows
+// 0-RTT, which the agent's tickets refuse).
+//
 // # Resumption with classical X25519
 //
 // A Go server resumes a TLS 1.3 session only with a fresh key exchange,

@@ -20,3 +20,8 @@ func ForceSwap(a *Agent) {
 	a.publish(a.snap.Load())
 	a.swaps.Add(1)
 }
+
+// WithoutTicketHooks makes a's configs built from now on carry no
+// WrapSession or UnwrapSession, as before tickets were scoped: the
+// baseline of BenchmarkTicketScope. Call it before TLSConfig.
+func WithoutTicketHooks(a *Agent) { a.tickets.own = true }

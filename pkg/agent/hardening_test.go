@@ -81,7 +81,9 @@ func TestFIFONeverBlocks(t *testing.T) {
 		}
 		clock := newFakeClock(s.t0)
 		var logs logBuffer
-		a, err := newAgent(t, agent.Options{Dir: dir, Clock: clock, Logger: logs.logger(), ResyncPeriod: noResync})
+		// Unscoped: the k0 tickets below come from a plain crypto/tls
+		// server, whose tickets carry no scope.
+		a, err := newAgent(t, agent.Options{Dir: dir, Clock: clock, Logger: logs.logger(), ResyncPeriod: noResync, UnscopedTickets: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -35,6 +35,13 @@ var (
 	echHandshakesDesc = prometheus.NewDesc("ringmaster_agent_ech_handshakes_total",
 		"TLS handshakes whose client attempted Encrypted Client Hello, by result: accepted (the server decrypted the inner hello) or rejected (it did not, and sent the retry configs; GREASE ECH counts here).",
 		[]string{"result"}, nil)
+	// ticketScopeRefusalsDesc: ringmaster_agent_ticket_scope_refusals_total{
+	// reason="other_scope"|"unscoped"}; exported once TLSConfig has been
+	// called. Never labelled by server name or scope: their number is the
+	// client's to choose.
+	ticketScopeRefusalsDesc = prometheus.NewDesc("ringmaster_agent_ticket_scope_refusals_total",
+		"Session tickets that decrypted under the ring but were not resumed because of their scope, by reason: other_scope (issued for another server name, named scope, ring or client authentication) or unscoped (issued by a server that binds no scope); each handshake went on as a full one.",
+		[]string{"reason"}, nil)
 	// echEpochDesc: ringmaster_agent_ech_epoch, no labels.
 	echEpochDesc = prometheus.NewDesc("ringmaster_agent_ech_epoch",
 		"Epoch of the ECH key ring served; 0 without one.",
@@ -64,7 +71,7 @@ var (
 
 // Describe implements prometheus.Collector.
 func (a *Agent) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{handshakesDesc, helloRetriesDesc, classicalFullDesc, echHandshakesDesc, echEpochDesc, swapsDesc, epochDesc, activeKeyAgeDesc, certNotAfterDesc, reloadErrorsDesc} {
+	for _, d := range []*prometheus.Desc{handshakesDesc, helloRetriesDesc, classicalFullDesc, echHandshakesDesc, ticketScopeRefusalsDesc, echEpochDesc, swapsDesc, epochDesc, activeKeyAgeDesc, certNotAfterDesc, reloadErrorsDesc} {
 		ch <- d
 	}
 }
@@ -81,6 +88,9 @@ func (a *Agent) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(classicalFullDesc, prometheus.CounterValue, float64(a.classicalFull.Load()))
 		ch <- prometheus.MustNewConstMetric(echHandshakesDesc, prometheus.CounterValue, float64(a.echAccepted.Load()), "accepted")
 		ch <- prometheus.MustNewConstMetric(echHandshakesDesc, prometheus.CounterValue, float64(a.echRejected.Load()), "rejected")
+		for r := range numRefusals {
+			ch <- prometheus.MustNewConstMetric(ticketScopeRefusalsDesc, prometheus.CounterValue, float64(a.refused[r].Load()), refusalNames[r])
+		}
 	}
 	var echEpoch int64
 	if s.ech != nil {

@@ -216,6 +216,9 @@ var _ = Describe("ringmaster installed with its Helm chart", Ordered, func() {
 	It("runs config/samples as shipped: nginx and HAProxy with the sidecar, behind their Services, resume sessions under the sample certificate",
 		samplesAsShipped, NodeTimeout(4*time.Minute))
 
+	It("governs pod certificates: the kubelet's requests, issued by the spec's own signer, audited by a CertificatePolicy compliant and violating; in Enforce a forbidden pod is refused, naming the policy and the rule",
+		podCertificatesGoverned, NodeTimeout(6*time.Minute))
+
 	It("admits only the operator's pods to the agents' status port under config/samples' NetworkPolicy, enforced by kube-router; the fleet still confirms a rotation",
 		Label("netpol"), statusPortGuarded, NodeTimeout(6*time.Minute))
 

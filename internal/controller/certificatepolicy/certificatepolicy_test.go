@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -391,6 +392,26 @@ var _ = Describe("CertificatePolicy in Audit mode", func() {
 			"allowedIPRanges must be CIDRs"),
 		Entry("a DNS pattern with a slash", func(s *v1alpha1.CertificatePolicySpec) { s.Rules.AllowedDNSNames = []string{"a/b.example.com"} },
 			"spec.rules.allowedDNSNames[0] in body should match"),
+		Entry("CA rules that set none", func(s *v1alpha1.CertificatePolicySpec) { s.CARules = &v1alpha1.CARules{} },
+			"caRules must set at least one rule"),
+		Entry("a CA minValidity over its maxValidity", func(s *v1alpha1.CertificatePolicySpec) {
+			s.CARules = &v1alpha1.CARules{MinValidity: dur(400 * day), MaxValidity: dur(365 * day)}
+		}, "caRules.minValidity must not exceed caRules.maxValidity"),
+		Entry("a CA maxValidity under an hour", func(s *v1alpha1.CertificatePolicySpec) { s.CARules = &v1alpha1.CARules{MaxValidity: dur(time.Minute)} },
+			"caRules.maxValidity must be at least 1h"),
+		Entry("maxExpirationSeconds under what Kubernetes allows", func(s *v1alpha1.CertificatePolicySpec) { s.Rules.MaxExpirationSeconds = ptr.To[int32](60) },
+			"spec.rules.maxExpirationSeconds: Invalid value"),
+		Entry("refreshOverdueAfter under a minute", func(s *v1alpha1.CertificatePolicySpec) { s.Rules.RefreshOverdueAfter = dur(time.Second) },
+			"refreshOverdueAfter must be at least 1m"),
+		Entry("a signer pattern with a character a regular expression reads", func(s *v1alpha1.CertificatePolicySpec) {
+			s.Rules.AllowedSignerNames = []string{"example.com/(mesh|web)"}
+		}, "spec.rules.allowedSignerNames[0] in body should match"),
+		Entry("an unknown kind", func(s *v1alpha1.CertificatePolicySpec) {
+			s.Selector.Kinds = []v1alpha1.CertificateKind{"CertificateSigningRequest"}
+		},
+			`Unsupported value: "CertificateSigningRequest"`),
+		Entry("a denied DNS pattern with a slash", func(s *v1alpha1.CertificatePolicySpec) { s.Rules.DeniedDNSNames = []string{"a/b.example.com"} },
+			"spec.rules.deniedDNSNames[0] in body should match"),
 		Entry("a required name with a wildcard", func(s *v1alpha1.CertificatePolicySpec) { s.Rules.RequiredDNSNames = []string{"*.example.com"} },
 			"spec.rules.requiredDNSNames[0] in body should match"),
 		Entry("a required name with a label over 63 characters", func(s *v1alpha1.CertificatePolicySpec) {

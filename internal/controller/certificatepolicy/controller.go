@@ -13,6 +13,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -113,12 +114,23 @@ type Reconciler struct {
 	// WatchCertificates: whether cert-manager Certificates are judged. Nil:
 	// when the cert-manager.io/v1 API is served at start-up.
 	WatchCertificates *bool
+	// WatchPodCertificates and WatchTrustBundles: whether
+	// PodCertificateRequests and ClusterTrustBundles are judged. Nil: when
+	// their certificates.k8s.io/v1 API is served at start-up (Kubernetes
+	// 1.37 and later, or the feature gates on).
+	WatchPodCertificates, WatchTrustBundles *bool
 
 	store    *certpolicy.Store
 	renewals certpolicy.Renewals
 	metrics  *cpolMetrics
 	limiter  *rate.Limiter
 	policies chan event.TypedGenericEvent[string]
+
+	// newestIssued is the newest issued request of each pod and signer,
+	// and retained the requests gone from the API whose facts are kept
+	// (podcerts.go). The one worker alone reads and writes them.
+	newestIssued map[podSigner]podIssued
+	retained     map[certpolicy.ID]bool
 
 	// The TLS Secret cache is started lazily: mgr runs it, controller
 	// watches it, and secrets says both are done and every Secret it held
@@ -159,6 +171,12 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager, registry prometheus.R
 		WatchesRawSource(source.TypedChannel(r.policies, handler.TypedFuncs[string, cpolRequest]{GenericFunc: r.aggregateLater}))
 	if *r.WatchCertificates {
 		b = b.WatchesRawSource(source.TypedKind(mgr.GetCache(), &cmapi.Certificate{}, handler.TypedEnqueueRequestsFromMapFunc(r.requestsOfCertificate)))
+	}
+	if *r.WatchPodCertificates {
+		b = b.WatchesRawSource(source.TypedKind(mgr.GetCache(), &certificatesv1.PodCertificateRequest{}, handler.TypedEnqueueRequestsFromMapFunc(r.requestsOfPodRequest)))
+	}
+	if *r.WatchTrustBundles {
+		b = b.WatchesRawSource(source.TypedKind(mgr.GetCache(), &certificatesv1.ClusterTrustBundle{}, handler.TypedEnqueueRequestsFromMapFunc(r.requestsOfBundle)))
 	}
 	c, err := b.Build(r)
 	if err != nil {
@@ -231,17 +249,32 @@ func (r *Reconciler) defaults(mgr manager.Manager) error {
 		}
 		r.SecretCache = c
 	}
-	if r.WatchCertificates == nil {
-		_, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: cmapi.SchemeGroupVersion.Group, Kind: cmapi.CertificateKind}, cmapi.SchemeGroupVersion.Version)
+	for _, w := range []struct {
+		watch **bool
+		gvk   schema.GroupVersionKind
+		not   string
+	}{
+		{&r.WatchCertificates, cmapi.SchemeGroupVersion.WithKind(cmapi.CertificateKind),
+			"The cert-manager.io/v1 API is not served: CertificatePolicies judge kubernetes.io/tls Secrets only; restart the operator after installing cert-manager"},
+		{&r.WatchPodCertificates, certificatesv1.SchemeGroupVersion.WithKind("PodCertificateRequest"),
+			"The certificates.k8s.io/v1 PodCertificateRequest API is not served (Kubernetes before 1.37): CertificatePolicies judge no pod certificates"},
+		{&r.WatchTrustBundles, certificatesv1.SchemeGroupVersion.WithKind("ClusterTrustBundle"),
+			"The certificates.k8s.io/v1 ClusterTrustBundle API is not served (Kubernetes before 1.37): CertificatePolicies judge no trust bundles"},
+	} {
+		if *w.watch != nil {
+			continue
+		}
+		_, err := mgr.GetRESTMapper().RESTMapping(w.gvk.GroupKind(), w.gvk.Version)
 		if err != nil && !meta.IsNoMatchError(err) {
-			return fmt.Errorf("look up the cert-manager Certificate API: %w", err)
+			return fmt.Errorf("look up the %s API: %w", w.gvk, err)
 		}
 		watch := err == nil
-		r.WatchCertificates = &watch
+		*w.watch = &watch
 		if !watch {
-			mgr.GetLogger().Info("The cert-manager.io/v1 API is not served: CertificatePolicies judge kubernetes.io/tls Secrets only; restart the operator after installing cert-manager")
+			mgr.GetLogger().Info(w.not)
 		}
 	}
+	r.newestIssued, r.retained = map[podSigner]podIssued{}, map[certpolicy.ID]bool{}
 	r.limiter = rate.NewLimiter(rate.Limit(float64(r.MaxRenewalsPerMinute)/60), r.MaxRenewalsPerMinute)
 	r.store = certpolicy.NewStore()
 	r.policies = make(chan event.TypedGenericEvent[string], 1024)
@@ -311,6 +344,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req cpolRequest) (reconcile.
 		return reconcile.Result{}, r.observeSecret(ctx, req.NamespacedName)
 	case string(v1alpha1.KindCertificate):
 		return reconcile.Result{}, r.observeCertificate(ctx, req.NamespacedName)
+	case string(v1alpha1.KindPodCertificateRequest):
+		again, err := r.observePodRequest(ctx, req.NamespacedName)
+		return reconcile.Result{RequeueAfter: again}, err
+	case string(v1alpha1.KindClusterTrustBundle):
+		return reconcile.Result{}, r.observeBundle(ctx, req.Name)
 	}
 	return reconcile.Result{}, nil
 }

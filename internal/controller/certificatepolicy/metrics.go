@@ -1,6 +1,8 @@
 package certificatepolicy
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/utils/clock"
 
@@ -14,11 +16,17 @@ import (
 //
 //	ringmaster_certificate_not_after_timestamp_seconds{namespace,name}
 //	  notAfter of every certificate the operator sees: each cert-manager
-//	  Certificate, and each kubernetes.io/tls Secret no Certificate manages.
+//	  Certificate, each kubernetes.io/tls Secret no Certificate manages, and
+//	  each issued PodCertificateRequest it judges.
 //	ringmaster_certificate_key_age_seconds{namespace,name}
 //	  age of the key of each of them (see CertificateRules.MaxKeyAge).
 //	ringmaster_certificatepolicy_violations{policy,rule}
 //	  certificates a policy selects that break a rule, for every rule.
+//	ringmaster_certificatepolicy_pod_certificates{policy,state}
+//	  pod certificates (PodCertificateRequests) a policy selects, by state:
+//	  pending, fresh, overdue for refresh, expired, failed, denied.
+//	ringmaster_trust_bundle_not_after_timestamp_seconds{name}
+//	  notAfter of the CA that expires first in each ClusterTrustBundle.
 //	ringmaster_certificatepolicy_renewals_triggered_total{policy}
 //	  re-issuances Enforce triggered.
 //	ringmaster_certificatepolicy_evaluations_total
@@ -29,7 +37,7 @@ type cpolMetrics struct {
 	store *certpolicy.Store
 	clock clock.PassiveClock
 
-	notAfter, keyAge, violations *prometheus.Desc
+	notAfter, keyAge, violations, podCerts, bundleNotAfter *prometheus.Desc
 
 	renewals     *prometheus.CounterVec
 	evaluations  prometheus.Counter
@@ -47,6 +55,10 @@ func newCPolMetrics(store *certpolicy.Store, c clock.PassiveClock) *cpolMetrics 
 			"Age of a certificate's key: since its certificate's notBefore, or the first certificate seen with the same key when keys are reused.", cert, nil),
 		violations: prometheus.NewDesc("ringmaster_certificatepolicy_violations",
 			"Certificates selected by a CertificatePolicy that break a rule.", []string{"policy", "rule"}, nil),
+		podCerts: prometheus.NewDesc("ringmaster_certificatepolicy_pod_certificates",
+			"Pod certificates (PodCertificateRequests) selected by a CertificatePolicy, by state.", []string{"policy", "state"}, nil),
+		bundleNotAfter: prometheus.NewDesc("ringmaster_trust_bundle_not_after_timestamp_seconds",
+			"Expiry (notAfter) of the CA that expires first in a ClusterTrustBundle, in seconds since the epoch.", []string{"name"}, nil),
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ringmaster_certificatepolicy_renewals_triggered_total",
 			Help: "Re-issuances of cert-manager Certificates triggered by an Enforce CertificatePolicy.",
@@ -71,6 +83,8 @@ func (m *cpolMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.notAfter
 	ch <- m.keyAge
 	ch <- m.violations
+	ch <- m.podCerts
+	ch <- m.bundleNotAfter
 }
 
 // Collect implements prometheus.Collector.
@@ -79,8 +93,12 @@ func (m *cpolMetrics) Collect(ch chan<- prometheus.Metric) {
 	// A Secret and a Certificate may share a namespace and name; the
 	// Certificate's series wins, as series must be unique.
 	byName := map[[2]string]*certpolicy.Facts{}
+	bundles := map[string]time.Time{}
 	m.store.EachCertificate(func(f *certpolicy.Facts) {
 		k := [2]string{f.ID.Namespace, f.ID.Name}
+		if ca, ok := f.Subject.CAs.SoonestExpiry(); ok && f.ID.Kind == v1alpha1.KindClusterTrustBundle {
+			bundles[f.ID.Name] = ca.NotAfter
+		}
 		if f.Subject.Cert == nil {
 			return
 		}
@@ -92,6 +110,14 @@ func (m *cpolMetrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.notAfter, prometheus.GaugeValue, float64(f.Subject.Cert.NotAfter.Unix()), k[0], k[1])
 		if !f.Subject.KeySince.IsZero() {
 			ch <- prometheus.MustNewConstMetric(m.keyAge, prometheus.GaugeValue, now.Sub(f.Subject.KeySince).Seconds(), k[0], k[1])
+		}
+	}
+	for name, t := range bundles {
+		ch <- prometheus.MustNewConstMetric(m.bundleNotAfter, prometheus.GaugeValue, float64(t.Unix()), name)
+	}
+	for name, counts := range m.store.PodStateCounts() {
+		for _, s := range certpolicy.PodStates {
+			ch <- prometheus.MustNewConstMetric(m.podCerts, prometheus.GaugeValue, float64(counts[s]), name, string(s))
 		}
 	}
 	for name, counts := range m.store.ViolationCounts() {

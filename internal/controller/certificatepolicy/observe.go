@@ -115,7 +115,7 @@ func (r *Reconciler) readCertificate(id certpolicy.ID, secret *corev1.Secret, cm
 		r.store.Ledger.Release(id.String())
 		return s
 	}
-	s.Cert = facts.Cert
+	s.Cert, s.CAs = facts.Cert, facts.CAs
 	s.KeySince = certpolicy.KeySince(*facts.Cert, cm, r.store.Ledger.Observe(id.String(), *facts.Cert))
 	return s
 }
@@ -132,7 +132,7 @@ func (r *Reconciler) judge(ctx context.Context, now time.Time) certpolicy.Judge 
 	nsLabels := map[string]labels.Set{}
 	return func(st *certpolicy.PolicyState, f *certpolicy.Facts) (certpolicy.Verdict, bool) {
 		set, ok := nsLabels[f.ID.Namespace]
-		if !ok {
+		if !ok && f.ID.Namespace != "" { // a ClusterTrustBundle has none
 			set = r.namespaceLabels(ctx, f.ID.Namespace)
 			nsLabels[f.ID.Namespace] = set
 		}

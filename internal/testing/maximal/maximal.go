@@ -16,14 +16,17 @@ import (
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	cmmeta "github.com/cert-manager/cert-manager/pkg/apis/meta/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
+	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 )
 
 // The sizes of what Metadata and Selector write.
@@ -110,6 +113,7 @@ func Objects(ns, home, name, seed string, finalizers bool, secret string, certPE
 		ClusterKeySource(name, seed), ClusterDNSZone(name, seed), CertificatePolicy(name, seed), FleetRequest(name, seed),
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, Pod(ns, name, seed, secret),
 		RingSecret(ns, name, seed), TLSSecret(ns, name+"-tls", seed, certPEM, keyPEM), Certificate(ns, name, seed),
+		PodCertificateRequest(ns, name, seed), ClusterTrustBundle(name, seed),
 	}
 	for _, o := range out {
 		_, isNamespace := o.(*corev1.Namespace)
@@ -251,3 +255,38 @@ func Certificate(ns, name, seed string) *cmapi.Certificate {
 		SecretName: name + "-tls", DNSNames: names, IssuerRef: cmmeta.IssuerReference{Name: "ca", Kind: "ClusterIssuer"},
 	}}
 }
+
+// PodCertificateRequest is a valid PodCertificateRequest, as a kubelet
+// makes one (an RSA 4096 key, the largest it makes), with user annotations
+// to the API server's limit.
+func PodCertificateRequest(ns, name, seed string) *certificatesv1.PodCertificateRequest {
+	csr := must(testpki.CSR(must(testpki.NewKey(testpki.RSA4096))))
+	return &certificatesv1.PodCertificateRequest{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: certificatesv1.PodCertificateRequestSpec{
+		SignerName: "example.com/" + strings.Repeat("s", 250), PodName: name, PodUID: types.UID("uid-" + seed), ServiceAccountName: name, ServiceAccountUID: types.UID("uid-sa-" + seed),
+		NodeName: types.NodeName("node-" + seed), NodeUID: types.UID("uid-node-" + seed), MaxExpirationSeconds: ptrTo(int32(86400)), StubPKCS10Request: csr,
+		UnverifiedUserAnnotations: map[string]string{"tenant.example/padding": value(seed, 1, 200<<10)},
+	}}
+}
+
+// BundleCAs is how many CA certificates ClusterTrustBundle carries.
+const BundleCAs = 200
+
+// ClusterTrustBundle is a valid ClusterTrustBundle of BundleCAs distinct
+// CA certificates.
+func ClusterTrustBundle(name, seed string) *certificatesv1.ClusterTrustBundle {
+	var bundle strings.Builder
+	for i := range BundleCAs {
+		ca := must(testpki.NewCA(fmt.Sprintf("%s CA %d", seed, i)))
+		bundle.Write(ca.PEM)
+	}
+	return &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: certificatesv1.ClusterTrustBundleSpec{TrustBundle: bundle.String()}}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func ptrTo[T any](v T) *T { return &v }

@@ -30,7 +30,11 @@ const (
 	ECDSAP384 KeyType = "ecdsa-p384"
 	RSA1024   KeyType = "rsa-1024"
 	RSA2048   KeyType = "rsa-2048"
-	Ed25519   KeyType = "ed25519"
+	// RSA3072 and RSA4096 are the RSA keys a kubelet makes for a pod
+	// certificate.
+	RSA3072 KeyType = "rsa-3072"
+	RSA4096 KeyType = "rsa-4096"
+	Ed25519 KeyType = "ed25519"
 )
 
 // NewKey makes a fresh private key of type kt; "" is ECDSA P-256.
@@ -44,6 +48,10 @@ func NewKey(kt KeyType) (crypto.Signer, error) {
 		return rsa.GenerateKey(rand.Reader, 1024) //nolint:gosec // tests of key-size rules need a weak key
 	case RSA2048:
 		return rsa.GenerateKey(rand.Reader, 2048)
+	case RSA3072:
+		return rsa.GenerateKey(rand.Reader, 3072)
+	case RSA4096:
+		return rsa.GenerateKey(rand.Reader, 4096)
 	case Ed25519:
 		_, k, err := ed25519.GenerateKey(rand.Reader)
 		return k, err
@@ -61,22 +69,45 @@ type CA struct {
 
 // NewCA makes a self-signed ECDSA P-256 authority valid from an hour ago
 // for a day.
-func NewCA(name string) (*CA, error) {
-	key, err := NewKey(ECDSAP256)
+func NewCA(name string) (*CA, error) { return NewCAWith(CAOptions{Name: name}) }
+
+// CAOptions describe an authority. Zero times mean from an hour ago for a
+// day; an empty KeyType is ECDSA P-256; a nil Parent makes it self-signed.
+type CAOptions struct {
+	Name                string
+	KeyType             KeyType
+	NotBefore, NotAfter time.Time
+	// Parent signs the authority: an intermediate.
+	Parent *CA
+}
+
+// NewCAWith makes an authority as o describes it.
+func NewCAWith(o CAOptions) (*CA, error) {
+	key, err := NewKey(o.KeyType)
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
+	if o.NotBefore.IsZero() {
+		o.NotBefore = now.Add(-time.Hour)
+	}
+	if o.NotAfter.IsZero() {
+		o.NotAfter = now.Add(24 * time.Hour)
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
+		Subject:               pkix.Name{CommonName: o.Name},
+		NotBefore:             o.NotBefore,
+		NotAfter:              o.NotAfter,
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	parent, signer := tmpl, key
+	if o.Parent != nil {
+		parent, signer = o.Parent.Cert, o.Parent.Key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, key.Public(), signer)
 	if err != nil {
 		return nil, err
 	}
@@ -104,6 +135,10 @@ type Leaf struct {
 	NotAfter   time.Time
 	KeyType    KeyType
 	Key        crypto.Signer
+	// PublicKey, when set, is the key certified, as a signer certifies
+	// the key of a request it never holds: Issued then has no Key, KeyPEM
+	// nor TLS.
+	PublicKey crypto.PublicKey
 	// Client issues a client certificate instead of a server one.
 	Client bool
 }
@@ -122,7 +157,7 @@ type Issued struct {
 // Issue signs a leaf certificate.
 func (ca *CA) Issue(l Leaf) (*Issued, error) {
 	key := l.Key
-	if key == nil {
+	if key == nil && l.PublicKey == nil {
 		var err error
 		if key, err = NewKey(l.KeyType); err != nil {
 			return nil, err
@@ -153,13 +188,20 @@ func (ca *CA) Issue(l Leaf) (*Issued, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	pub := l.PublicKey
+	if pub == nil {
+		pub = key.Public()
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.Key)
 	if err != nil {
 		return nil, err
 	}
 	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		return nil, err
+	}
+	if key == nil {
+		return &Issued{Cert: cert, CertPEM: pemOf("CERTIFICATE", der)}, nil
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
@@ -168,6 +210,12 @@ func (ca *CA) Issue(l Leaf) (*Issued, error) {
 	out := &Issued{Cert: cert, Key: key, CertPEM: pemOf("CERTIFICATE", der), KeyPEM: pemOf("PRIVATE KEY", keyDER)}
 	out.TLS, err = tls.X509KeyPair(out.CertPEM, out.KeyPEM)
 	return out, err
+}
+
+// CSR is an empty PKCS#10 request signed by key, DER-encoded: what a
+// kubelet puts in a PodCertificateRequest's spec.stubPKCS10Request.
+func CSR(key crypto.Signer) ([]byte, error) {
+	return x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
 }
 
 // Localhost issues a server certificate for localhost and 127.0.0.1.

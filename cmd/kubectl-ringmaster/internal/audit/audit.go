@@ -19,9 +19,11 @@ import (
 	"time"
 
 	cmapi "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/ticketkeys"
 )
 
 // Category is a kind of problem; --fail-on names categories.
@@ -51,10 +53,14 @@ const (
 	// AtRest: the API server's metrics do not show Secrets encrypted at
 	// rest, or a Secret holding keys is not excluded from backups.
 	AtRest Category = "at-rest"
+	// UnmanagedKeys: a session-ticket key no ring manages (an
+	// ingress-nginx ConfigMap, an Envoy configuration, an HAProxy key
+	// file), which rotates only when someone rotates it by hand.
+	Unmanaged Category = "unmanaged-keys"
 )
 
 // Categories lists every category, in the order problems are shown.
-var Categories = []Category{Overdue, KeyAge, ExpiredSoon, Violations, FailedTargets, NotReady, AtRest}
+var Categories = []Category{Overdue, KeyAge, ExpiredSoon, Violations, FailedTargets, NotReady, AtRest, Unmanaged}
 
 // ParseCategories reads a --fail-on value: categories separated by commas,
 // or "all".
@@ -105,12 +111,16 @@ func (p Problem) In(cats []Category) bool {
 const (
 	KindTicketKeyRing        = v1alpha1.KindTicketKeyRing
 	KindClusterTicketKeyRing = v1alpha1.KindClusterTicketKeyRing
-	KindCertificatePolicy    = "CertificatePolicy"
-	KindCertificate          = string(v1alpha1.KindCertificate)
-	KindSecret               = string(v1alpha1.KindSecret)
+	// KindCertificatePolicy is the kind of ringmaster's policies with its
+	// group, as kubectl names a kind unambiguously: Open Cluster
+	// Management also serves a CertificatePolicy
+	// (policy.open-cluster-management.io).
+	KindCertificatePolicy = "CertificatePolicy.ringmaster.io"
+	KindCertificate       = string(v1alpha1.KindCertificate)
+	KindSecret            = string(v1alpha1.KindSecret)
 )
 
-var kindOrder = []string{KindTicketKeyRing, KindClusterTicketKeyRing, KindECHKeyRing, KindCertificatePolicy, KindCertificate, KindSecret}
+var kindOrder = []string{KindTicketKeyRing, KindClusterTicketKeyRing, KindECHKeyRing, KindCertificatePolicy, KindCertificate, KindSecret, KindPodCertificateRequest, KindClusterTrustBundle}
 
 // Row is one audited object.
 type Row struct {
@@ -168,6 +178,9 @@ type Report struct {
 	Notes     []Note `json:"notes,omitempty"`
 	// AtRest is the keys' posture at rest; nil when nothing of it was read.
 	AtRest *Posture `json:"atRest,omitempty"`
+	// UnmanagedKeys are the session-ticket keys no ring manages; nil when
+	// nothing was read for them.
+	UnmanagedKeys *UnmanagedKeys `json:"unmanagedKeys,omitempty"`
 }
 
 // Input is what was read from the API server.
@@ -188,6 +201,11 @@ type Input struct {
 	CertificatesRead bool
 	TLSSecrets       []TLSSecret
 	SecretsRead      bool
+	// PodCertificateRequests are those of the namespace (or cluster), and
+	// TrustBundles the cluster's (none when a namespace is audited); read
+	// only when some policy judges their kind.
+	PodCertificateRequests []certificatesv1.PodCertificateRequest
+	TrustBundles           []certificatesv1.ClusterTrustBundle
 	// NamespaceLabels are the labels of every namespace audited; nil when
 	// they could not be read. A namespace missing from it is judged by the
 	// one label every namespace has, kubernetes.io/metadata.name.
@@ -203,6 +221,11 @@ type Input struct {
 	// EncryptionFromMetrics; empty when its metrics were not read.
 	Encryption Encryption
 	Provider   string
+	// TicketKeys are the ticket keys no ring manages, found in what was
+	// read (ticketkeys.Resolve), and TicketKeySources the kinds read for
+	// them; nil when none was.
+	TicketKeys       *ticketkeys.Result
+	TicketKeySources []Source
 }
 
 // Build makes the report, problems first.
@@ -222,6 +245,13 @@ func Build(in Input) Report {
 	r.Rows = append(r.Rows, certificateRows(in)...)
 	Sort(r.Rows)
 	r.AtRest = posture(in)
+	if in.TicketKeys != nil || len(in.TicketKeySources) > 0 {
+		r.UnmanagedKeys = &UnmanagedKeys{Findings: []ticketkeys.Finding{}, Sources: in.TicketKeySources}
+		if in.TicketKeys != nil {
+			r.UnmanagedKeys.Findings = append(r.UnmanagedKeys.Findings, in.TicketKeys.Findings...)
+			r.UnmanagedKeys.Unresolved = in.TicketKeys.Unresolved
+		}
+	}
 	return r
 }
 
@@ -250,6 +280,11 @@ func (r Report) Broken(cats []Category) []Finding {
 			if p.In(cats) {
 				out = append(out, Finding{Ref: row.Ref(), Problem: p})
 			}
+		}
+	}
+	if r.UnmanagedKeys != nil && slices.Contains(cats, Unmanaged) {
+		for _, f := range r.UnmanagedKeys.Findings {
+			out = append(out, Finding{Ref: FindingRef(f), Problem: unmanagedProblem(f)})
 		}
 	}
 	if r.AtRest != nil {

@@ -335,10 +335,10 @@ func TestCertificateRows(t *testing.T) {
 	if !slices.Equal(api.Policies, []string{"edge", "strict"}) || api.MaxKeyAge.Duration != 30*day || !slices.Equal(cats, []audit.Category{audit.KeyAge, audit.ExpiredSoon}) {
 		t.Errorf("shop/api: policies %v, limit %v, problems %+v", api.Policies, api.MaxKeyAge, api.Problems)
 	}
-	if pol := rows["CertificatePolicy edge"]; len(pol.Problems) != 1 || pol.Problems[0].Message != "1 of 2 selected certificate(s) break a rule: maxKeyAge (1)" || pol.KeyAge.Duration != 200*day {
+	if pol := rows["CertificatePolicy.ringmaster.io edge"]; len(pol.Problems) != 1 || pol.Problems[0].Message != "1 of 2 selected certificate(s) break a rule: maxKeyAge (1)" || pol.KeyAge.Duration != 200*day {
 		t.Errorf("policy edge: %+v", pol)
 	}
-	if pol := rows["CertificatePolicy strict"]; len(pol.Problems) != 1 || !slices.Equal(pol.Problems[0].Categories, []audit.Category{audit.NotReady}) {
+	if pol := rows["CertificatePolicy.ringmaster.io strict"]; len(pol.Problems) != 1 || !slices.Equal(pol.Problems[0].Categories, []audit.Category{audit.NotReady}) {
 		t.Errorf("policy strict, never evaluated: %+v", pol)
 	}
 
@@ -367,7 +367,7 @@ func TestParseCategories(t *testing.T) {
 		{in: "", want: nil},
 		{in: "overdue, violations,overdue", want: []audit.Category{audit.Overdue, audit.Violations}},
 		{in: "all", want: audit.Categories},
-		{in: "overdue,old", wantErr: `unknown category "old": want all, or some of overdue,key-age,expired-soon,violations,failed-targets,not-ready,at-rest`},
+		{in: "overdue,old", wantErr: `unknown category "old": want all, or some of overdue,key-age,expired-soon,violations,failed-targets,not-ready,at-rest,unmanaged-keys`},
 	} {
 		got, err := audit.ParseCategories(tc.in)
 		if tc.wantErr != "" {

@@ -166,7 +166,10 @@ func certificateRows(in Input) []Row {
 	inScope := func(id certpolicy.ID) bool { return in.Namespace == "" || id.Namespace == in.Namespace }
 	seen := map[certpolicy.ID]bool{}
 	var rows []Row
-	for _, f := range Facts(in.Certificates, in.TLSSecrets, in.CertificatesRead) {
+	facts := Facts(in.Certificates, in.TLSSecrets, in.CertificatesRead)
+	facts = append(facts, podCertificateFacts(in.PodCertificateRequests)...)
+	facts = append(facts, trustBundleFacts(in.TrustBundles)...)
+	for _, f := range facts {
 		if !inScope(f.ID) {
 			continue
 		}
@@ -189,6 +192,7 @@ func certificateRows(in Input) []Row {
 		seen[f.ID] = true
 		row := Row{Kind: string(f.ID.Kind), Namespace: f.ID.Namespace, Name: f.ID.Name, Policies: selecting, MaxKeyAge: ix.maxKeyAge(selecting)}
 		switch c := f.Subject.Cert; {
+		case podRow(&row, f, ix.refreshMargin(selecting), in.Now):
 		case c != nil:
 			since := f.Subject.KeySince
 			if t, ok := ix.oldestKey[f.ID]; ok && t.Before(since) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	certificatesv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/audit"
+	"github.com/ringmaster-io/ringmaster/internal/certpolicy"
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 )
 
@@ -46,18 +48,32 @@ func newAuditCommand(k *kube, streams genericiooptions.IOStreams) *cobra.Command
 	o := &auditOptions{kube: k, streams: streams, now: now}
 	cmd := &cobra.Command{
 		Use:   "audit",
-		Short: "Audit key and certificate age: every ring and every certificate a CertificatePolicy selects, problems first",
+		Short: "Audit key and certificate age: every ring, every certificate a CertificatePolicy (certificatepolicies.ringmaster.io) selects, and ticket keys no ring manages, problems first",
 		Long: `Audit lists, in one table, problems first:
 
   - every TicketKeyRing and ClusterTicketKeyRing: the active key and its age
     against the rotationInterval, when the oldest retained key is destroyed,
     overdue rotations (the RotationOverdue condition, or no key staged behind
     the active one by the clock), failed targets, readiness;
-  - with -A, every CertificatePolicy: what it evaluated, its oldest key and
-    soonest expiry, its violations;
-  - every certificate a CertificatePolicy selects: its key's age against the
+  - with -A, every CertificatePolicy.ringmaster.io (certificatepolicies.
+    ringmaster.io, short name cpol; not Open Cluster Management's
+    CertificatePolicy of policy.open-cluster-management.io): what it
+    evaluated, its oldest key and soonest expiry, its violations;
+  - every certificate such a policy selects: its key's age against the
     least maxKeyAge of the policies selecting it, its expiry, and the
-    policies' violations.
+    policies' violations;
+  - every session-ticket key no ring manages, in a section of its own:
+    ingress-nginx's ssl-session-ticket-key in a ConfigMap; Envoy's
+    session_ticket_keys inline in an EnvoyFilter (networking.istio.io), an
+    EnvoyPatchPolicy (gateway.envoyproxy.io), a CiliumEnvoyConfig or (with
+    -A) CiliumClusterwideEnvoyConfig (cilium.io), or in the Secret they
+    name; an haproxy.cfg's tls-ticket-keys file in a Secret or ConfigMap;
+    any Secret or ConfigMap entry named like a ticket key file. Each is
+    shown by where it is, its size, count and fingerprints (a truncated
+    SHA-256 of each key) and when it last changed (managedFields), never
+    its bytes. Only the kinds the cluster serves are read; Secrets of
+    types kubernetes.io/tls, service-account-token and helm.sh/release.v1
+    are not. A ring's own Secrets are skipped.
 
 Rings are read from their status by the clock, as the pods holding them read
 them. Certificate keys are dated as the operator dates them (internal/
@@ -69,7 +85,7 @@ without it the audit says so, and shows what the policies' status reports.
 
 --fail-on names categories of problems that make audit exit with status 1,
 for CI and cron jobs: overdue, key-age, expired-soon, violations,
-failed-targets, not-ready, at-rest, or all. It exits with status 2 when it
+failed-targets, not-ready, at-rest, unmanaged-keys, or all. It exits with status 2 when it
 cannot run, or cannot read what one of those categories needs.
 
 It ends with the keys' posture at rest: the Secrets that hold key bytes
@@ -102,8 +118,8 @@ holding keys is not excluded from backups.`,
 			return nil
 		},
 	}
-	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Audit the whole cluster: every namespace, every ClusterTicketKeyRing and CertificatePolicy.")
-	cmd.Flags().StringVar(&o.failOn, "fail-on", "", "Exit with status 1 when a problem of these categories is found: comma-separated overdue, key-age, expired-soon, violations, failed-targets, not-ready, at-rest, or all.")
+	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Audit the whole cluster: every namespace, every ClusterTicketKeyRing and certificatepolicies.ringmaster.io.")
+	cmd.Flags().StringVar(&o.failOn, "fail-on", "", "Exit with status 1 when a problem of these categories is found: comma-separated overdue, key-age, expired-soon, violations, failed-targets, not-ready, at-rest, unmanaged-keys, or all.")
 	cmd.Flags().DurationVar(&o.expiryWindow, "expiry-window", 7*24*time.Hour, "A certificate expiring within this window is a problem (expired-soon).")
 	addOutputFlag(cmd, &o.out, true)
 	return cmd
@@ -168,6 +184,9 @@ func (o *auditOptions) read(ctx context.Context, ns string) (audit.Input, error)
 	}
 	if err == nil {
 		err = r.atRest(ctx)
+	}
+	if err == nil {
+		err = r.ticketKeys(ctx)
 	}
 	return r.in, err
 }
@@ -262,7 +281,7 @@ func (r *auditReader) rings(ctx context.Context, namespace *corev1.Namespace) er
 // certificates they may select: cert-manager Certificates and TLS Secrets.
 func (r *auditReader) certificates(ctx context.Context) error {
 	policies := &v1alpha1.CertificatePolicyList{}
-	if skipped, err := r.refused(r.c.List(ctx, policies), "CertificatePolicies were not listed, so no certificate is audited", audit.Violations, audit.KeyAge, audit.ExpiredSoon, audit.NotReady); skipped {
+	if skipped, err := r.refused(r.c.List(ctx, policies), "CertificatePolicies (certificatepolicies.ringmaster.io) were not listed, so no certificate is audited", audit.Violations, audit.KeyAge, audit.ExpiredSoon, audit.NotReady); skipped {
 		return err
 	}
 	r.in.Policies = policies.Items
@@ -286,6 +305,43 @@ func (r *auditReader) certificates(ctx context.Context) error {
 		return err
 	}
 	r.in.TLSSecrets, r.in.SecretsRead = secrets, !skipped
+	return r.podCertificates(ctx)
+}
+
+// podCertificates reads the PodCertificateRequests and, for the whole
+// cluster, the ClusterTrustBundles, when some policy judges their kind and
+// the API serves it (Kubernetes 1.37 and later).
+func (r *auditReader) podCertificates(ctx context.Context) error {
+	judges := func(kind v1alpha1.CertificateKind) bool {
+		for i := range r.in.Policies {
+			if c, err := certpolicy.Compile(&r.in.Policies[i]); err == nil && c.Judges(kind) {
+				return true
+			}
+		}
+		return false
+	}
+	if judges(v1alpha1.KindPodCertificateRequest) {
+		pcrs := &certificatesv1.PodCertificateRequestList{}
+		err := r.c.List(ctx, pcrs, client.InNamespace(r.ns))
+		if !notServed(err) {
+			if skipped, err := r.refused(err, "PodCertificateRequests "+r.where+" were not listed, so pod certificates are shown only where a CertificatePolicy's status names them", certCategories...); err != nil {
+				return err
+			} else if !skipped {
+				r.in.PodCertificateRequests = pcrs.Items
+			}
+		}
+	}
+	if r.ns == "" && judges(v1alpha1.KindClusterTrustBundle) {
+		bundles := &certificatesv1.ClusterTrustBundleList{}
+		err := r.c.List(ctx, bundles)
+		if !notServed(err) {
+			if skipped, err := r.refused(err, "ClusterTrustBundles were not listed, so trust bundles are shown only where a CertificatePolicy's status names them", certCategories...); err != nil {
+				return err
+			} else if !skipped {
+				r.in.TrustBundles = bundles.Items
+			}
+		}
+	}
 	return nil
 }
 
@@ -310,7 +366,7 @@ func printAudit(streams genericiooptions.IOStreams, rep audit.Report, wide bool)
 			where = "in namespace " + rep.Namespace
 		}
 		fmt.Fprintf(streams.ErrOut, "No rings or audited certificates found %s.\n", where)
-		return nil
+		return printUnmanaged(streams.Out, rep.UnmanagedKeys, wide, rep)
 	}
 	now := rep.Time.Time
 	rows := make([][]any, len(rep.Rows))
@@ -332,6 +388,9 @@ func printAudit(streams genericiooptions.IOStreams, rep audit.Report, wide bool)
 		return err
 	}
 	printProblems(streams.Out, rep.Rows)
+	if err := printUnmanaged(streams.Out, rep.UnmanagedKeys, wide, rep); err != nil {
+		return err
+	}
 	printPosture(streams.Out, rep.AtRest)
 	return nil
 }

@@ -126,7 +126,7 @@ var _ = Describe("audit", func() {
 		api := rowOf(rep, "Certificate certs/api")
 		Expect(categories(api)).To(ConsistOf(audit.Violations, audit.ExpiredSoon))
 		Expect(rep.Rows).NotTo(ContainElement(HaveField("Name", "other")), "dev/other is not selected")
-		Expect(categories(rowOf(rep, "CertificatePolicy edge"))).To(ConsistOf(audit.Violations, audit.ExpiredSoon))
+		Expect(categories(rowOf(rep, "CertificatePolicy.ringmaster.io edge"))).To(ConsistOf(audit.Violations, audit.ExpiredSoon))
 		Expect(res.Out).NotTo(ContainSubstring(lastAppliedMarker))
 	})
 
@@ -181,7 +181,7 @@ var _ = Describe("audit", func() {
 		Expect(res.Err).To(ContainSubstring(`Warning: cert-manager Certificates in the cluster were not listed, so their keys are dated only where a CertificatePolicy's status names them: certificates.cert-manager.io is forbidden: User "viewer" cannot list resource "certificates" in API group "cert-manager.io" at the cluster scope`))
 		Expect(res.Err).To(ContainSubstring(`Warning: kubernetes.io/tls Secrets in the cluster were not listed`))
 		Expect(res.Err).To(ContainSubstring(`secrets is forbidden: User "viewer" cannot list resource "secrets" in API group "" at the cluster scope`))
-		Expect(rep.Notes).To(HaveLen(5), "namespaces, Certificates, TLS Secrets, the Secrets holding keys, /metrics: %v", rep.Notes)
+		Expect(rep.Notes).To(HaveLen(6), "namespaces, Certificates, TLS Secrets, the Secrets holding keys, /metrics, the kinds that may hold unmanaged ticket keys: %v", rep.Notes)
 		Expect(res.Err).To(ContainSubstring("Warning: the API server's /metrics were not read, so encryption at rest is not checked"))
 
 		Expect(categories(rowOf(rep, "TicketKeyRing shop/late"))).To(ContainElement(audit.Overdue))

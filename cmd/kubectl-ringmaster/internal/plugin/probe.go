@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,6 +26,8 @@ type probeOptions struct {
 	insecure    bool
 	timeout     time.Duration
 	ticketWait  time.Duration
+	crossSNI    string
+	crossAddr   string
 	out         output
 }
 
@@ -49,7 +52,16 @@ TLS connections, one after the other, and only handshakes (no request):
 It reports resumptions and full handshakes of each run and says plainly
 whether the servers share their keys. A server that accepts each ticket only
 once (0-RTT anti-replay) looks like one that does not share. It needs no
-access to the cluster.`,
+access to the cluster.
+
+Cross-scope mode (--cross-sni, --cross-addr) audits ticket scope instead: it
+takes a ticket from HOST:PORT under --sni and offers it, --connections times,
+to --cross-addr (default HOST:PORT) under --cross-sni (default --sni), and
+back to HOST:PORT as a control, for TLS 1.3 and 1.2 (or --tls-version). A
+ticket that resumes across means a session begun under one name skips the
+other's certificate: the two share a ticket scope, which is right only if
+they are one trust scope. The offers to the second target skip certificate
+verification: an attacker's client would not check either.`,
 		Example: `  # A public endpoint, verified against the system roots
   kubectl ringmaster probe shop.example.com:443
 
@@ -57,7 +69,10 @@ access to the cluster.`,
   kubectl ringmaster probe 127.0.0.1:8443 --sni web.shop.svc --ca-file ca.crt --tls-version 1.2
 
   # More connections, as JSON
-  kubectl ringmaster probe 10.0.0.12:443 --insecure --connections 100 -o json`,
+  kubectl ringmaster probe 10.0.0.12:443 --insecure --connections 100 -o json
+
+  # Does a ticket for shop.example.com resume at api.example.com (one gateway)?
+  kubectl ringmaster probe gw.example.com:443 --sni shop.example.com --cross-sni api.example.com`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0]) },
 	}
@@ -68,6 +83,8 @@ access to the cluster.`,
 	cmd.Flags().BoolVar(&o.insecure, "insecure", false, "Do not verify the servers' certificates.")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 10*time.Second, "Bound on each connection's dial and handshake.")
 	cmd.Flags().DurationVar(&o.ticketWait, "ticket-wait", time.Second, "How long to wait after a handshake for the server's session ticket.")
+	cmd.Flags().StringVar(&o.crossSNI, "cross-sni", "", "Cross-scope mode: the server name to offer the ticket under; default --sni.")
+	cmd.Flags().StringVar(&o.crossAddr, "cross-addr", "", "Cross-scope mode: the HOST:PORT to offer the ticket to; default HOST:PORT.")
 	addOutputFlag(cmd, &o.out, false)
 	return cmd
 }
@@ -98,6 +115,9 @@ func (o *probeOptions) run(ctx context.Context, addr string) error {
 		if !opts.RootCAs.AppendCertsFromPEM(pem) {
 			return fmt.Errorf("--ca-file %s holds no PEM certificate", o.caFile)
 		}
+	}
+	if o.crossSNI != "" || o.crossAddr != "" {
+		return o.runCross(ctx, opts)
 	}
 	res, err := probe.Probe(ctx, opts)
 	if err != nil {
@@ -133,4 +153,48 @@ func printRun(w io.Writer, title string, r probe.Run) {
 	for msg, n := range r.Errors {
 		fmt.Fprintf(w, "    %d failed: %s\n", n, msg)
 	}
+}
+
+// runCross runs the cross-scope probe from opts' target.
+func (o *probeOptions) runCross(ctx context.Context, opts probe.Options) error {
+	to := probe.Target{Addr: o.crossAddr, ServerName: o.crossSNI}
+	if to.Addr == "" {
+		to.Addr = opts.Addr
+	}
+	if to.ServerName == "" {
+		to.ServerName = opts.ServerName
+	}
+	co := probe.CrossOptions{
+		From: probe.Target{Addr: opts.Addr, ServerName: opts.ServerName}, To: to,
+		RootCAs: opts.RootCAs, Insecure: opts.Insecure, Offers: opts.Connections,
+		Timeout: opts.Timeout, TicketWait: opts.TicketWait,
+	}
+	if opts.Version != 0 {
+		co.Versions = []uint16{opts.Version}
+	}
+	res, err := probe.CrossScope(ctx, co)
+	if err != nil {
+		return err
+	}
+	if o.out.structured() {
+		return printReport(o.streams.Out, o.out.format, "CrossScopeProbeReport", res)
+	}
+	printCross(o.streams.Out, res)
+	return nil
+}
+
+func printCross(w io.Writer, r probe.CrossResult) {
+	fmt.Fprintf(w, "Cross-scope probe: a ticket from %s, offered to %s\n", r.From, r.To)
+	for _, v := range r.Versions {
+		fmt.Fprintf(w, "  %s: %s\n", v.Version, strings.ToUpper(v.Outcome))
+		if v.Outcome == probe.CrossNoTicket {
+			continue
+		}
+		fmt.Fprintf(w, "    back at the issuer (control): %d of %d resumed, %d failed\n", v.Control.Resumed, v.Control.Connections, v.Control.Failed)
+		fmt.Fprintf(w, "    at the other scope: %d of %d resumed, %d failed\n", v.Cross.Resumed, v.Cross.Connections, v.Cross.Failed)
+		for msg, n := range v.Cross.Errors {
+			fmt.Fprintf(w, "    %d failed: %s\n", n, msg)
+		}
+	}
+	fmt.Fprintln(w, r.Verdict)
 }

@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/plugin"
+	"github.com/ringmaster-io/ringmaster/internal/operator"
 	"github.com/ringmaster-io/ringmaster/internal/testing/testenv"
 )
 
@@ -38,6 +39,8 @@ var (
 	env      *testenv.Env
 	k8s      client.Client
 	registry *prometheus.Registry
+	// running is the suite, for what its operator holds.
+	running *testenv.Suite
 	// kubeconfigs of the users the plugin runs as.
 	admin, viewer, team string
 )
@@ -48,10 +51,15 @@ func TestPlugin(t *testing.T) {
 }
 
 var _ = BeforeSuite(func(ctx SpecContext) {
-	suite, err := testenv.StartSuite(ctx, testenv.SuiteOptions{Log: GinkgoWriter})
+	// The operator audits unmanaged ticket keys too (opt-in), every
+	// second, for its metrics: the plugin's findings are checked against
+	// them.
+	suite, err := testenv.StartSuite(ctx, testenv.SuiteOptions{Log: GinkgoWriter,
+		Operator: operator.Options{UnmanagedTicketKeys: true, UnmanagedTicketKeysInterval: time.Second}})
 	Expect(err).NotTo(HaveOccurred(), "the control plane runs and the operator leads, with its own RBAC")
 	DeferCleanup(suite.Stop)
 	env, k8s, registry = suite.Env, suite.Admin(), suite.Registry
+	running = suite
 
 	dir := GinkgoT().TempDir()
 	Expect(env.Apply(ctx, filepath.Join(testenv.Root(), "config", "rbac", "tenant_roles.yaml"))).To(Succeed())
@@ -66,6 +74,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 
 	setUpRings(ctx)
 	setUpCertificates(ctx)
+	setUpTicketKeys(ctx)
 }, NodeTimeout(3*time.Minute))
 
 // kubeconfig adds a user, writes its kubeconfig and returns its path. The
