@@ -14,23 +14,18 @@ package unmanagedkeys
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/ringmaster-io/ringmaster/internal/ticketkeys"
+	"github.com/ringmaster-io/ringmaster/internal/ticketkeys/read"
 )
 
 // The audit lists these; nothing else of them.
@@ -43,22 +38,6 @@ import (
 
 // DefaultInterval is how often the audit lists the cluster.
 const DefaultInterval = 10 * time.Minute
-
-// page bounds the objects of one list request.
-const page = 250
-
-// kinds are the custom resources that may hold Envoy's ticket keys; which
-// the cluster serves is asked of discovery at each round.
-var kinds = []schema.GroupKind{
-	{Group: ticketkeys.GroupIstio, Kind: ticketkeys.KindEnvoyFilter},
-	{Group: ticketkeys.GroupEnvoyGateway, Kind: ticketkeys.KindEnvoyPatchPolicy},
-	{Group: ticketkeys.GroupCilium, Kind: ticketkeys.KindCiliumEnvoyConfig},
-	{Group: ticketkeys.GroupCilium, Kind: ticketkeys.KindCiliumClusterwideEnvoyConfig},
-}
-
-// secretsWithoutKeys are the Secret types not read: TLS Secrets, service
-// account tokens, Helm's releases.
-var secretsWithoutKeys = []string{string(corev1.SecretTypeTLS), string(corev1.SecretTypeServiceAccountToken), "helm.sh/release.v1"}
 
 // Auditor lists the cluster every Interval and exports its findings. It
 // runs on the leader only.
@@ -192,78 +171,15 @@ func (a *Auditor) Start(ctx context.Context) error {
 // Round lists the cluster once, and returns the findings and the kinds it
 // was refused (a comma-separated list, for the log).
 func (a *Auditor) Round(ctx context.Context) ([]ticketkeys.Finding, string, error) {
-	var sums []ticketkeys.Summary
-	var refused []string
-	list := func(resource string, l client.ObjectList, scan func() []ticketkeys.Object, opts ...client.ListOption) error {
-		var cont string
-		for {
-			err := a.Reader.List(ctx, l, append(opts, client.Limit(page), client.Continue(cont))...)
-			switch {
-			case meta.IsNoMatchError(err) || apierrors.IsNotFound(err):
-				return nil
-			case apierrors.IsForbidden(err):
-				refused = append(refused, resource)
-				return nil
-			case err != nil:
-				return fmt.Errorf("list %s: %w", resource, err)
-			}
-			for _, o := range scan() {
-				sums = append(sums, ticketkeys.Scan(o))
-			}
-			if cont = l.GetContinue(); cont == "" {
-				return nil
-			}
-		}
-	}
-	cms := &corev1.ConfigMapList{}
-	err := list("configmaps", cms, func() []ticketkeys.Object {
-		out := make([]ticketkeys.Object, len(cms.Items))
-		for i := range cms.Items {
-			out[i] = ticketkeys.FromConfigMap(&cms.Items[i])
-		}
-		return out
-	})
-	var notTypes []fields.Selector
-	for _, t := range secretsWithoutKeys {
-		notTypes = append(notTypes, fields.OneTermNotEqualSelector("type", t))
-	}
-	secrets := &corev1.SecretList{}
-	err = errors.Join(err, list("secrets", secrets, func() []ticketkeys.Object {
-		out := make([]ticketkeys.Object, len(secrets.Items))
-		for i := range secrets.Items {
-			out[i] = ticketkeys.FromSecret(&secrets.Items[i])
-		}
-		return out
-	}, client.MatchingFieldsSelector{Selector: fields.AndSelectors(notTypes...)}))
-	for _, gk := range kinds {
-		m, merr := a.Mapper.RESTMapping(gk)
-		if meta.IsNoMatchError(merr) {
-			continue
-		}
-		if merr != nil {
-			err = errors.Join(err, fmt.Errorf("discover %s: %w", gk, merr))
-			continue
-		}
-		l := &unstructured.UnstructuredList{}
-		l.SetGroupVersionKind(m.GroupVersionKind.GroupVersion().WithKind(gk.Kind + "List"))
-		err = errors.Join(err, list(m.Resource.GroupResource().String(), l, func() []ticketkeys.Object {
-			out := make([]ticketkeys.Object, len(l.Items))
-			for i := range l.Items {
-				l.Items[i].SetGroupVersionKind(m.GroupVersionKind)
-				out[i] = ticketkeys.FromUnstructured(&l.Items[i])
-			}
-			return out
-		}))
-	}
+	got, err := read.All(ctx, a.Reader, a.Mapper, "")
 	if err != nil {
 		return nil, "", err
 	}
-	refusedList := ""
-	for i, r := range refused {
-		if i > 0 {
-			refusedList += ","
+	var refused []string
+	for _, s := range got.Sources {
+		if s.Outcome == read.Refused {
+			refused = append(refused, s.Resource)
 		}
-		refusedList += r
 	}
-	return ticketkeys.Resolve(sums).Findings, refusedList, nil
+	return ticketkeys.Resolve(got.Summaries).Findings, strings.Join(refused, ","), nil
 }

@@ -6,129 +6,29 @@ import (
 	"io"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/ringmaster-io/ringmaster/cmd/kubectl-ringmaster/internal/audit"
 	"github.com/ringmaster-io/ringmaster/internal/ticketkeys"
+	"github.com/ringmaster-io/ringmaster/internal/ticketkeys/read"
 )
-
-// keysPage bounds how many objects one list request for ticket keys
-// returns: each page is reduced to its findings (ticketkeys.Scan) before
-// the next is read, so the audit holds no object's data for long.
-const keysPage = 250
-
-// keyKinds are the custom resources that may hold Envoy's session ticket
-// keys. Which of them the cluster serves, and at which version, is asked
-// of discovery (the client's REST mapper).
-var keyKinds = []struct {
-	gk      schema.GroupKind
-	cluster bool
-}{
-	{gk: schema.GroupKind{Group: ticketkeys.GroupIstio, Kind: ticketkeys.KindEnvoyFilter}},
-	{gk: schema.GroupKind{Group: ticketkeys.GroupEnvoyGateway, Kind: ticketkeys.KindEnvoyPatchPolicy}},
-	{gk: schema.GroupKind{Group: ticketkeys.GroupCilium, Kind: ticketkeys.KindCiliumEnvoyConfig}},
-	{gk: schema.GroupKind{Group: ticketkeys.GroupCilium, Kind: ticketkeys.KindCiliumClusterwideEnvoyConfig}, cluster: true},
-}
-
-// secretsWithoutKeys are the Secret types that hold no ticket key and are
-// not read for them: TLS Secrets (whose private keys the audit never
-// decodes), service account tokens and Helm's releases.
-var secretsWithoutKeys = []string{string(corev1.SecretTypeTLS), string(corev1.SecretTypeServiceAccountToken), "helm.sh/release.v1"}
 
 // ticketKeys reads, as the user, every object of the audited namespace
 // (or cluster) that may hold a session-ticket key no ring manages, page by
 // page, keeping of each only what ticketkeys.Scan keeps (never a key's
 // bytes), and joins them (ticketkeys.Resolve).
 func (r *auditReader) ticketKeys(ctx context.Context) error {
-	var sums []ticketkeys.Summary
+	got, err := read.All(ctx, r.c, r.c.RESTMapper(), r.ns)
+	if err != nil {
+		return err
+	}
 	var refusals []string
 	var firstRefusal error
-	read := func(resource string, list client.ObjectList, scan func() []ticketkeys.Object, opts ...client.ListOption) error {
-		var cont string
-		for {
-			err := r.c.List(ctx, list, append(opts, client.InNamespace(r.ns), client.Limit(keysPage), client.Continue(cont))...)
-			if notServed(err) {
-				r.in.TicketKeySources = append(r.in.TicketKeySources, audit.Source{Resource: resource, Read: audit.ReadNotInstalled})
-				return nil
+	for _, s := range got.Sources {
+		r.in.TicketKeySources = append(r.in.TicketKeySources, audit.Source{Resource: s.Resource, Read: sourceReads[s.Outcome]})
+		if s.Outcome == read.Refused {
+			refusals = append(refusals, s.Resource)
+			if firstRefusal == nil {
+				firstRefusal = s.Err
 			}
-			if refused(err) {
-				r.in.TicketKeySources = append(r.in.TicketKeySources, audit.Source{Resource: resource, Read: audit.ReadRefused})
-				refusals = append(refusals, resource)
-				if firstRefusal == nil {
-					firstRefusal = err
-				}
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("list %s: %w", resource, err)
-			}
-			for _, o := range scan() {
-				sums = append(sums, ticketkeys.Scan(o))
-			}
-			if cont = list.GetContinue(); cont == "" {
-				r.in.TicketKeySources = append(r.in.TicketKeySources, audit.Source{Resource: resource, Read: audit.ReadDone})
-				return nil
-			}
-		}
-	}
-
-	cms := &corev1.ConfigMapList{}
-	if err := read("configmaps", cms, func() []ticketkeys.Object {
-		out := make([]ticketkeys.Object, len(cms.Items))
-		for i := range cms.Items {
-			out[i] = ticketkeys.FromConfigMap(&cms.Items[i])
-		}
-		return out
-	}); err != nil {
-		return err
-	}
-	var notTypes []fields.Selector
-	for _, t := range secretsWithoutKeys {
-		notTypes = append(notTypes, fields.OneTermNotEqualSelector("type", t))
-	}
-	secrets := &corev1.SecretList{}
-	if err := read("secrets", secrets, func() []ticketkeys.Object {
-		out := make([]ticketkeys.Object, len(secrets.Items))
-		for i := range secrets.Items {
-			out[i] = ticketkeys.FromSecret(&secrets.Items[i])
-			secrets.Items[i].Data = nil
-		}
-		return out
-	}, client.MatchingFieldsSelector{Selector: fields.AndSelectors(notTypes...)}); err != nil {
-		return err
-	}
-	for _, k := range keyKinds {
-		m, err := r.c.RESTMapper().RESTMapping(k.gk)
-		resource := strings.ToLower(k.gk.Kind) + "s." + k.gk.Group
-		if m != nil {
-			resource = m.Resource.GroupResource().String()
-		}
-		switch {
-		case meta.IsNoMatchError(err):
-			r.in.TicketKeySources = append(r.in.TicketKeySources, audit.Source{Resource: resource, Read: audit.ReadNotInstalled})
-			continue
-		case err != nil:
-			return fmt.Errorf("discover %s: %w", resource, err)
-		case k.cluster && r.ns != "":
-			r.in.TicketKeySources = append(r.in.TicketKeySources, audit.Source{Resource: resource, Read: audit.ReadSkipped})
-			continue
-		}
-		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(m.GroupVersionKind.GroupVersion().WithKind(k.gk.Kind + "List"))
-		if err := read(resource, list, func() []ticketkeys.Object {
-			out := make([]ticketkeys.Object, len(list.Items))
-			for i := range list.Items {
-				list.Items[i].SetGroupVersionKind(m.GroupVersionKind)
-				out[i] = ticketkeys.FromUnstructured(&list.Items[i])
-			}
-			return out
-		}); err != nil {
-			return err
 		}
 	}
 	if len(refusals) > 0 {
@@ -137,9 +37,14 @@ func (r *auditReader) ticketKeys(ctx context.Context) error {
 		r.in.Notes = append(r.in.Notes, audit.Note{Blinds: []audit.Category{audit.Unmanaged},
 			Message: fmt.Sprintf("%s %s were not listed, so the ticket keys they hold are not found: %v", strings.Join(refusals, ", "), r.where, firstRefusal)})
 	}
-	res := ticketkeys.Resolve(sums)
+	res := ticketkeys.Resolve(got.Summaries)
 	r.in.TicketKeys = &res
 	return nil
+}
+
+// sourceReads says each read.Outcome in the audit's words.
+var sourceReads = map[read.Outcome]audit.Read{
+	read.Done: audit.ReadDone, read.NotInstalled: audit.ReadNotInstalled, read.Skipped: audit.ReadSkipped, read.Refused: audit.ReadRefused,
 }
 
 var unmanagedColumns = []column{
