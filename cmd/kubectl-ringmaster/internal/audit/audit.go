@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
+	"github.com/ringmaster-io/ringmaster/internal/certpolicy"
 	"github.com/ringmaster-io/ringmaster/internal/ticketkeys"
 )
 
@@ -146,6 +147,10 @@ type Row struct {
 	Expires *metav1.Time `json:"expires,omitempty"`
 	// Policies are the CertificatePolicies that select a certificate.
 	Policies []string `json:"policies,omitempty"`
+	// Pods counts a ring's pods by what they hold of its staged key, in
+	// the kubelet's words for a pod certificate where they fit (fresh,
+	// pending, overdue for refresh); only for a ring whose pods confirm.
+	Pods map[certpolicy.PodState]int32 `json:"pods,omitempty"`
 	// Detail says more: a ring's epoch and keys, a policy's counts, why a
 	// certificate has no key shown.
 	Detail string `json:"detail,omitempty"`

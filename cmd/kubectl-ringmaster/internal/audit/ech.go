@@ -49,6 +49,9 @@ func ECHRow(r *v1alpha1.ECHKeyRing, now time.Time) Row {
 	if len(states) > 0 {
 		detail = append(detail, "configs "+strings.Join(states, ", "))
 	}
+	if row.Pods = ringPods(st.Confirmation, now); row.Pods != nil {
+		detail = append(detail, describePods(row.Pods))
+	}
 	if st.DNSVerifiedAt != nil {
 		detail = append(detail, "DNS verified "+stamp(st.DNSVerifiedAt.Time))
 	}

@@ -80,6 +80,9 @@ func (r Ring) Row(now time.Time) Row {
 	if r.Kind == KindClusterTicketKeyRing {
 		detail = append(detail, fmt.Sprintf("%d target(s)", r.Status.Targets))
 	}
+	if row.Pods = ringPods(r.Status.Confirmation, now); row.Pods != nil {
+		detail = append(detail, describePods(row.Pods))
+	}
 	row.Detail = strings.Join(detail, ", ")
 
 	for _, k := range kr.Keys {
