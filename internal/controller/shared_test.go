@@ -17,6 +17,7 @@ import (
 
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/controller"
+	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/sharedring"
 	"github.com/ringmaster-io/ringmaster/internal/sharedring/vaultstore"
@@ -183,6 +184,32 @@ var _ = Describe("Rings shared through Vault KV v2", Ordered, func() {
 			g.Expect(m.Versions["3"].Destroyed).To(BeFalse())
 		}, timeout, poll).Should(Succeed())
 		Expect(meta.IsStatusConditionTrue(getRing(ctx, ring).Status.Conditions, v1alpha1.ConditionReady)).To(BeTrue())
+	})
+
+	It("carries out a FleetRequest of its key source once, through its entry, whose version remembers the request", func() {
+		cks := sharedSource()
+		ring := sharedRing("fleet", cks)
+		entry := entryOf(cks, "fleet")
+		waitEpoch(ctx, ring, 1)
+		fakeClock.Step(5 * time.Second) // past the ring's activationDelay
+		before := versionOf(entry)()
+
+		fr := &v1alpha1.FleetRequest{ObjectMeta: metav1.ObjectMeta{Name: "shared-" + ns},
+			Spec: v1alpha1.FleetRequestSpec{Action: v1alpha1.FleetRotate, KeySource: cks.Name}}
+		Expect(k8s.Create(ctx, fr)).To(Succeed())
+		DeferCleanup(func() { _ = k8s.Delete(context.Background(), fr) })
+		Eventually(func() *v1alpha1.FleetRequestRecord { return getRing(ctx, ring).Status.FleetRequest }, timeout, poll).
+			Should(And(Not(BeNil()), HaveField("UID", string(fr.UID))))
+
+		rec := readEntry(entry, "fleet")
+		Expect(rec.Version).To(BeEquivalentTo(before+1), "one version for the request")
+		Expect(rec.Handled(distribute.FleetRequestValue(v1alpha1.FleetRotate, string(fr.UID)))).To(BeTrue(),
+			"the version remembers the request, so an operator stopped before its snapshot serves it rather than rotate again")
+		Eventually(served("fleet"), timeout, poll).Should(Equal(keyIDs(rec.Ring)))
+		got := getRing(ctx, ring)
+		Expect(got.Status.FleetRequest.Epoch).To(Equal(got.Status.Epoch))
+		Expect(got.Status.Shared.Version).To(BeEquivalentTo(before + 1))
+		Consistently(versionOf(entry), 3*time.Second, 200*time.Millisecond).Should(Equal(before+1), "the request is carried out once")
 	})
 
 	It("refuses an entry holding garbage, keeps serving its keys, and recovers once the entry is sound", func() {

@@ -82,10 +82,19 @@ func (r *Record) Next(ring keyring.Ring, policy Policy, rotate, revoke string) R
 	if r != nil {
 		next.Version, prev = r.Version+1, r.Requests
 	}
-	next.Requests.Rotate = remember(prev.Rotate, rotate)
-	next.Requests.Revoke = remember(prev.Revoke, revoke)
+	next.Requests = prev
+	next = next.Remember(rotate, revoke)
 	next.Ring.Epoch = next.Version
 	return next
+}
+
+// Remember is r also carrying out the given requests ("" for none): a
+// version that carries out a FleetRequest as well as an annotation's
+// request remembers both.
+func (r Record) Remember(rotate, revoke string) Record {
+	r.Requests.Rotate = remember(r.Requests.Rotate, rotate)
+	r.Requests.Revoke = remember(r.Requests.Revoke, revoke)
+	return r
 }
 
 func remember(list []string, request string) []string {

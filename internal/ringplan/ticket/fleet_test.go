@@ -10,6 +10,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/ringplan/ticket"
+	"github.com/ringmaster-io/ringmaster/internal/sharedring"
 )
 
 // A FleetRequest is one more source of the ring's requests: it rotates or
@@ -78,6 +79,55 @@ func TestFleetRequest(t *testing.T) {
 				if e.Reason == "Rotated" || e.Reason == v1alpha1.ReasonRevoked {
 					t.Errorf("a fleet-driven pass emitted %s on the ring", e.Reason)
 				}
+			}
+		})
+	}
+}
+
+// A shared ring carries a FleetRequest out in its entry, and the entry
+// remembers it: an operator that wrote the entry and stopped before its
+// snapshot serves that version on its next pass, recording the request on
+// the epoch that adopts it, rather than rotate or revoke a second time.
+func TestFleetRequestSharedRing(t *testing.T) {
+	for _, action := range []v1alpha1.FleetAction{v1alpha1.FleetRotate, v1alpha1.FleetRevoke} {
+		t.Run(string(action), func(t *testing.T) {
+			in := read(t, t0.Add(10*time.Minute))
+			in.Fleet = &v1alpha1.FleetRequestRecord{Name: "incident-7", UID: "u-7", CreatedAt: metav1.NewTime(t0.Add(-5 * time.Minute)), Action: action}
+			in.Shared = &ticket.Shared{Entry: &sharedring.Record{Version: 5, Ring: in.Current}, Base: in.Current, LocalVersion: 5}
+			value := distribute.FleetRequestValue(action, "u-7")
+
+			// First pass: the entry is written first, remembering the request.
+			d := ticket.Decide(in)
+			if !d.Fleet || d.Plan.Mint == 0 {
+				t.Fatalf("Decide: fleet %v, mint %d: want the request carried out", d.Fleet, d.Plan.Mint)
+			}
+			first := ticket.Finish(in, d, ticket.Minted{Ring: minted(d.Plan, "fleet")})
+			if first.Sync == nil || !first.Sync.Write {
+				t.Fatalf("sync %+v: want a write to the entry", first.Sync)
+			}
+			rec := first.Sync.Record
+			if remembered := map[v1alpha1.FleetAction]bool{v1alpha1.FleetRotate: rec.Handled(value), v1alpha1.FleetRevoke: rec.Revoked(value)}; !remembered[action] {
+				t.Fatalf("the entry's version remembers %+v, want %q", rec.Requests, value)
+			}
+			rec.Version = 6
+
+			// The operator stops after the write: the next pass reads the
+			// entry at version 6, the snapshot still at version 5.
+			again := in
+			again.Shared = &ticket.Shared{Entry: &rec, Base: rec.Ring, LocalVersion: 5}
+			d = ticket.Decide(again)
+			if d.Plan.Mint != 0 {
+				t.Fatalf("the request is carried out a second time: %d key(s) minted", d.Plan.Mint)
+			}
+			r := ticket.Finish(again, d, ticket.Minted{Ring: rec.Ring})
+			if r.Sync == nil || r.Sync.Write || !r.Publish || r.Requests.Shared != 6 {
+				t.Fatalf("got sync %+v publish %v shared %d: want version 6 served, nothing written", r.Sync, r.Publish, r.Requests.Shared)
+			}
+			if r.Requests.Fleet != value || r.Fleet == nil || r.Fleet.UID != "u-7" {
+				t.Errorf("the epoch records %q (%+v), want %q", r.Requests.Fleet, r.Fleet, value)
+			}
+			if r.Revocation != nil {
+				t.Errorf("a second revocation is recorded: %+v", r.Revocation)
 			}
 		})
 	}

@@ -101,6 +101,32 @@ type Shared struct {
 func (s *Shared) handled(request string) bool { return s != nil && s.Entry.Handled(request) }
 func (s *Shared) revoked(request string) bool { return s != nil && s.Entry.Revoked(request) }
 
+// carriedOut says a version of the entry carried out the FleetRequest:
+// this cluster wrote it and stopped before its snapshot recorded the
+// request. The ring then serves that version rather than rotate again.
+func (s *Shared) carriedOut(f *v1alpha1.FleetRequestRecord) bool {
+	if s == nil || f == nil {
+		return false
+	}
+	v := distribute.FleetRequestValue(f.Action, f.UID)
+	if f.Action == v1alpha1.FleetRevoke {
+		return s.revoked(v)
+	}
+	return s.handled(v)
+}
+
+// remember is the entry's record carrying out the ring's FleetRequest
+// too, when the pass carries one out.
+func (s *Shared) remember(rec sharedring.Record, fleet string, f *v1alpha1.FleetRequestRecord) sharedring.Record {
+	switch {
+	case fleet == "":
+		return rec
+	case f.Action == v1alpha1.FleetRevoke:
+		return rec.Remember("", fleet)
+	}
+	return rec.Remember(fleet, "")
+}
+
 func (s *Shared) localVersion() int64 {
 	if s == nil {
 		return 0
@@ -150,11 +176,14 @@ func Decide(in Read) Decision {
 	rotate := in.History.CarryOut(in.Rotate, in.Last.LastRotateRequestedAt) && !in.Shared.handled(in.Rotate)
 	revoke := in.History.CarryOutRevoke(in.Revoke, in.Last.LastRevokeRequestedAt) && !in.Shared.revoked(in.Revoke)
 	fleet := in.fleetDue()
+	// A shared ring's entry may have carried it out already: it is then
+	// recorded on the epoch that serves the entry, not carried out again.
+	fleetNow := fleet && !in.Shared.carriedOut(in.Fleet)
 	inputs := keyring.Inputs{
 		// A FleetRequest is one more source of the same requests, with
 		// exactly their meaning.
-		RotateNow:   rotate || (fleet && in.Fleet.Action == v1alpha1.FleetRotate),
-		Revoke:      revoke || (fleet && in.Fleet.Action == v1alpha1.FleetRevoke),
+		RotateNow:   rotate || (fleetNow && in.Fleet.Action == v1alpha1.FleetRotate),
+		Revoke:      revoke || (fleetNow && in.Fleet.Action == v1alpha1.FleetRevoke),
 		StagedSince: in.History.StagedSince,
 		Confirmed:   in.Confirmed,
 	}
@@ -303,7 +332,7 @@ func Finish(in Read, d Decision, m Minted) Result {
 		r.Requests.Fleet = distribute.FleetRequestValue(in.Fleet.Action, in.Fleet.UID)
 		rec := *in.Fleet
 		r.Fleet = &rec
-		if in.Fleet.Action == v1alpha1.FleetRevoke && r.Revocation == nil {
+		if in.Fleet.Action == v1alpha1.FleetRevoke && r.Revocation == nil && !in.Shared.carriedOut(in.Fleet) {
 			r.Revocation = &v1alpha1.Revocation{RequestedAt: in.Fleet.CreatedAt.UTC().Format(time.RFC3339), Keys: d.Plan.Revoked,
 				RequestedBy: "FleetRequest " + in.Fleet.Name}
 			r.FleetRevocation = true
@@ -344,7 +373,8 @@ func (r Result) sync(in Read) Result {
 		r.Requests.Shared = sh.Entry.Version
 	}
 	change := sharedring.Change{Minted: r.Plan.Mint, Dropped: len(r.Plan.Expired),
-		Request: (r.Requests.Rotate != "" && !sh.Entry.Handled(r.Requests.Rotate)) || (r.Requests.Revoke != "" && !sh.Entry.Revoked(r.Requests.Revoke)) || r.Requests.Fleet != ""}
+		Request: (r.Requests.Rotate != "" && !sh.Entry.Handled(r.Requests.Rotate)) || (r.Requests.Revoke != "" && !sh.Entry.Revoked(r.Requests.Revoke)) ||
+			(r.Requests.Fleet != "" && !sh.carriedOut(in.Fleet))}
 	write, serve := sharedring.Decide(r.Next, change, sh.Entry)
 	if !write {
 		r.Next, r.Sync = serve, &Sync{}
@@ -352,7 +382,7 @@ func (r Result) sync(in Read) Result {
 		r.Adopt = r.Publish
 		return r
 	}
-	s := &Sync{Write: true, Record: sh.Entry.Next(r.Next, sh.Policy, r.Requests.Rotate, r.Requests.Revoke)}
+	s := &Sync{Write: true, Record: sh.remember(sh.Entry.Next(r.Next, sh.Policy, r.Requests.Rotate, r.Requests.Revoke), r.Requests.Fleet, in.Fleet)}
 	if sh.Entry != nil {
 		s.CAS = sh.Entry.Version
 	}
