@@ -132,3 +132,38 @@ func TestFleetRequestSharedRing(t *testing.T) {
 		})
 	}
 }
+
+// A fleet rotate of a ring whose staged key already activates as early as
+// is safe (an annotation's rotate-now just moved it) publishes nothing: it
+// is carried out by the epoch served, which status records, not by an
+// epoch 0.
+func TestFleetRotateThatPublishesNothing(t *testing.T) {
+	cur, _ := steady(t)
+	first := read(t, t0.Add(time.Minute))
+	first.Rotate = "2026-03-01T12:01:00Z"
+	d := ticket.Decide(first)
+	pub, ok := ticket.Finish(first, d, ticket.Minted{Ring: minted(d.Plan, "rotate")}).Publication()
+	if !ok {
+		t.Fatal("the annotation's rotate-now publishes nothing")
+	}
+	pub.IssuedAt = t0.Add(time.Minute)
+	h, err := keyring.NewHistory([]keyring.Record{{Epoch: pub.Epoch, Ring: pub, RotateRequest: first.Rotate}, {Epoch: 1, Ring: cur}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := ticket.Read{Now: t0.Add(2 * time.Minute), Policy: policy, History: h, Current: pub, Rotate: first.Rotate,
+		Last: v1alpha1.TicketKeyRingStatus{Epoch: pub.Epoch, LastRotateRequestedAt: first.Rotate}}
+	in.Fleet = &v1alpha1.FleetRequestRecord{Name: "incident-7", UID: "u-7", CreatedAt: metav1.NewTime(t0.Add(90 * time.Second)), Action: v1alpha1.FleetRotate}
+	d = ticket.Decide(in)
+	if !d.Fleet {
+		t.Fatal("the request is not carried out")
+	}
+	res := ticket.Finish(in, d, ticket.Minted{Ring: minted(d.Plan, "fleet")})
+	if res.Publish {
+		t.Fatalf("publishes %+v: want the staged key's activation unchanged", res.Next)
+	}
+	got := res.Report(ticket.Applied{}).Status.FleetRequest
+	if got == nil || got.UID != "u-7" || got.Epoch != pub.Epoch || got.ServedAt == nil {
+		t.Errorf("status.fleetRequest = %+v, want u-7 served by epoch %d", got, pub.Epoch)
+	}
+}
