@@ -29,9 +29,16 @@ import (
 // +kubebuilder:rbac:groups=ringmaster.io,resources=fleetrequests/status,verbs=patch
 
 // FleetPoll is how often an incomplete FleetRequest's progress is read
-// again from its rings' statuses: one status write at most per poll,
-// whatever the number of rings.
+// again from its rings' statuses, per thousand rings selected (at least
+// once a second, at most every ten): one status write at most per poll,
+// and a read of every ring that grows no more often than the rings. The
+// times it reports are the rings' own, not the poll's.
 const FleetPoll = time.Second
+
+// fleetPoll is the poll of a request that selects n rings.
+func fleetPoll(n int32) time.Duration {
+	return min(max(FleetPoll, time.Duration(n)*FleetPoll/1000), 10*FleetPoll)
+}
 
 // FleetRequestReconciler reports how far each FleetRequest got, from the
 // statuses of the rings it selects, as the cache holds them: it writes
@@ -81,7 +88,7 @@ func (r *FleetRequestReconciler) Reconcile(ctx context.Context, req reconcile.Re
 		return apply.Result(reconcile.Result{}, err)
 	}
 	if !fleet.Complete(next) {
-		return reconcile.Result{RequeueAfter: FleetPoll}, nil
+		return reconcile.Result{RequeueAfter: fleetPoll(next.Selected)}, nil
 	}
 	took := next.LastPodConfirmedAt.Sub(next.StartedAt.Time).Round(time.Second)
 	r.Recorder.Eventf(fr, nil, corev1.EventTypeNormal, v1alpha1.ReasonCompleted, string(fr.Spec.Action),
@@ -91,10 +98,12 @@ func (r *FleetRequestReconciler) Reconcile(ctx context.Context, req reconcile.Re
 }
 
 // fleetRings are the rings of every kind a FleetRequest can select, with
-// what selects them and their statuses, from the cache.
+// what selects them and their statuses, from the cache. They are the
+// cache's own objects, not copies (an incomplete request reads them every
+// FleetPoll, ten thousand rings and more): nothing may change them.
 func fleetRings(ctx context.Context, c client.Reader) ([]fleet.RingState, error) {
 	namespaces := &corev1.NamespaceList{}
-	if err := c.List(ctx, namespaces); err != nil {
+	if err := c.List(ctx, namespaces, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list namespaces: %w", err)
 	}
 	nsByName := make(map[string]*corev1.Namespace, len(namespaces.Items))
@@ -102,11 +111,11 @@ func fleetRings(ctx context.Context, c client.Reader) ([]fleet.RingState, error)
 		nsByName[namespaces.Items[i].Name] = &namespaces.Items[i]
 	}
 	tkrs := &v1alpha1.TicketKeyRingList{}
-	if err := c.List(ctx, tkrs); err != nil {
+	if err := c.List(ctx, tkrs, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list ticket key rings: %w", err)
 	}
 	ctkrs := &v1alpha1.ClusterTicketKeyRingList{}
-	if err := c.List(ctx, ctkrs); err != nil {
+	if err := c.List(ctx, ctkrs, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("list cluster ticket key rings: %w", err)
 	}
 	out := make([]fleet.RingState, 0, len(tkrs.Items)+len(ctkrs.Items))
@@ -179,11 +188,12 @@ func ringsOfFleetRequest(c client.Reader, kind string) handler.MapFunc {
 			return nil // a cache read: it fails only when shutting down
 		}
 		var out []reconcile.Request
+		sel := fleet.Compile(fr)
 		for _, rs := range rings {
 			if string(rs.Kind) != kind || fleet.Done(fr, rs.Status.FleetRequest) {
 				continue
 			}
-			if ok, _ := fleet.Selects(fr, rs.Ring); ok {
+			if ok, _ := sel.Selects(rs.Ring); ok {
 				out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: rs.Namespace, Name: rs.Name}})
 			}
 		}

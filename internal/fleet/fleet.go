@@ -43,42 +43,62 @@ type Ring struct {
 // selector that needs labels the operator did not keep), the reason it
 // could not judge it: such a ring is not selected, and Progress counts it
 // apart (status.notJudged). A request whose selector is invalid selects
-// nothing (Invalid says so).
+// nothing (Invalid says so). To judge many rings, compile once (Compile).
 func Selects(req *v1alpha1.FleetRequest, r Ring) (bool, string) {
-	s := req.Spec
-	if r.Created.After(req.CreationTimestamp.Time) {
-		return false, ""
-	}
-	if len(s.Kinds) > 0 && !slices.Contains(s.Kinds, r.Kind) {
-		return false, ""
-	}
-	if s.KeySource != "" && s.KeySource != r.KeySource {
-		return false, ""
-	}
-	if s.NamespaceSelector != nil {
-		if r.Namespace == "" {
-			return false, ""
+	return Compile(req).Selects(r)
+}
+
+// Selection is a request's selection with its label selectors parsed,
+// for judging every ring of a cluster against it.
+type Selection struct {
+	req                *v1alpha1.FleetRequest
+	namespaces, labels labels.Selector
+	invalid            bool
+}
+
+// Compile parses req's selectors once.
+func Compile(req *v1alpha1.FleetRequest) Selection {
+	sel := Selection{req: req}
+	var err error
+	if s := req.Spec.NamespaceSelector; s != nil {
+		if sel.namespaces, err = metav1.LabelSelectorAsSelector(s); err != nil {
+			sel.invalid = true
 		}
-		sel, err := metav1.LabelSelectorAsSelector(s.NamespaceSelector)
-		if err != nil {
-			return false, ""
+	}
+	if s := req.Spec.RingSelector; s != nil {
+		if sel.labels, err = metav1.LabelSelectorAsSelector(s); err != nil {
+			sel.invalid = true
 		}
-		if r.NamespaceCut {
+	}
+	return sel
+}
+
+// Selects is Selects(req, r) for the compiled request.
+func (sel Selection) Selects(r Ring) (bool, string) {
+	s := sel.req.Spec
+	switch {
+	case sel.invalid, r.Created.After(sel.req.CreationTimestamp.Time):
+		return false, ""
+	case len(s.Kinds) > 0 && !slices.Contains(s.Kinds, r.Kind):
+		return false, ""
+	case s.KeySource != "" && s.KeySource != r.KeySource:
+		return false, ""
+	}
+	if sel.namespaces != nil {
+		switch {
+		case r.Namespace == "":
+			return false, ""
+		case r.NamespaceCut:
 			return false, v1alpha1.ReasonNamespaceLabelsNotKept
-		}
-		if !sel.Matches(labels.Set(r.NamespaceLabels)) {
+		case !sel.namespaces.Matches(labels.Set(r.NamespaceLabels)):
 			return false, ""
 		}
 	}
-	if s.RingSelector != nil {
-		sel, err := metav1.LabelSelectorAsSelector(s.RingSelector)
-		if err != nil {
-			return false, ""
-		}
-		if r.LabelsCut {
+	if sel.labels != nil {
+		switch {
+		case r.LabelsCut:
 			return false, v1alpha1.ReasonRingLabelsNotKept
-		}
-		if !sel.Matches(labels.Set(r.Labels)) {
+		case !sel.labels.Matches(labels.Set(r.Labels)):
 			return false, ""
 		}
 	}
@@ -136,7 +156,7 @@ func Next(reqs []*v1alpha1.FleetRequest, r Ring, last *v1alpha1.FleetRequestReco
 		if !req.DeletionTimestamp.IsZero() || meta.IsStatusConditionTrue(req.Status.Conditions, v1alpha1.ConditionComplete) || Done(req, last) {
 			continue
 		}
-		if ok, _ := Selects(req, r); !ok {
+		if ok, _ := Compile(req).Selects(r); !ok {
 			continue
 		}
 		if next == nil || order(req.CreationTimestamp.Time, req.Name, next.CreationTimestamp.Time, next.Name) < 0 {
@@ -167,16 +187,26 @@ func Progress(req *v1alpha1.FleetRequest, prev v1alpha1.FleetRequestStatus, ring
 	out.Selected, out.Served, out.PodsTotal, out.PodsConfirmed, out.WaitingCount, out.NotJudged = 0, 0, 0, 0, 0, 0
 	var waiting []v1alpha1.FleetWaiting
 	var lastServed, lastPod time.Time
+	byName := func(a, b v1alpha1.FleetWaiting) int {
+		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	}
 	wait := func(r Ring, reason string) {
 		out.WaitingCount++
 		waiting = append(waiting, v1alpha1.FleetWaiting{Kind: r.Kind, Namespace: r.Namespace, Name: r.Name, Reason: reason})
+		if len(waiting) >= 4*v1alpha1.MaxFleetWaiting {
+			// Only the first MaxFleetWaiting by name are shown: keep no
+			// more than a few times that, whatever the rings waiting.
+			slices.SortFunc(waiting, byName)
+			waiting = waiting[:v1alpha1.MaxFleetWaiting]
+		}
 	}
 	invalid := Invalid(req)
+	sel := Compile(req)
 	for _, rs := range rings {
 		if invalid != "" {
 			break
 		}
-		ok, unjudged := Selects(req, rs.Ring)
+		ok, unjudged := sel.Selects(rs.Ring)
 		if unjudged != "" {
 			// Never carried out (Next does not select it): it must not
 			// hold the request up for ever.
@@ -211,9 +241,7 @@ func Progress(req *v1alpha1.FleetRequest, prev v1alpha1.FleetRequestStatus, ring
 		}
 		lastPod = later(lastPod, at)
 	}
-	slices.SortFunc(waiting, func(a, b v1alpha1.FleetWaiting) int {
-		return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
+	slices.SortFunc(waiting, byName)
 	out.Waiting = waiting[:min(len(waiting), v1alpha1.MaxFleetWaiting)]
 	if len(out.Waiting) == 0 {
 		out.Waiting = nil

@@ -1,6 +1,7 @@
 package fleet_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -121,5 +122,27 @@ func TestProgress(t *testing.T) {
 	}
 	if c := st.Conditions[0]; c.ObservedGeneration != 1 || c.Reason != v1alpha1.ReasonCompleted {
 		t.Errorf("condition %+v", c)
+	}
+}
+
+// However many rings wait, status names the first MaxFleetWaiting by kind,
+// namespace and name, and counts them all.
+func TestProgressNamesTheFirstWaiting(t *testing.T) {
+	req := request("r", t0, v1alpha1.FleetRequestSpec{Action: v1alpha1.FleetRotate})
+	const n = 1000
+	rings := make([]fleet.RingState, n)
+	for i := range rings {
+		// Listed in an order that is not theirs by name.
+		j := (i * 389) % n
+		rings[i] = fleet.RingState{Ring: fleet.Ring{Kind: v1alpha1.KindTicketKeyRing, Namespace: "shop", Name: fmt.Sprintf("ring-%04d", j), Created: t0.Add(-time.Hour)}}
+	}
+	st := fleet.Progress(req, v1alpha1.FleetRequestStatus{}, rings, t0.Add(time.Minute))
+	if st.Selected != n || st.WaitingCount != n || len(st.Waiting) != v1alpha1.MaxFleetWaiting {
+		t.Fatalf("selected %d, waiting %d, named %d: want %d, %d, %d", st.Selected, st.WaitingCount, len(st.Waiting), n, n, v1alpha1.MaxFleetWaiting)
+	}
+	for i, w := range st.Waiting {
+		if want := fmt.Sprintf("ring-%04d", i); w.Name != want {
+			t.Errorf("waiting[%d] = %s, want %s", i, w.Name, want)
+		}
 	}
 }
