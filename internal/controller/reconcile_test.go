@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -29,6 +28,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/controller/dnsname"
+	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/dnswork"
 	"github.com/ringmaster-io/ringmaster/internal/dnszone"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
@@ -83,6 +83,9 @@ func fakeCluster(t *testing.T, objs ...client.Object) (client.WithWatch, *writes
 		WithIndex(&v1alpha1.ECHKeyRing{}, dnsname.NameIndex, func(o client.Object) []string {
 			return []string{dnszone.Canonical(o.(*v1alpha1.ECHKeyRing).Spec.DNS.Name)}
 		}).
+		WithIndex(&corev1.Secret{}, distribute.SecretIndex, func(o client.Object) []string {
+			return distribute.SecretKeys(o.(*corev1.Secret))
+		}).
 		WithIndex(&coordinationv1.Lease{}, dnsname.RecordOwnerIndex, func(o client.Object) []string {
 			return []string{o.GetLabels()[v1alpha1.DNSOwnerUIDLabel]}
 		}).
@@ -104,14 +107,12 @@ func fakeCluster(t *testing.T, objs ...client.Object) (client.WithWatch, *writes
 			w.add("patch", obj, c)
 			return c.Patch(ctx, obj, patch, opts...)
 		},
-		SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
-			var applied struct {
-				Metadata struct{ Name string } `json:"metadata"`
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if patch.Type() != types.ApplyPatchType {
+				w.add("patch "+sub, obj, c)
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 			}
-			if b, err := json.Marshal(obj); err == nil {
-				_ = json.Unmarshal(b, &applied)
-			}
-			name := applied.Metadata.Name
+			name := obj.GetName()
 			w.mu.Lock()
 			w.log = append(w.log, "apply status "+name)
 			stale := w.conflicts > 0
@@ -122,7 +123,7 @@ func fakeCluster(t *testing.T, objs ...client.Object) (client.WithWatch, *writes
 			if stale {
 				return apierrors.NewConflict(schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "rings"}, name, fmt.Errorf("stale"))
 			}
-			return c.SubResource(sub).Apply(ctx, obj, opts...)
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		},
 	})
 	return c, w

@@ -6,15 +6,15 @@ package apply
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -36,21 +36,29 @@ func Status[S any](ctx context.Context, c client.Client, obj client.Object, old,
 	if !Changed(old, next) {
 		return nil
 	}
-	status, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&next)
-	if err != nil {
-		return fmt.Errorf("write status: %w", err)
-	}
 	gvk, err := apiutil.GVKForObject(obj, c.Scheme())
 	if err != nil {
 		return fmt.Errorf("write status: %w", err)
 	}
-	meta := map[string]any{"name": obj.GetName(), "resourceVersion": obj.GetResourceVersion()}
-	if ns := obj.GetNamespace(); ns != "" {
-		meta["namespace"] = ns
+	// The typed status marshalled as it is (no unstructured copy of it),
+	// and the server's answer decoded into a scratch object of the kind,
+	// not into obj: a status write is most of what a rotation allocates.
+	body, err := json.Marshal(applied[S]{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind,
+		Metadata: appliedMeta{Name: obj.GetName(), Namespace: obj.GetNamespace(), ResourceVersion: obj.GetResourceVersion()}, Status: next})
+	if err != nil {
+		return fmt.Errorf("write status: %w", err)
 	}
-	u := &unstructured.Unstructured{Object: map[string]any{"metadata": meta, "status": status}}
-	u.SetGroupVersionKind(gvk)
-	if err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+	scratch, err := c.Scheme().New(gvk)
+	if err != nil {
+		return fmt.Errorf("write status: %w", err)
+	}
+	into, ok := scratch.(client.Object)
+	if !ok {
+		return fmt.Errorf("write status: %s is not an object", gvk)
+	}
+	into.SetName(obj.GetName())
+	into.SetNamespace(obj.GetNamespace())
+	if err := c.Status().Patch(ctx, into, client.RawPatch(types.ApplyPatchType, body), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		if apierrors.IsConflict(err) {
 			// Someone edited the object since it was read: expected, and
 			// no failure. The reconcile runs again on the fresh object.
@@ -60,6 +68,21 @@ func Status[S any](ctx context.Context, c client.Client, obj client.Object, old,
 		return client.IgnoreNotFound(fmt.Errorf("write status: %w", err))
 	}
 	return nil
+}
+
+// applied is the body of a status apply: the object's identity, the
+// resourceVersion the status was computed from, and the status.
+type applied[S any] struct {
+	APIVersion string      `json:"apiVersion"`
+	Kind       string      `json:"kind"`
+	Metadata   appliedMeta `json:"metadata"`
+	Status     S           `json:"status"`
+}
+
+type appliedMeta struct {
+	Name            string `json:"name"`
+	Namespace       string `json:"namespace,omitempty"`
+	ResourceVersion string `json:"resourceVersion,omitempty"`
 }
 
 // ErrStale is applyStatus's answer when the object changed since it
