@@ -28,7 +28,6 @@ import (
 	"github.com/ringmaster-io/ringmaster/api/v1alpha1"
 	"github.com/ringmaster-io/ringmaster/internal/confirm"
 	"github.com/ringmaster-io/ringmaster/internal/controller/dnsname"
-	"github.com/ringmaster-io/ringmaster/internal/distribute"
 	"github.com/ringmaster-io/ringmaster/internal/dnswork"
 	"github.com/ringmaster-io/ringmaster/internal/dnszone"
 	"github.com/ringmaster-io/ringmaster/internal/mint"
@@ -82,9 +81,6 @@ func fakeCluster(t *testing.T, objs ...client.Object) (client.WithWatch, *writes
 		}).
 		WithIndex(&v1alpha1.ECHKeyRing{}, dnsname.NameIndex, func(o client.Object) []string {
 			return []string{dnszone.Canonical(o.(*v1alpha1.ECHKeyRing).Spec.DNS.Name)}
-		}).
-		WithIndex(&corev1.Secret{}, distribute.SecretIndex, func(o client.Object) []string {
-			return distribute.SecretKeys(o.(*corev1.Secret))
 		}).
 		WithIndex(&coordinationv1.Lease{}, dnsname.RecordOwnerIndex, func(o client.Object) []string {
 			return []string{o.GetLabels()[v1alpha1.DNSOwnerUIDLabel]}

@@ -61,7 +61,7 @@ func (w *ringSecrets) snapshots(ctx context.Context, owner distribute.Owner) ([]
 		w.known.Sweep(owner, all.Items)
 	}
 	cached := &corev1.SecretList{}
-	if err := w.List(ctx, cached, client.InNamespace(owner.Home), client.MatchingFields{distribute.SecretIndex: owner.SnapshotKey()}); err == nil {
+	if err := w.List(ctx, cached, client.InNamespace(owner.Home), client.MatchingLabels(owner.SnapshotLabels())); err == nil {
 		if out, ok := w.known.Current(owner, ownedSnapshots(owner, cached)); ok {
 			snapshotReadsTotal.WithLabelValues("cache").Inc()
 			return out, nil
@@ -161,7 +161,7 @@ func (w *ringSecrets) deliver(ctx context.Context, owner distribute.Owner, snap 
 	// A TicketKeyRing's projections live in its own namespace: a list there
 	// reads that namespace's Secrets from the cache, not every ring's, which
 	// made each reconcile's cost grow with the rings of the cluster.
-	opts := []client.ListOption{client.MatchingFields{distribute.SecretIndex: owner.ProjectionKey()}}
+	opts := []client.ListOption{client.MatchingLabels(owner.ProjectionLabels())}
 	if owner.Namespace != "" {
 		opts = append(opts, client.InNamespace(owner.Namespace))
 	}
@@ -187,7 +187,7 @@ func (w *ringSecrets) deliver(ctx context.Context, owner distribute.Owner, snap 
 // cache holds them.
 func (w *ringSecrets) projectedIn(ctx context.Context, owner distribute.Owner) ([]string, error) {
 	copies := &corev1.SecretList{}
-	if err := w.List(ctx, copies, client.MatchingFields{distribute.SecretIndex: owner.ProjectionKey()}); err != nil {
+	if err := w.List(ctx, copies, client.MatchingLabels(owner.ProjectionLabels())); err != nil {
 		return nil, fmt.Errorf("list projections: %w", err)
 	}
 	var out []string

@@ -175,9 +175,6 @@ func setupRings(ctx context.Context, mgr manager.Manager, shared *rings, o Optio
 			return fmt.Errorf("index %T by key source: %w", obj, err)
 		}
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Secret{}, distribute.SecretIndex, secretKeys); err != nil {
-		return fmt.Errorf("index Secrets by ring: %w", err)
-	}
 	workers := ringWork(o.RingWorkers)
 	specOrAnnotations := builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, watch.DeletionChanged()))
 
@@ -247,15 +244,6 @@ func sourceRefOf(o client.Object) []string {
 		return nil
 	}
 	return []string{ref.Name}
-}
-
-// secretKeys are a Secret's values in distribute.SecretIndex.
-func secretKeys(o client.Object) []string {
-	s, ok := o.(*corev1.Secret)
-	if !ok {
-		return nil
-	}
-	return distribute.SecretKeys(s)
 }
 
 // ringsOfSecret maps a snapshot or projection Secret to its ring of the

@@ -41,15 +41,9 @@ func (c *laggingCache) freeze(ctx context.Context) {
 func (c *laggingCache) thaw() { c.frozen = nil }
 
 func (c *laggingCache) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
-	l, ok := list.(*corev1.SecretList)
-	switch {
-	case ok && c.frozen != nil:
+	if l, ok := list.(*corev1.SecretList); ok && c.frozen != nil {
 		c.frozen.DeepCopyInto(l)
 		return nil
-	case ok:
-		// The operator's cache finds a ring's snapshots by its index
-		// (distribute.SecretIndex), the API server by their labels.
-		return c.Client.List(ctx, list, client.InNamespace(c.ns), c.sel)
 	}
 	return c.Client.List(ctx, list, opts...)
 }

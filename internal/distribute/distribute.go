@@ -149,41 +149,6 @@ func (o Owner) ProjectionLabels() map[string]string {
 	return map[string]string{o.ringLabel(): o.Name, v1alpha1.ComponentLabel: v1alpha1.ComponentProjection}
 }
 
-// SecretIndex is the cache's index of ringmaster's Secrets by the ring
-// and the part of it they are (SecretKeys): a ring's snapshots or
-// projections are then read from the cache in time proportional to their
-// number, not to every Secret of the namespace (or cluster) a label
-// selector would scan.
-const SecretIndex = "ringmaster.io/ring-secret"
-
-// SecretKeys are s's values in SecretIndex: component/label=name for each
-// ring label it carries, as SnapshotKey and ProjectionKey name them.
-func SecretKeys(s *corev1.Secret) []string {
-	component := s.Labels[v1alpha1.ComponentLabel]
-	if component == "" {
-		return nil
-	}
-	var out []string
-	for _, l := range []string{v1alpha1.RingLabel, v1alpha1.ClusterRingLabel, v1alpha1.ECHRingLabel} {
-		if name, ok := s.Labels[l]; ok {
-			out = append(out, secretKey(component, l, name))
-		}
-	}
-	return out
-}
-
-func secretKey(component, label, name string) string { return component + "/" + label + "=" + name }
-
-// SnapshotKey selects, in SecretIndex, what SnapshotLabels select.
-func (o Owner) SnapshotKey() string {
-	return secretKey(v1alpha1.ComponentSnapshot, o.ringLabel(), o.Name)
-}
-
-// ProjectionKey selects, in SecretIndex, what ProjectionLabels select.
-func (o Owner) ProjectionKey() string {
-	return secretKey(v1alpha1.ComponentProjection, o.ringLabel(), o.Name)
-}
-
 // SnapshotName is the name of the snapshot Secret of an epoch:
 // <ring>-e<epoch>, or <ring>-ce<epoch> for a cluster ring, so that a cluster
 // ring's snapshots never take the name of a namespaced ring's in the
