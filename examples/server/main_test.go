@@ -10,13 +10,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ringmaster-io/ringmaster/internal/testing/testpki"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -202,35 +203,7 @@ func TestServerRefusesAnotherRing(t *testing.T) {
 // TestServerClassicalResumption: with -classical-resumption, a full TLS 1.3
 // handshake keeps the hybrid group and a resumed one uses X25519.
 func TestServerClassicalResumption(t *testing.T) {
-	dir := t.TempDir()
-	w, err := atomicdir.NewWriter(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt, key, pool := selfSigned(t)
-	now := time.Now()
-	k := newKey("k", now.Add(-time.Hour), now.Add(time.Hour), now.Add(2*time.Hour))
-	ring, err := keyring.Encode(keyring.Ring{Name: "shop/web", Epoch: 1, IssuedAt: now, Keys: []keyring.Key{k}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(map[string]atomicdir.File{keyring.FileName: {Data: ring}, "tls.crt": {Data: crt}, "tls.key": {Data: key, Mode: 0o600}}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	out, stdout := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"-dir", dir, "-listen", "127.0.0.1:0", "-status-listen", "", "-classical-resumption"}, stdout, io.Discard)
-		stdout.Close()
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run returned %v", err)
-		}
-	}()
-	lines := bufio.NewScanner(out)
+	lines, out, pool := serveOneKey(t, "k", "-classical-resumption")
 	if !lines.Scan() {
 		t.Fatal("no output")
 	}
@@ -413,35 +386,7 @@ func TestServerECH(t *testing.T) {
 // of -listen's number, with the agent's config: a second connection
 // resumes the first's session.
 func TestServerHTTP3(t *testing.T) {
-	dir := t.TempDir()
-	w, err := atomicdir.NewWriter(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crt, key, pool := selfSigned(t)
-	now := time.Now()
-	k := newKey("h3", now.Add(-time.Hour), now.Add(time.Hour), now.Add(2*time.Hour))
-	ring, err := keyring.Encode(keyring.Ring{Name: "shop/web", Epoch: 1, IssuedAt: now, Keys: []keyring.Key{k}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(map[string]atomicdir.File{keyring.FileName: {Data: ring}, "tls.crt": {Data: crt}, "tls.key": {Data: key, Mode: 0o600}}); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	out, stdout := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"-dir", dir, "-listen", "127.0.0.1:0", "-status-listen", "", "-http3"}, stdout, io.Discard)
-		stdout.Close()
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run returned %v", err)
-		}
-	}()
-	lines := bufio.NewScanner(out)
+	lines, out, pool := serveOneKey(t, "h3", "-http3")
 	var tcpAddr, h3Addr string
 	for (tcpAddr == "" || h3Addr == "") && lines.Scan() {
 		if a, ok := strings.CutPrefix(lines.Text(), "https listening on "); ok {
@@ -475,6 +420,44 @@ func TestServerHTTP3(t *testing.T) {
 			t.Errorf("request %d: HTTP/%d, resumed %v, %q; want HTTP/3, resumed %v, the greeting", i, resp.ProtoMajor, resp.TLS.DidResume, body, resumed)
 		}
 	}
+}
+
+// serveOneKey writes a ring of one active key and a self-signed
+// certificate into a directory, and runs the server on it with the extra
+// flags until the test ends. It returns the server's output, line by line
+// and whole (to drain once the lines wanted are read), and the pool that
+// trusts the certificate.
+func serveOneKey(t *testing.T, keyID string, flags ...string) (*bufio.Scanner, io.Reader, *x509.CertPool) {
+	t.Helper()
+	dir := t.TempDir()
+	w, err := atomicdir.NewWriter(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt, key, pool := selfSigned(t)
+	now := time.Now()
+	k := newKey(keyID, now.Add(-time.Hour), now.Add(time.Hour), now.Add(2*time.Hour))
+	ring, err := keyring.Encode(keyring.Ring{Name: "shop/web", Epoch: 1, IssuedAt: now, Keys: []keyring.Key{k}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(map[string]atomicdir.File{keyring.FileName: {Data: ring}, "tls.crt": {Data: crt}, "tls.key": {Data: key, Mode: 0o600}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out, stdout := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"-dir", dir, "-listen", "127.0.0.1:0", "-status-listen", ""}, flags...), stdout, io.Discard)
+		stdout.Close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run returned %v", err)
+		}
+	})
+	return bufio.NewScanner(out), out, pool
 }
 
 // ticketSignal is a session cache that tells when a ticket arrives.
