@@ -25,6 +25,7 @@ import (
 	"github.com/ringmaster-io/ringmaster/internal/echring"
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
 	"github.com/ringmaster-io/ringmaster/internal/testing/atomicdir"
+	"github.com/ringmaster-io/ringmaster/internal/testing/tickets"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 
@@ -400,7 +401,7 @@ func TestServerHTTP3(t *testing.T) {
 	if h3Addr == "" || h3Addr != tcpAddr {
 		t.Fatalf("HTTP/3 on %q, HTTPS on %q: want both on one port number", h3Addr, tcpAddr)
 	}
-	cache := &ticketSignal{ClientSessionCache: tls.NewLRUClientSessionCache(4), put: make(chan struct{}, 1)}
+	cache := tickets.NewCache(4)
 	tc := &tls.Config{RootCAs: pool, ServerName: "localhost", ClientSessionCache: cache}
 	for i, resumed := range []bool{false, true} {
 		tr := &http3.Transport{TLSClientConfig: tc, QUICConfig: &quic.Config{}}
@@ -411,7 +412,7 @@ func TestServerHTTP3(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		select { // the ticket, which follows the handshake
-		case <-cache.put:
+		case <-cache.Arrived:
 		case <-time.After(5 * time.Second):
 			t.Fatal("no session ticket")
 		}
@@ -458,20 +459,4 @@ func serveOneKey(t *testing.T, keyID string, flags ...string) (*bufio.Scanner, i
 		}
 	})
 	return bufio.NewScanner(out), out, pool
-}
-
-// ticketSignal is a session cache that tells when a ticket arrives.
-type ticketSignal struct {
-	tls.ClientSessionCache
-	put chan struct{}
-}
-
-func (c *ticketSignal) Put(key string, cs *tls.ClientSessionState) {
-	c.ClientSessionCache.Put(key, cs)
-	if cs != nil {
-		select {
-		case c.put <- struct{}{}:
-		default:
-		}
-	}
 }

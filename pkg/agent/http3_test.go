@@ -15,6 +15,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/ringmaster-io/ringmaster/internal/keyring"
+	"github.com/ringmaster-io/ringmaster/internal/testing/tickets"
 	"github.com/ringmaster-io/ringmaster/pkg/agent"
 )
 
@@ -47,27 +48,11 @@ func serveH3(t *testing.T, cfg *tls.Config, quicConf *quic.Config) string {
 // connections: each get is a new QUIC connection, as a client's reconnect.
 type h3Client struct {
 	tls   *tls.Config
-	cache *notifyingCache
-}
-
-// notifyingCache is a session cache that tells when a ticket arrives.
-type notifyingCache struct {
-	tls.ClientSessionCache
-	put chan struct{}
-}
-
-func (c *notifyingCache) Put(key string, cs *tls.ClientSessionState) {
-	c.ClientSessionCache.Put(key, cs)
-	if cs != nil {
-		select {
-		case c.put <- struct{}{}:
-		default:
-		}
-	}
+	cache *tickets.Cache
 }
 
 func newH3Client(p *pki) *h3Client {
-	cache := &notifyingCache{ClientSessionCache: tls.NewLRUClientSessionCache(4), put: make(chan struct{}, 1)}
+	cache := tickets.NewCache(4)
 	cfg := p.client(tls.VersionTLS13)
 	cfg.ClientSessionCache = cache
 	return &h3Client{tls: cfg, cache: cache}
@@ -89,7 +74,7 @@ func (c *h3Client) get(t *testing.T, addr, method string) quic.ConnectionState {
 	}}
 	defer tr.Close()
 	select { // a ticket left over from the connection before
-	case <-c.cache.put:
+	case <-c.cache.Arrived:
 	default:
 	}
 	req, err := http.NewRequestWithContext(ctx, method, "https://"+addr+"/", nil)
@@ -106,7 +91,7 @@ func (c *h3Client) get(t *testing.T, addr, method string) quic.ConnectionState {
 		t.Fatalf("HTTP/3 GET %s: %d %q, %v", addr, resp.StatusCode, body, err)
 	}
 	select {
-	case <-c.cache.put:
+	case <-c.cache.Arrived:
 	case <-time.After(5 * time.Second):
 		t.Fatalf("no session ticket from %s", addr)
 	}
