@@ -57,13 +57,7 @@ func TestCrossScope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	k := keyring.NewKey(keyring.Secret(newKey(t)))
-	k.ActiveFrom, k.RetireAt, k.ExpiresAt = now.Add(-time.Hour), now.Add(time.Hour), now.Add(2*time.Hour)
-	ring, err := keyring.Encode(keyring.Ring{Name: "shop/web", Epoch: 1, IssuedAt: now, Keys: []keyring.Key{k}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k, ring := oneKeyRing(t)
 	plain := &tls.Config{Certificates: []tls.Certificate{leaf.TLS}}
 	plain.SetSessionTicketKeys([][32]byte{k.Secret})
 	plainAddr := crossServer(t, plain)
@@ -103,6 +97,20 @@ func TestCrossScope(t *testing.T) {
 			}
 		})
 	}
+}
+
+// oneKeyRing is a ring of one key, active for the hour, and its encoding
+// as the agent reads it.
+func oneKeyRing(t *testing.T) (keyring.Key, []byte) {
+	t.Helper()
+	now := time.Now()
+	k := keyring.NewKey(keyring.Secret(newKey(t)))
+	k.ActiveFrom, k.RetireAt, k.ExpiresAt = now.Add(-time.Hour), now.Add(time.Hour), now.Add(2*time.Hour)
+	ring, err := keyring.Encode(keyring.Ring{Name: "shop/web", Epoch: 1, IssuedAt: now, Keys: []keyring.Key{k}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k, ring
 }
 
 func TestCrossScopeNoTicket(t *testing.T) {

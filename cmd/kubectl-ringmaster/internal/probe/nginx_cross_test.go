@@ -65,13 +65,7 @@ func TestCrossScopeNginxAndAgent(t *testing.T) {
 	if r.Addr, err = fleet.FreePort(); err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	k := keyring.NewKey(keyring.Secret(newKey(t)))
-	k.ActiveFrom, k.RetireAt, k.ExpiresAt = now.Add(-time.Hour), now.Add(time.Hour), now.Add(2*time.Hour)
-	ring, err := keyring.Encode(keyring.Ring{Name: "shop/web", Epoch: 1, IssuedAt: now, Keys: []keyring.Key{k}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ring := oneKeyRing(t)
 	vol, err := atomicdir.NewWriter(r.Dir)
 	if err != nil {
 		t.Fatal(err)
