@@ -92,9 +92,10 @@ func (r Result) Report(w Applied) ringplan.Report[v1alpha1.TicketKeyRingStatus] 
 		if p.Fleet != nil && p.Fleet.Epoch == 0 {
 			p.Fleet.Epoch, p.Fleet.ServedAt = pub.Epoch, &metav1.Time{Time: in.Now.Truncate(time.Second)}
 		}
-	} else if p.Fleet != nil && p.Fleet.Epoch == 0 && r.Requests.Fleet != "" {
+	} else if p.Fleet != nil && p.Fleet.Epoch == 0 && r.Requests.Fleet != "" && p.Fleet.Action == v1alpha1.FleetRotate {
 		// A rotate-now whose staged key already activates as early as is
-		// safe changes nothing: the epoch served carries it out.
+		// safe changes nothing: the epoch served carries it out. A revoke
+		// is served only by the epoch that dropped the keys.
 		p.Fleet.Epoch, p.Fleet.ServedAt = next.Epoch, &metav1.Time{Time: in.Now.Truncate(time.Second)}
 	}
 	p.Ring, p.Snapshot, p.Failed = next, in.Ring.Owner.SnapshotName(next.Epoch), w.Failed
